@@ -1,0 +1,123 @@
+# laneq — make targets. `make help` lists them.
+#
+# Heavy tools are built once into $(LANEQ_CACHE) under a directory named after
+# a hash of everything that determines the binary (the tool module's go.mod
+# and go.sum, toolchain, flags). A fresh clone on a machine that already built
+# the same inputs reuses the binary; a changed input builds a new one.
+
+SHELL := /bin/bash
+.SHELLFLAGS := -eu -o pipefail -c
+.DEFAULT_GOAL := help
+
+GO          ?= go
+LANEQ_CACHE ?= $(HOME)/.cache/laneq
+ROOT        := $(abspath $(dir $(lastword $(MAKEFILE_LIST))))
+
+# --- embedded TiDB (tools/tidb) ---------------------------------------------
+TIDB_VERSION   := v8.5.6
+# tidb-server built with Go 1.26 panics at start-up; the hack package only
+# supports go1.25. The toolchain is fetched through the Go module proxy.
+TIDB_TOOLCHAIN := go1.25.8
+# In v8.5.6 the release string lives in the parser module (pkg/util/versioninfo
+# has no such variable any more); VERSION() and tidb_version() derive from it.
+TIDB_LDFLAGS   := -checklinkname=0 -X github.com/pingcap/tidb/pkg/parser/mysql.TiDBReleaseVersion=$(TIDB_VERSION)
+# Static, so the same binary also runs in a FROM-scratch image.
+TIDB_CGO       := 0
+TIDB_KEY       := $(shell { cat tools/tidb/go.mod tools/tidb/go.sum; echo '$(TIDB_TOOLCHAIN) $(TIDB_CGO) $(TIDB_LDFLAGS)'; } | sha256sum | cut -c1-16)
+TIDB_CACHED    := $(LANEQ_CACHE)/tidb-$(TIDB_VERSION)-$(TIDB_KEY)/tidb-server
+TIDB_BIN       := $(ROOT)/bin/tidb-server
+TIDB_IMAGE     ?= pingcap/tidb:$(TIDB_VERSION)
+
+# --- sqlc (tools/sqlc) --------------------------------------------------------
+SQLC_KEY    := $(shell cat tools/sqlc/go.mod tools/sqlc/go.sum | sha256sum | cut -c1-16)
+SQLC_CACHED := $(LANEQ_CACHE)/sqlc-$(SQLC_KEY)/sqlc
+SQLC_BIN    := $(ROOT)/bin/sqlc
+
+# Tests and plancheck find the embedded server through this variable.
+export LANEQ_TIDB_SERVER ?= $(TIDB_BIN)
+
+# Flags for `make test`; override e.g. TEST_FLAGS='-run Migrat -v'.
+TEST_FLAGS ?=
+
+.PHONY: help
+help: ## List targets.
+	@grep -hE '^[a-z][a-z-]*:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-16s %s\n", $$1, $$2}'
+
+# --- tools ----------------------------------------------------------------------
+
+$(TIDB_CACHED):
+	@echo "==> building tidb-server $(TIDB_VERSION) with $(TIDB_TOOLCHAIN) (cold build: ~10 min on 2 cores)"
+	@mkdir -p $(dir $@)
+	cd tools/tidb && CGO_ENABLED=$(TIDB_CGO) GOTOOLCHAIN=$(TIDB_TOOLCHAIN) $(GO) build -trimpath \
+		-ldflags '$(TIDB_LDFLAGS)' -o $@.tmp github.com/pingcap/tidb/cmd/tidb-server
+	@mv $@.tmp $@
+
+$(TIDB_BIN): $(TIDB_CACHED)
+	@mkdir -p $(dir $@)
+	@ln -sfn $< $@
+	@touch -h $@
+
+.PHONY: tidb
+tidb: $(TIDB_BIN) ## Build the embedded tidb-server (only when missing or its inputs changed).
+	@echo "tidb-server: $(TIDB_BIN) -> $(TIDB_CACHED)"
+
+.PHONY: tidb-image
+tidb-image: $(TIDB_BIN) ## Build a local $(TIDB_IMAGE) image from the source-built binary (no registry needed).
+	@TIDB_IMAGE='$(TIDB_IMAGE)' TIDB_KEY='$(TIDB_KEY)' TIDB_BIN='$(TIDB_CACHED)' FORCE=1 tools/tidb/image.sh
+
+# Used by `make test`: builds the local image only when a Docker daemon answers
+# and no image with that tag exists (or it is an older local build), so a real
+# published image is never overwritten.
+.PHONY: tidb-image-if-docker
+tidb-image-if-docker: $(TIDB_BIN)
+	@TIDB_IMAGE='$(TIDB_IMAGE)' TIDB_KEY='$(TIDB_KEY)' TIDB_BIN='$(TIDB_CACHED)' FORCE=0 tools/tidb/image.sh
+
+$(SQLC_CACHED):
+	@echo "==> building sqlc (tools/sqlc, ~2 min cold)"
+	@mkdir -p $(dir $@)
+	cd tools/sqlc && $(GO) build -o $@.tmp github.com/sqlc-dev/sqlc/cmd/sqlc
+	@mv $@.tmp $@
+
+$(SQLC_BIN): $(SQLC_CACHED)
+	@mkdir -p $(dir $@)
+	@ln -sfn $< $@
+	@touch -h $@
+
+.PHONY: sqlc
+sqlc: $(SQLC_BIN) ## Build the pinned sqlc (v1.31.1).
+
+# --- code generation ------------------------------------------------------------
+
+.PHONY: generate
+generate: $(SQLC_BIN) ## Regenerate gen/ from schema/ and queries/.
+	$(SQLC_BIN) generate -f sqlc.yaml
+
+.PHONY: check-generate
+check-generate: $(SQLC_BIN) ## Fail when gen/ differs from a fresh sqlc generation.
+	@$(SQLC_BIN) diff -f sqlc.yaml || { echo "gen/ is stale: run 'make generate' and commit gen/"; exit 1; }
+
+# --- quality --------------------------------------------------------------------
+
+.PHONY: lint
+lint: ## go vet and a gofmt check (the tool modules hold no Go code).
+	$(GO) vet ./...
+	@out=$$(gofmt -l $$(git ls-files --cached --others --exclude-standard '*.go')); \
+		if [ -n "$$out" ]; then echo "gofmt needed on:"; echo "$$out"; exit 1; fi
+	@echo "lint: ok"
+
+# --- the two jobs in README -----------------------------------------------------
+
+.PHONY: test
+test: check-generate lint tidb tidb-image-if-docker ## Run every test (race detector on) against real TiDB.
+	$(GO) test -race -count=1 -timeout 30m $(TEST_FLAGS) ./...
+
+.PHONY: plancheck
+plancheck: tidb ## Plan-check the whole query catalog on TiDB and print the report.
+	@mode="$${LANEQ_TIDB:-}"; \
+	if [ -z "$$mode" ]; then if [ -n "$${LANEQ_TIDB_DSN:-}" ]; then mode=dsn; else mode=embedded; fi; fi; \
+	echo "==> plancheck against TiDB from the '$$mode' branch"; \
+	LANEQ_TIDB=$$mode $(GO) run ./plancheck/cmd/plancheck $(PLANCHECK_FLAGS)
+
+.PHONY: clean
+clean: ## Remove bin/ links (the tool cache in $(LANEQ_CACHE) is kept).
+	rm -rf bin

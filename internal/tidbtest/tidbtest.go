@@ -1,0 +1,107 @@
+// Package tidbtest gives each test its own freshly migrated database on one
+// TiDB shared by the whole test binary.
+//
+// Use it from TestMain:
+//
+//	func TestMain(m *testing.M) { os.Exit(tidbtest.Main(m)) }
+//
+// The server is found or started (see package tidbenv) on the first test that
+// asks for it and stopped when the binary ends. A test that needs TiDB fails
+// when none can be started; it never skips, because a skip is not a pass.
+package tidbtest
+
+import (
+	"context"
+	"crypto/rand"
+	"database/sql"
+	"encoding/hex"
+	"fmt"
+	"os"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/laneq/laneq/internal/tidbenv"
+	"github.com/laneq/laneq/schema"
+)
+
+var (
+	startOnce sync.Once
+	server    *tidbenv.Server
+	startErr  error
+)
+
+// Main runs the tests and then stops the shared server, if one was started.
+func Main(m *testing.M) int {
+	code := m.Run()
+	if server != nil {
+		if err := server.Close(); err != nil {
+			fmt.Fprintf(os.Stderr, "tidbtest: stop TiDB: %v\n", err)
+		}
+	}
+	return code
+}
+
+// Server returns the binary's shared TiDB, starting it on first use.
+func Server(t testing.TB) *tidbenv.Server {
+	t.Helper()
+	startOnce.Do(func() {
+		opts, err := tidbenv.OptionsFromEnv()
+		if err != nil {
+			startErr = err
+			return
+		}
+		opts.Progress = os.Stderr
+		server, startErr = tidbenv.Start(context.Background(), opts)
+	})
+	if startErr != nil {
+		t.Fatalf("tidbtest: this test needs TiDB: %v", startErr)
+	}
+	return server
+}
+
+// NewEmptyDB creates an empty database for this test, dropped when it ends,
+// and returns a pool connected to it together with its name.
+func NewEmptyDB(t testing.TB) (*sql.DB, string) {
+	t.Helper()
+	srv := Server(t)
+	name := "laneq_t_" + randomHex(6)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if err := srv.CreateDatabase(ctx, name); err != nil {
+		t.Fatalf("tidbtest: %v", err)
+	}
+	db, err := srv.Open(name)
+	if err != nil {
+		t.Fatalf("tidbtest: %v", err)
+	}
+	t.Cleanup(func() {
+		db.Close()
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		if err := srv.DropDatabase(ctx, name); err != nil {
+			t.Errorf("tidbtest: %v", err)
+		}
+	})
+	return db, name
+}
+
+// NewDB creates a database for this test with every migration applied.
+func NewDB(t testing.TB) *sql.DB {
+	t.Helper()
+	db, name := NewEmptyDB(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	if _, err := schema.Up(ctx, db); err != nil {
+		t.Fatalf("tidbtest: migrate %s: %v", name, err)
+	}
+	return db
+}
+
+func randomHex(n int) string {
+	b := make([]byte, n)
+	if _, err := rand.Read(b); err != nil {
+		panic(fmt.Sprintf("tidbtest: crypto/rand: %v", err))
+	}
+	return hex.EncodeToString(b)
+}

@@ -1,0 +1,57 @@
+// Package queries embeds the SQL catalog that sqlc compiles into ../gen, so
+// tools such as plancheck can enumerate every named statement.
+package queries
+
+import (
+	"bufio"
+	"bytes"
+	"embed"
+	"fmt"
+	"io/fs"
+	"regexp"
+	"sort"
+)
+
+//go:embed *.sql
+var files embed.FS
+
+// Statement is one named statement of the catalog.
+type Statement struct {
+	Name string // sqlc name, e.g. InsertEvent
+	Kind string // sqlc command, e.g. :one, :exec
+	File string // file it is declared in
+	Line int    // line of its "-- name:" annotation
+}
+
+var nameLine = regexp.MustCompile(`^--\s*name:\s*(\w+)\s+(:\w+)\s*$`)
+
+// Statements lists every named statement, sorted by name.
+func Statements() ([]Statement, error) {
+	paths, err := fs.Glob(files, "*.sql")
+	if err != nil {
+		return nil, fmt.Errorf("queries: list catalog files: %w", err)
+	}
+	seen := map[string]Statement{}
+	var out []Statement
+	for _, p := range paths {
+		b, err := files.ReadFile(p)
+		if err != nil {
+			return nil, fmt.Errorf("queries: read %s: %w", p, err)
+		}
+		sc := bufio.NewScanner(bytes.NewReader(b))
+		for line := 1; sc.Scan(); line++ {
+			m := nameLine.FindStringSubmatch(sc.Text())
+			if m == nil {
+				continue
+			}
+			st := Statement{Name: m[1], Kind: m[2], File: p, Line: line}
+			if prev, dup := seen[st.Name]; dup {
+				return nil, fmt.Errorf("queries: %s declared twice (%s:%d and %s:%d)", st.Name, prev.File, prev.Line, p, line)
+			}
+			seen[st.Name] = st
+			out = append(out, st)
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+	return out, nil
+}

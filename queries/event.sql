@@ -1,0 +1,32 @@
+-- name: InsertEvent :execlastid
+-- event_id is AUTO_RANDOM (no write hot spot on the primary key); the driver
+-- returns the generated id.
+INSERT INTO event (
+    receipt_id, scope_id, generation, route_id, route_version, event_kind,
+    source_kind, source_id, delivery_sequence, enqueue_ordinal,
+    idempotency_key, payload_hash, payload
+) VALUES (
+    sqlc.narg(receipt_id), sqlc.arg(scope_id), sqlc.arg(generation),
+    sqlc.arg(route_id), sqlc.arg(route_version), sqlc.arg(event_kind),
+    sqlc.arg(source_kind), sqlc.arg(source_id), sqlc.arg(delivery_sequence),
+    sqlc.arg(enqueue_ordinal), sqlc.arg(idempotency_key),
+    sqlc.arg(payload_hash), sqlc.arg(payload)
+);
+
+-- name: GetEvent :one
+-- Primary-key point read.
+SELECT event_id, receipt_id, scope_id, generation, route_id, route_version,
+       event_kind, source_kind, source_id, delivery_sequence, enqueue_ordinal,
+       idempotency_key, payload_hash, payload, created_at
+FROM event
+WHERE event_id = sqlc.arg(event_id);
+
+-- name: GetEventByIdempotencyKey :one
+-- Point read on uk_event_idempotency: resolves a duplicate delivery to the
+-- event that already holds its identity.
+SELECT event_id, receipt_id, scope_id, generation, route_id, route_version,
+       event_kind, source_kind, source_id, delivery_sequence, enqueue_ordinal,
+       idempotency_key, payload_hash, payload, created_at
+FROM event
+WHERE scope_id = sqlc.arg(scope_id)
+  AND idempotency_key = sqlc.arg(idempotency_key);

@@ -1,0 +1,75 @@
+-- +goose NO TRANSACTION
+-- The executable queue and the only owner of mutable execution state: claim,
+-- lease, retry, failure budget, terminal outcome, lane and projection state.
+--
+-- Key widths (TiDB limit 3,072 bytes per index key): scope_id 128 (ascii),
+-- lane keys 1,020 (255 utf8mb4 characters), projection keys 1,020, wake key
+-- 1,020, state 24, queue_class 32, work_type 64 (ascii), BIGINT/DATETIME(6) 8.
+-- The widest index below is about 1,190 bytes.
+
+-- +goose Up
+CREATE TABLE work_item (
+    work_id                BIGINT       NOT NULL AUTO_RANDOM,
+    event_id               BIGINT       NOT NULL,
+    scope_id               VARCHAR(128) CHARACTER SET ascii COLLATE ascii_bin NOT NULL,
+    generation             BIGINT       NOT NULL,
+    work_type              VARCHAR(64)  CHARACTER SET ascii COLLATE ascii_bin NOT NULL,
+    queue_class            VARCHAR(32)  CHARACTER SET ascii COLLATE ascii_bin NOT NULL DEFAULT 'default',
+    -- pending | processing | waiting_dependency | completed | skipped | dead.
+    -- A retry is a pending row with a future run_after and attempt_count > 0.
+    state                  VARCHAR(24)  CHARACTER SET ascii COLLATE ascii_bin NOT NULL DEFAULT 'pending',
+    run_after              DATETIME(6)  NOT NULL DEFAULT CURRENT_TIMESTAMP(6),
+    priority               INT          NOT NULL DEFAULT 0,
+    -- Claims taken. Separate from safe_retry_count, which counts consecutive
+    -- safe retries and resets after durable forward progress.
+    attempt_count          INT          NOT NULL DEFAULT 0,
+    safe_retry_count       INT          NOT NULL DEFAULT 0,
+    lease_owner            VARCHAR(128) NULL,
+    -- Monotonic fencing token: every claim increments it, and every renew,
+    -- release, retry and finalization must present the current value.
+    lease_token            BIGINT       NOT NULL DEFAULT 0,
+    lease_until            DATETIME(6)  NULL,
+    -- Lanes: NULL means "no lane" (a missing target lane blocks on the source
+    -- lane only). Binary collation: equality is exact and rides the index.
+    source_lane_key        VARCHAR(255) COLLATE utf8mb4_bin NULL,
+    target_lane_key        VARCHAR(255) COLLATE utf8mb4_bin NULL,
+    -- FIFO position inside both lanes: the event's enqueue ordinal.
+    lane_ordinal           BIGINT       NOT NULL,
+    -- Source projection: all generations of one projection share
+    -- projection_key; only the active one sets projection_active_key, so the
+    -- unique index admits at most one active generation. A queued successor
+    -- has projection_key set and projection_active_key NULL.
+    projection_key         VARCHAR(255) COLLATE utf8mb4_bin NULL,
+    projection_active_key  VARCHAR(255) COLLATE utf8mb4_bin NULL,
+    terminal_at            DATETIME(6)  NULL,
+    replay_of_work_id      BIGINT       NULL,
+    replayed_at            DATETIME(6)  NULL,
+    failure_class          VARCHAR(64)  NULL,
+    -- Sanitized: never a payload, credential or token.
+    failure_summary        VARCHAR(1024) NULL,
+    -- Dependency wait: the wake key is a hint; dependency_satisfied rows are
+    -- the readiness authority.
+    dependency_wake_key    VARCHAR(255) COLLATE utf8mb4_bin NULL,
+    dependency_probe_after DATETIME(6)  NULL,
+    created_at             DATETIME(6)  NOT NULL DEFAULT CURRENT_TIMESTAMP(6),
+    updated_at             DATETIME(6)  NOT NULL DEFAULT CURRENT_TIMESTAMP(6),
+    PRIMARY KEY (work_id) CLUSTERED,
+    -- Duplicate receipts or materializer retries cannot create duplicate work.
+    UNIQUE KEY uk_work_item_event_type (event_id, work_type),
+    UNIQUE KEY uk_work_item_projection_active (projection_active_key),
+    -- Claim candidates: one scope, its active generation, one queue class, due order.
+    KEY idx_work_item_claim (scope_id, generation, queue_class, state, run_after, work_id),
+    -- Lane heads and blockers: live rows of one lane in FIFO order. State sits
+    -- before the ordinal so terminal history is outside the scanned range.
+    KEY idx_work_item_source_lane (scope_id, source_lane_key, state, lane_ordinal, work_id),
+    KEY idx_work_item_target_lane (scope_id, target_lane_key, state, lane_ordinal, work_id),
+    -- Stale reclaim: processing rows of one scope by lease expiry.
+    KEY idx_work_item_lease (scope_id, state, lease_until, work_id),
+    -- Projection coverage and successor lookup (seed 004's index shape).
+    KEY idx_work_item_projection (projection_key, lane_ordinal, event_id, work_id),
+    -- Dependency wake: waiters of one wake key.
+    KEY idx_work_item_dependency (scope_id, dependency_wake_key, state)
+);
+
+-- +goose Down
+DROP TABLE work_item;
