@@ -8,6 +8,7 @@ package gen
 import (
 	"context"
 	"database/sql"
+	"strings"
 )
 
 const getEvent = `-- name: GetEvent :one
@@ -133,4 +134,61 @@ func (q *Queries) InsertEvent(ctx context.Context, arg InsertEventParams) (int64
 		return 0, err
 	}
 	return result.LastInsertId()
+}
+
+const lockEventsByIdempotencyKeys = `-- name: LockEventsByIdempotencyKeys :many
+SELECT event_id, idempotency_key
+FROM event
+WHERE scope_id = ?
+  AND idempotency_key IN (/*SLICE:idempotency_keys*/?)
+FOR UPDATE
+`
+
+type LockEventsByIdempotencyKeysParams struct {
+	ScopeID         string
+	IdempotencyKeys []string
+}
+
+type LockEventsByIdempotencyKeysRow struct {
+	EventID        int64
+	IdempotencyKey string
+}
+
+// Duplicate detection for an enqueue batch. A locking read is a current read
+// in a TiDB pessimistic transaction: it sees events committed while this
+// transaction waited for the scope lock, which a plain SELECT (reading the
+// transaction's start snapshot) would miss and then fail on 1062.
+// Batch point gets on uk_event_idempotency.
+func (q *Queries) LockEventsByIdempotencyKeys(ctx context.Context, arg LockEventsByIdempotencyKeysParams) ([]LockEventsByIdempotencyKeysRow, error) {
+	query := lockEventsByIdempotencyKeys
+	var queryParams []interface{}
+	queryParams = append(queryParams, arg.ScopeID)
+	if len(arg.IdempotencyKeys) > 0 {
+		for _, v := range arg.IdempotencyKeys {
+			queryParams = append(queryParams, v)
+		}
+		query = strings.Replace(query, "/*SLICE:idempotency_keys*/?", strings.Repeat(",?", len(arg.IdempotencyKeys))[1:], 1)
+	} else {
+		query = strings.Replace(query, "/*SLICE:idempotency_keys*/?", "NULL", 1)
+	}
+	rows, err := q.db.QueryContext(ctx, query, queryParams...)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []LockEventsByIdempotencyKeysRow{}
+	for rows.Next() {
+		var i LockEventsByIdempotencyKeysRow
+		if err := rows.Scan(&i.EventID, &i.IdempotencyKey); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Close(); err != nil {
+		return nil, err
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
 }

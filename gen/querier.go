@@ -6,38 +6,121 @@ package gen
 
 import (
 	"context"
+	"time"
 )
 
 type Querier interface {
 	// Reserves a block of ordinals [next_enqueue_ordinal, + reserved) for the
 	// events of one enqueue batch; called under LockScopeForEnqueue's lock.
 	AdvanceEnqueueOrdinal(ctx context.Context, arg AdvanceEnqueueOrdinalParams) error
+	// The claim itself: a primary-key compare-and-swap on the row version read
+	// by ClaimCandidates. It succeeds only if the row is still the same pending,
+	// due row of the active generation; 0 rows means another claimer won, which
+	// is a normal outcome. Lease times come from the database clock.
+	ClaimCAS(ctx context.Context, arg ClaimCASParams) (int64, error)
+	// Due lane heads of one queue class in claim order (lane_ordinal, run_after,
+	// work_id), read straight off idx_work_item_claim: no sort, and rows read are
+	// bounded by the limit plus heads that are not due yet. Only lane heads are
+	// pending (followers are blocked), so no per-candidate lane probe is needed.
+	// floor_ordinal lets a claimer start past keys it already consumed: each
+	// claim leaves an MVCC delete marker at the head of this range until GC, and
+	// a scan from the start would step over all of them. The scalar subquery is
+	// the generation fence; TiDB evaluates it once, as a point get.
+	ClaimCandidates(ctx context.Context, arg ClaimCandidatesParams) ([]ClaimCandidatesRow, error)
 	// Idempotent creation. ON DUPLICATE KEY keeps an existing row untouched (its
 	// generation and ordinal counter must never be reset by a late writer).
 	EnsureScope(ctx context.Context, arg EnsureScopeParams) error
+	// Terminal transition of the claimed row only: completed, skipped or dead.
+	// Clears the projection's active key so a successor may activate. The caller
+	// promotes lane followers in the same transaction.
+	Finish(ctx context.Context, arg FinishParams) (int64, error)
 	// Primary-key point read.
 	GetEvent(ctx context.Context, eventID int64) (Event, error)
 	// Point read on uk_event_idempotency: resolves a duplicate delivery to the
 	// event that already holds its identity.
 	GetEventByIdempotencyKey(ctx context.Context, arg GetEventByIdempotencyKeyParams) (Event, error)
+	// What a finisher needs to promote followers: the row's lanes and position.
+	// Point read inside the finishing transaction, after Finish locked the row.
+	GetLaneIdentity(ctx context.Context, workID int64) (GetLaneIdentityRow, error)
 	// Primary-key point read.
 	GetScope(ctx context.Context, scopeID string) (Scope, error)
 	// Primary-key point read.
 	GetWorkItem(ctx context.Context, workID int64) (WorkItem, error)
 	// Point read on uk_work_item_event_type.
 	GetWorkItemByEventAndType(ctx context.Context, arg GetWorkItemByEventAndTypeParams) (WorkItem, error)
+	// Is anything claimable now (a due pending head, or an expired lease)? Cheap
+	// hint for wake decisions; the claim path stays the authority.
+	HasDueWork(ctx context.Context, arg HasDueWorkParams) ([]int64, error)
 	// event_id is AUTO_RANDOM (no write hot spot on the primary key); the driver
 	// returns the generated id.
 	InsertEvent(ctx context.Context, arg InsertEventParams) (int64, error)
-	// work_id is AUTO_RANDOM; the driver returns the generated id. A duplicate
-	// (event_id, work_type) fails on uk_work_item_event_type: callers resolve it
-	// with GetWorkItemByEventAndType under a current read.
+	// work_id is AUTO_RANDOM; the driver returns the generated id. run_after is
+	// the database clock plus a delay, never a host's clock. Enqueue finds
+	// duplicates with current reads first (LockWorkItemsByEvents), so
+	// uk_work_item_event_type only fires for a writer that bypassed it.
 	InsertWorkItem(ctx context.Context, arg InsertWorkItemParams) (int64, error)
+	// Is any live row ahead of lane_ordinal in this source lane? Used when a new
+	// item enters a lane (is it the head?) and when a follower is promoted (is
+	// it now the head?). A locking read: current, so a predecessor finished by a
+	// transaction we waited for is seen finished, and the row found stays live
+	// until we commit (its finisher waits and then sees our follower). Source and
+	// target lanes are separate statements so each rides its own index; an OR
+	// over both columns reads the whole scope prefix instead.
+	LiveBeforeInSourceLane(ctx context.Context, arg LiveBeforeInSourceLaneParams) ([]int64, error)
+	// LiveBeforeInSourceLane for the target lane, on idx_work_item_target_lane.
+	LiveBeforeInTargetLane(ctx context.Context, arg LiveBeforeInTargetLaneParams) ([]int64, error)
+	// Duplicate detection for an enqueue batch. A locking read is a current read
+	// in a TiDB pessimistic transaction: it sees events committed while this
+	// transaction waited for the scope lock, which a plain SELECT (reading the
+	// transaction's start snapshot) would miss and then fail on 1062.
+	// Batch point gets on uk_event_idempotency.
+	LockEventsByIdempotencyKeys(ctx context.Context, arg LockEventsByIdempotencyKeysParams) ([]LockEventsByIdempotencyKeysRow, error)
 	// Current read under a row lock. Enqueue takes this lock first, then writes
 	// events, then work items: one lock order for every admission path, and the
 	// locking read sees rows committed while it waited (TiDB keeps the snapshot of
 	// a transaction's first read otherwise).
 	LockScopeForEnqueue(ctx context.Context, scopeID string) (LockScopeForEnqueueRow, error)
+	// Existing work of duplicate events, read current and locked for the same
+	// reason as LockEventsByIdempotencyKeys. Rides uk_work_item_event_type.
+	LockWorkItemsByEvents(ctx context.Context, eventIds []int64) ([]LockWorkItemsByEventsRow, error)
+	// The follower to consider for promotion after the row at after_ordinal left
+	// the lane. The range starts after that row, past the delete markers the
+	// lane's finished rows left behind. Locked so two finishers of the same
+	// follower's two lanes serialize on it and the second sees the first.
+	NextBlockedInSourceLane(ctx context.Context, arg NextBlockedInSourceLaneParams) ([]NextBlockedInSourceLaneRow, error)
+	// NextBlockedInSourceLane for the target lane.
+	NextBlockedInTargetLane(ctx context.Context, arg NextBlockedInTargetLaneParams) ([]NextBlockedInTargetLaneRow, error)
+	// The earliest strictly-future due time of the scope: a pending row's
+	// run_after or a processing row's lease expiry. Two ordered LIMIT 1 branches,
+	// each starting its index range at NOW(6) (after every consumed key); the
+	// caller takes the smaller. Returning rows instead of MIN() keeps "no future
+	// work" an empty result rather than a NULL that cannot scan into time.Time.
+	NextWorkAt(ctx context.Context, arg NextWorkAtParams) ([]time.Time, error)
+	// blocked -> pending once the row heads both of its lanes. Primary-key CAS on
+	// the row version read by NextBlocked*.
+	PromoteBlocked(ctx context.Context, arg PromoteBlockedParams) (int64, error)
+	// Takes over an expired lease: the CAS on the row version fences the old
+	// holder, whose token no longer matches any call it makes.
+	ReclaimCAS(ctx context.Context, arg ReclaimCASParams) (int64, error)
+	// Durable forward progress inside a long attempt: ends the consecutive
+	// safe-retry series so the next failure backs off from the start.
+	RecordProgress(ctx context.Context, arg RecordProgressParams) (int64, error)
+	// Gives the item back unexecuted (shutdown, drain): pending and due now. It
+	// stays its lanes' head, so followers remain blocked.
+	ReleaseLease(ctx context.Context, arg ReleaseLeaseParams) (int64, error)
+	// Heartbeat: extends the lease from the database clock. Keeps the token, so
+	// the holder's later calls stay valid.
+	RenewLease(ctx context.Context, arg RenewLeaseParams) (int64, error)
+	// A safe retry: pending again after a backoff computed from the consecutive
+	// safe-retry count, which this increments. Still its lanes' head.
+	RetryLater(ctx context.Context, arg RetryLaterParams) (int64, error)
+	// Moves the generation fence. Work of older generations stops being
+	// claimable at once: every claim re-reads active_generation in its CAS.
+	SetScopeGeneration(ctx context.Context, arg SetScopeGenerationParams) (int64, error)
+	// Processing rows whose lease expired by the database clock, oldest expiry
+	// first, on idx_work_item_lease. Stale reclaim ignores queue-class
+	// preference and keeps this order.
+	StaleCandidates(ctx context.Context, arg StaleCandidatesParams) ([]StaleCandidatesRow, error)
 }
 
 var _ Querier = (*Queries)(nil)

@@ -8,7 +8,7 @@ package gen
 import (
 	"context"
 	"database/sql"
-	"time"
+	"strings"
 )
 
 const getWorkItem = `-- name: GetWorkItem :one
@@ -111,7 +111,8 @@ INSERT INTO work_item (
 ) VALUES (
     ?, ?, ?,
     ?, ?, ?,
-    ?, ?, ?,
+    DATE_ADD(NOW(6), INTERVAL CAST(? AS SIGNED) MICROSECOND),
+    ?, ?,
     ?, ?,
     ?, ?
 )
@@ -124,7 +125,7 @@ type InsertWorkItemParams struct {
 	WorkType            string
 	QueueClass          string
 	State               string
-	RunAfter            time.Time
+	DelayMicros         int64
 	Priority            int32
 	SourceLaneKey       sql.NullString
 	TargetLaneKey       sql.NullString
@@ -133,9 +134,10 @@ type InsertWorkItemParams struct {
 	ProjectionActiveKey sql.NullString
 }
 
-// work_id is AUTO_RANDOM; the driver returns the generated id. A duplicate
-// (event_id, work_type) fails on uk_work_item_event_type: callers resolve it
-// with GetWorkItemByEventAndType under a current read.
+// work_id is AUTO_RANDOM; the driver returns the generated id. run_after is
+// the database clock plus a delay, never a host's clock. Enqueue finds
+// duplicates with current reads first (LockWorkItemsByEvents), so
+// uk_work_item_event_type only fires for a writer that bypassed it.
 func (q *Queries) InsertWorkItem(ctx context.Context, arg InsertWorkItemParams) (int64, error) {
 	result, err := q.db.ExecContext(ctx, insertWorkItem,
 		arg.EventID,
@@ -144,7 +146,7 @@ func (q *Queries) InsertWorkItem(ctx context.Context, arg InsertWorkItemParams) 
 		arg.WorkType,
 		arg.QueueClass,
 		arg.State,
-		arg.RunAfter,
+		arg.DelayMicros,
 		arg.Priority,
 		arg.SourceLaneKey,
 		arg.TargetLaneKey,
@@ -156,4 +158,80 @@ func (q *Queries) InsertWorkItem(ctx context.Context, arg InsertWorkItemParams) 
 		return 0, err
 	}
 	return result.LastInsertId()
+}
+
+const lockWorkItemsByEvents = `-- name: LockWorkItemsByEvents :many
+SELECT work_id, event_id, work_type, state
+FROM work_item
+WHERE event_id IN (/*SLICE:event_ids*/?)
+FOR UPDATE
+`
+
+type LockWorkItemsByEventsRow struct {
+	WorkID   int64
+	EventID  int64
+	WorkType string
+	State    string
+}
+
+// Existing work of duplicate events, read current and locked for the same
+// reason as LockEventsByIdempotencyKeys. Rides uk_work_item_event_type.
+func (q *Queries) LockWorkItemsByEvents(ctx context.Context, eventIds []int64) ([]LockWorkItemsByEventsRow, error) {
+	query := lockWorkItemsByEvents
+	var queryParams []interface{}
+	if len(eventIds) > 0 {
+		for _, v := range eventIds {
+			queryParams = append(queryParams, v)
+		}
+		query = strings.Replace(query, "/*SLICE:event_ids*/?", strings.Repeat(",?", len(eventIds))[1:], 1)
+	} else {
+		query = strings.Replace(query, "/*SLICE:event_ids*/?", "NULL", 1)
+	}
+	rows, err := q.db.QueryContext(ctx, query, queryParams...)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []LockWorkItemsByEventsRow{}
+	for rows.Next() {
+		var i LockWorkItemsByEventsRow
+		if err := rows.Scan(
+			&i.WorkID,
+			&i.EventID,
+			&i.WorkType,
+			&i.State,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Close(); err != nil {
+		return nil, err
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const setScopeGeneration = `-- name: SetScopeGeneration :execrows
+UPDATE scope
+SET active_generation = ?,
+    updated_at = NOW(6)
+WHERE scope_id = ?
+`
+
+type SetScopeGenerationParams struct {
+	ActiveGeneration int64
+	ScopeID          string
+}
+
+// Moves the generation fence. Work of older generations stops being
+// claimable at once: every claim re-reads active_generation in its CAS.
+func (q *Queries) SetScopeGeneration(ctx context.Context, arg SetScopeGenerationParams) (int64, error) {
+	result, err := q.db.ExecContext(ctx, setScopeGeneration, arg.ActiveGeneration, arg.ScopeID)
+	if err != nil {
+		return 0, err
+	}
+	return result.RowsAffected()
 }

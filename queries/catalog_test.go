@@ -80,7 +80,6 @@ func TestEventAndWorkItemRoundTrip(t *testing.T) {
 	if err != nil {
 		t.Fatalf("insert event: %v", err)
 	}
-	runAfter := before.Add(-time.Second).Truncate(time.Microsecond)
 	workIn := gen.InsertWorkItemParams{
 		EventID:       eventID,
 		ScopeID:       scopeID,
@@ -88,7 +87,7 @@ func TestEventAndWorkItemRoundTrip(t *testing.T) {
 		WorkType:      "deliver",
 		QueueClass:    "interactive",
 		State:         "pending",
-		RunAfter:      runAfter,
+		DelayMicros:   (90 * time.Second).Microseconds(),
 		SourceLaneKey: sql.NullString{String: "contact:c-1", Valid: true},
 		LaneOrdinal:   1,
 	}
@@ -142,7 +141,6 @@ func TestEventAndWorkItemRoundTrip(t *testing.T) {
 		WorkType:      "deliver",
 		QueueClass:    "interactive",
 		State:         "pending",
-		RunAfter:      runAfter,
 		SourceLaneKey: sql.NullString{String: "contact:c-1", Valid: true},
 		LaneOrdinal:   1,
 		// Defaults: no attempts, no lease, token 0, no projection, not terminal.
@@ -151,8 +149,12 @@ func TestEventAndWorkItemRoundTrip(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if diff := cmp.Diff(wantWork, gotWork, cmpopts.IgnoreFields(gen.WorkItem{}, "CreatedAt", "UpdatedAt")); diff != "" {
+	if diff := cmp.Diff(wantWork, gotWork, cmpopts.IgnoreFields(gen.WorkItem{}, "CreatedAt", "UpdatedAt", "RunAfter")); diff != "" {
 		t.Fatalf("GetWorkItem (-want +got):\n%s", diff)
+	}
+	// run_after is the database clock at insert plus the delay.
+	if due := gotWork.RunAfter.Sub(gotWork.CreatedAt); due != 90*time.Second {
+		t.Fatalf("run_after - created_at = %s, want the 90s delay", due)
 	}
 	if gotWork.CreatedAt.Before(before) || gotWork.CreatedAt.After(after) || !gotWork.UpdatedAt.Equal(gotWork.CreatedAt) {
 		t.Fatalf("work item stamps created %s updated %s outside [%s, %s]", gotWork.CreatedAt, gotWork.UpdatedAt, before, after)
@@ -191,7 +193,7 @@ func TestUniqueness(t *testing.T) {
 
 	work := gen.InsertWorkItemParams{
 		EventID: eventID, ScopeID: scopeID, Generation: 1, WorkType: "deliver",
-		QueueClass: "default", State: "pending", RunAfter: time.Now().UTC(), LaneOrdinal: 1,
+		QueueClass: "default", State: "pending", LaneOrdinal: 1,
 	}
 	if _, err := q.InsertWorkItem(ctx, work); err != nil {
 		t.Fatal(err)

@@ -30,3 +30,15 @@ SELECT event_id, receipt_id, scope_id, generation, route_id, route_version,
 FROM event
 WHERE scope_id = sqlc.arg(scope_id)
   AND idempotency_key = sqlc.arg(idempotency_key);
+
+-- name: LockEventsByIdempotencyKeys :many
+-- Duplicate detection for an enqueue batch. A locking read is a current read
+-- in a TiDB pessimistic transaction: it sees events committed while this
+-- transaction waited for the scope lock, which a plain SELECT (reading the
+-- transaction's start snapshot) would miss and then fail on 1062.
+-- Batch point gets on uk_event_idempotency.
+SELECT event_id, idempotency_key
+FROM event
+WHERE scope_id = sqlc.arg(scope_id)
+  AND idempotency_key IN (sqlc.slice(idempotency_keys))
+FOR UPDATE;

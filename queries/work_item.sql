@@ -1,7 +1,8 @@
 -- name: InsertWorkItem :execlastid
--- work_id is AUTO_RANDOM; the driver returns the generated id. A duplicate
--- (event_id, work_type) fails on uk_work_item_event_type: callers resolve it
--- with GetWorkItemByEventAndType under a current read.
+-- work_id is AUTO_RANDOM; the driver returns the generated id. run_after is
+-- the database clock plus a delay, never a host's clock. Enqueue finds
+-- duplicates with current reads first (LockWorkItemsByEvents), so
+-- uk_work_item_event_type only fires for a writer that bypassed it.
 INSERT INTO work_item (
     event_id, scope_id, generation, work_type, queue_class, state, run_after,
     priority, source_lane_key, target_lane_key, lane_ordinal,
@@ -9,7 +10,8 @@ INSERT INTO work_item (
 ) VALUES (
     sqlc.arg(event_id), sqlc.arg(scope_id), sqlc.arg(generation),
     sqlc.arg(work_type), sqlc.arg(queue_class), sqlc.arg(state),
-    sqlc.arg(run_after), sqlc.arg(priority), sqlc.narg(source_lane_key),
+    DATE_ADD(NOW(6), INTERVAL CAST(sqlc.arg(delay_micros) AS SIGNED) MICROSECOND),
+    sqlc.arg(priority), sqlc.narg(source_lane_key),
     sqlc.narg(target_lane_key), sqlc.arg(lane_ordinal),
     sqlc.narg(projection_key), sqlc.narg(projection_active_key)
 );
@@ -26,3 +28,19 @@ SELECT *
 FROM work_item
 WHERE event_id = sqlc.arg(event_id)
   AND work_type = sqlc.arg(work_type);
+
+-- name: LockWorkItemsByEvents :many
+-- Existing work of duplicate events, read current and locked for the same
+-- reason as LockEventsByIdempotencyKeys. Rides uk_work_item_event_type.
+SELECT work_id, event_id, work_type, state
+FROM work_item
+WHERE event_id IN (sqlc.slice(event_ids))
+FOR UPDATE;
+
+-- name: SetScopeGeneration :execrows
+-- Moves the generation fence. Work of older generations stops being
+-- claimable at once: every claim re-reads active_generation in its CAS.
+UPDATE scope
+SET active_generation = sqlc.arg(active_generation),
+    updated_at = NOW(6)
+WHERE scope_id = sqlc.arg(scope_id);

@@ -5,7 +5,7 @@
 -- Key widths (TiDB limit 3,072 bytes per index key): scope_id 128 (ascii),
 -- lane keys 1,020 (255 utf8mb4 characters), projection keys 1,020, wake key
 -- 1,020, state 24, queue_class 32, work_type 64 (ascii), BIGINT/DATETIME(6) 8.
--- The widest index below is about 1,190 bytes.
+-- The widest index below is about 1,200 bytes.
 
 -- +goose Up
 CREATE TABLE work_item (
@@ -15,8 +15,10 @@ CREATE TABLE work_item (
     generation             BIGINT       NOT NULL,
     work_type              VARCHAR(64)  CHARACTER SET ascii COLLATE ascii_bin NOT NULL,
     queue_class            VARCHAR(32)  CHARACTER SET ascii COLLATE ascii_bin NOT NULL DEFAULT 'default',
-    -- pending | processing | waiting_dependency | completed | skipped | dead.
-    -- A retry is a pending row with a future run_after and attempt_count > 0.
+    -- Live: pending (lane head, claimable once due) | blocked (lane follower,
+    -- promoted when its predecessors finish) | processing (leased) |
+    -- waiting_dependency. Terminal: completed | skipped | dead.
+    -- A retry is a pending row with a future run_after.
     state                  VARCHAR(24)  CHARACTER SET ascii COLLATE ascii_bin NOT NULL DEFAULT 'pending',
     run_after              DATETIME(6)  NOT NULL DEFAULT CURRENT_TIMESTAMP(6),
     priority               INT          NOT NULL DEFAULT 0,
@@ -25,8 +27,9 @@ CREATE TABLE work_item (
     attempt_count          INT          NOT NULL DEFAULT 0,
     safe_retry_count       INT          NOT NULL DEFAULT 0,
     lease_owner            VARCHAR(128) NULL,
-    -- Monotonic fencing token: every claim increments it, and every renew,
-    -- release, retry and finalization must present the current value.
+    -- Monotonic fencing token and row version: every state transition
+    -- increments it; renew, release, retry and finalization must present the
+    -- current value, and a claim CAS on it proves its candidate is current.
     lease_token            BIGINT       NOT NULL DEFAULT 0,
     lease_until            DATETIME(6)  NULL,
     -- Lanes: NULL means "no lane" (a missing target lane blocks on the source
@@ -57,14 +60,19 @@ CREATE TABLE work_item (
     -- Duplicate receipts or materializer retries cannot create duplicate work.
     UNIQUE KEY uk_work_item_event_type (event_id, work_type),
     UNIQUE KEY uk_work_item_projection_active (projection_active_key),
-    -- Claim candidates: one scope, its active generation, one queue class, due order.
-    KEY idx_work_item_claim (scope_id, generation, queue_class, state, run_after, work_id),
-    -- Lane heads and blockers: live rows of one lane in FIFO order. State sits
-    -- before the ordinal so terminal history is outside the scanned range.
-    KEY idx_work_item_source_lane (scope_id, source_lane_key, state, lane_ordinal, work_id),
-    KEY idx_work_item_target_lane (scope_id, target_lane_key, state, lane_ordinal, work_id),
-    -- Stale reclaim: processing rows of one scope by lease expiry.
-    KEY idx_work_item_lease (scope_id, state, lease_until, work_id),
+    -- Claim candidates: one scope, its active generation, one queue class,
+    -- pending lane heads in claim order. lane_ordinal leads so a claimer can
+    -- start its range past keys it already consumed (MVCC delete markers).
+    KEY idx_work_item_claim (scope_id, generation, queue_class, state, lane_ordinal, run_after, work_id),
+    -- Lanes: live rows of one lane of one generation in FIFO order. State sits
+    -- before the ordinal so terminal history is outside every scanned range.
+    KEY idx_work_item_source_lane (scope_id, generation, source_lane_key, state, lane_ordinal, work_id),
+    KEY idx_work_item_target_lane (scope_id, generation, target_lane_key, state, lane_ordinal, work_id),
+    -- Due times: NextWorkAt reads the first future run_after, and the range
+    -- starts at NOW(6), after every consumed key.
+    KEY idx_work_item_due (scope_id, generation, state, run_after, work_id),
+    -- Stale reclaim and lease expiry times.
+    KEY idx_work_item_lease (scope_id, generation, state, lease_until, work_id),
     -- Projection coverage and successor lookup (seed 004's index shape).
     KEY idx_work_item_projection (projection_key, lane_ordinal, event_id, work_id),
     -- Dependency wake: waiters of one wake key.

@@ -89,13 +89,21 @@ func NewEmptyDB(t testing.TB) (*sql.DB, string) {
 // NewDB creates a database for this test with every migration applied.
 func NewDB(t testing.TB) *sql.DB {
 	t.Helper()
+	db, _ := NewDBWithDSN(t)
+	return db
+}
+
+// NewDBWithDSN is NewDB that also returns the database's DSN, for handing to
+// another process.
+func NewDBWithDSN(t testing.TB) (*sql.DB, string) {
+	t.Helper()
 	db, name := NewEmptyDB(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	if _, err := schema.Up(ctx, db); err != nil {
 		t.Fatalf("tidbtest: migrate %s: %v", name, err)
 	}
-	return db
+	return db, Server(t).DSN(name)
 }
 
 func randomHex(n int) string {

@@ -1,0 +1,113 @@
+-- name: ClaimCandidates :many
+-- Due lane heads of one queue class in claim order (lane_ordinal, run_after,
+-- work_id), read straight off idx_work_item_claim: no sort, and rows read are
+-- bounded by the limit plus heads that are not due yet. Only lane heads are
+-- pending (followers are blocked), so no per-candidate lane probe is needed.
+-- floor_ordinal lets a claimer start past keys it already consumed: each
+-- claim leaves an MVCC delete marker at the head of this range until GC, and
+-- a scan from the start would step over all of them. The scalar subquery is
+-- the generation fence; TiDB evaluates it once, as a point get.
+SELECT w.work_id, w.event_id, w.work_type, w.queue_class, w.lease_token, w.lane_ordinal,
+       w.attempt_count, w.safe_retry_count
+FROM work_item w
+WHERE w.scope_id = sqlc.arg(scope_id)
+  AND w.generation = (SELECT s.active_generation FROM scope s WHERE s.scope_id = sqlc.arg(scope_id))
+  AND w.queue_class = sqlc.arg(queue_class)
+  AND w.state = 'pending'
+  AND w.lane_ordinal >= sqlc.arg(floor_ordinal)
+  AND w.run_after <= NOW(6)
+  AND w.work_type IN (sqlc.slice(work_types))
+ORDER BY w.lane_ordinal, w.run_after, w.work_id
+LIMIT ?;
+
+-- name: ClaimCAS :execrows
+-- The claim itself: a primary-key compare-and-swap on the row version read
+-- by ClaimCandidates. It succeeds only if the row is still the same pending,
+-- due row of the active generation; 0 rows means another claimer won, which
+-- is a normal outcome. Lease times come from the database clock.
+UPDATE work_item w
+SET w.state = 'processing',
+    w.lease_owner = sqlc.arg(lease_owner),
+    w.lease_token = w.lease_token + 1,
+    w.lease_until = DATE_ADD(NOW(6), INTERVAL CAST(sqlc.arg(lease_micros) AS SIGNED) MICROSECOND),
+    w.attempt_count = w.attempt_count + 1,
+    w.updated_at = NOW(6)
+WHERE w.work_id = sqlc.arg(work_id)
+  AND w.lease_token = sqlc.arg(lease_token)
+  AND w.state = 'pending'
+  AND w.run_after <= NOW(6)
+  AND w.generation = (SELECT s.active_generation FROM scope s WHERE s.scope_id = sqlc.arg(scope_id));
+
+-- name: StaleCandidates :many
+-- Processing rows whose lease expired by the database clock, oldest expiry
+-- first, on idx_work_item_lease. Stale reclaim ignores queue-class
+-- preference and keeps this order.
+SELECT w.work_id, w.event_id, w.work_type, w.queue_class, w.lease_token, w.lane_ordinal,
+       w.attempt_count, w.safe_retry_count
+FROM work_item w
+WHERE w.scope_id = sqlc.arg(scope_id)
+  AND w.generation = (SELECT s.active_generation FROM scope s WHERE s.scope_id = sqlc.arg(scope_id))
+  AND w.state = 'processing'
+  AND w.lease_until < NOW(6)
+  AND w.queue_class IN (sqlc.slice(queue_classes))
+  AND w.work_type IN (sqlc.slice(work_types))
+ORDER BY w.lease_until, w.work_id
+LIMIT ?;
+
+-- name: ReclaimCAS :execrows
+-- Takes over an expired lease: the CAS on the row version fences the old
+-- holder, whose token no longer matches any call it makes.
+UPDATE work_item w
+SET w.lease_owner = sqlc.arg(lease_owner),
+    w.lease_token = w.lease_token + 1,
+    w.lease_until = DATE_ADD(NOW(6), INTERVAL CAST(sqlc.arg(lease_micros) AS SIGNED) MICROSECOND),
+    w.attempt_count = w.attempt_count + 1,
+    w.updated_at = NOW(6)
+WHERE w.work_id = sqlc.arg(work_id)
+  AND w.lease_token = sqlc.arg(lease_token)
+  AND w.state = 'processing'
+  AND w.lease_until < NOW(6)
+  AND w.generation = (SELECT s.active_generation FROM scope s WHERE s.scope_id = sqlc.arg(scope_id));
+
+-- name: NextWorkAt :many
+-- The earliest strictly-future due time of the scope: a pending row's
+-- run_after or a processing row's lease expiry. Two ordered LIMIT 1 branches,
+-- each starting its index range at NOW(6) (after every consumed key); the
+-- caller takes the smaller. Returning rows instead of MIN() keeps "no future
+-- work" an empty result rather than a NULL that cannot scan into time.Time.
+(SELECT w.run_after AS due_at
+ FROM work_item w
+ WHERE w.scope_id = sqlc.arg(scope_id)
+   AND w.generation = (SELECT s.active_generation FROM scope s WHERE s.scope_id = sqlc.arg(scope_id))
+   AND w.state = 'pending'
+   AND w.run_after > NOW(6)
+ ORDER BY w.run_after
+ LIMIT 1)
+UNION ALL
+(SELECT CAST(l.lease_until AS DATETIME(6)) AS due_at
+ FROM work_item l
+ WHERE l.scope_id = sqlc.arg(scope_id)
+   AND l.generation = (SELECT s.active_generation FROM scope s WHERE s.scope_id = sqlc.arg(scope_id))
+   AND l.state = 'processing'
+   AND l.lease_until > NOW(6)
+ ORDER BY l.lease_until
+ LIMIT 1);
+
+-- name: HasDueWork :many
+-- Is anything claimable now (a due pending head, or an expired lease)? Cheap
+-- hint for wake decisions; the claim path stays the authority.
+(SELECT w.work_id
+ FROM work_item w
+ WHERE w.scope_id = sqlc.arg(scope_id)
+   AND w.generation = (SELECT s.active_generation FROM scope s WHERE s.scope_id = sqlc.arg(scope_id))
+   AND w.state = 'pending'
+   AND w.run_after <= NOW(6)
+ LIMIT 1)
+UNION ALL
+(SELECT l.work_id
+ FROM work_item l
+ WHERE l.scope_id = sqlc.arg(scope_id)
+   AND l.generation = (SELECT s.active_generation FROM scope s WHERE s.scope_id = sqlc.arg(scope_id))
+   AND l.state = 'processing'
+   AND l.lease_until < NOW(6)
+ LIMIT 1);

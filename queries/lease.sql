@@ -1,0 +1,75 @@
+-- name: RenewLease :execrows
+-- Heartbeat: extends the lease from the database clock. Keeps the token, so
+-- the holder's later calls stay valid.
+UPDATE work_item
+SET lease_until = DATE_ADD(NOW(6), INTERVAL CAST(sqlc.arg(lease_micros) AS SIGNED) MICROSECOND),
+    updated_at = NOW(6)
+WHERE work_id = sqlc.arg(work_id)
+  AND lease_token = sqlc.arg(lease_token)
+  AND state = 'processing';
+
+-- name: RecordProgress :execrows
+-- Durable forward progress inside a long attempt: ends the consecutive
+-- safe-retry series so the next failure backs off from the start.
+UPDATE work_item
+SET safe_retry_count = 0,
+    updated_at = NOW(6)
+WHERE work_id = sqlc.arg(work_id)
+  AND lease_token = sqlc.arg(lease_token)
+  AND state = 'processing';
+
+-- name: ReleaseLease :execrows
+-- Gives the item back unexecuted (shutdown, drain): pending and due now. It
+-- stays its lanes' head, so followers remain blocked.
+UPDATE work_item
+SET state = 'pending',
+    run_after = NOW(6),
+    lease_owner = NULL,
+    lease_until = NULL,
+    lease_token = lease_token + 1,
+    updated_at = NOW(6)
+WHERE work_id = sqlc.arg(work_id)
+  AND lease_token = sqlc.arg(lease_token)
+  AND state = 'processing';
+
+-- name: RetryLater :execrows
+-- A safe retry: pending again after a backoff computed from the consecutive
+-- safe-retry count, which this increments. Still its lanes' head.
+UPDATE work_item
+SET state = 'pending',
+    run_after = DATE_ADD(NOW(6), INTERVAL CAST(sqlc.arg(delay_micros) AS SIGNED) MICROSECOND),
+    safe_retry_count = safe_retry_count + 1,
+    failure_class = sqlc.arg(failure_class),
+    failure_summary = sqlc.arg(failure_summary),
+    lease_owner = NULL,
+    lease_until = NULL,
+    lease_token = lease_token + 1,
+    updated_at = NOW(6)
+WHERE work_id = sqlc.arg(work_id)
+  AND lease_token = sqlc.arg(lease_token)
+  AND state = 'processing';
+
+-- name: Finish :execrows
+-- Terminal transition of the claimed row only: completed, skipped or dead.
+-- Clears the projection's active key so a successor may activate. The caller
+-- promotes lane followers in the same transaction.
+UPDATE work_item
+SET state = sqlc.arg(terminal_state),
+    terminal_at = NOW(6),
+    failure_class = sqlc.narg(failure_class),
+    failure_summary = sqlc.narg(failure_summary),
+    projection_active_key = NULL,
+    lease_owner = NULL,
+    lease_until = NULL,
+    lease_token = lease_token + 1,
+    updated_at = NOW(6)
+WHERE work_id = sqlc.arg(work_id)
+  AND lease_token = sqlc.arg(lease_token)
+  AND state = 'processing';
+
+-- name: GetLaneIdentity :one
+-- What a finisher needs to promote followers: the row's lanes and position.
+-- Point read inside the finishing transaction, after Finish locked the row.
+SELECT scope_id, generation, source_lane_key, target_lane_key, lane_ordinal
+FROM work_item
+WHERE work_id = sqlc.arg(work_id);

@@ -1,0 +1,567 @@
+package workqueue_test
+
+import (
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/laneq/laneq/runtime/workqueue"
+)
+
+func TestEnqueueIsIdempotent(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, workqueue.Config{})
+	batch := []workqueue.Event{
+		{IdempotencyKey: "d1/0", Payload: []byte("a"), Work: []workqueue.Work{{WorkType: "deliver", SourceLane: "c:1"}}},
+		{IdempotencyKey: "d1/1", Payload: []byte("b"), Work: []workqueue.Work{{WorkType: "deliver", SourceLane: "c:1"}}},
+	}
+	first, err := f.qu.Enqueue(f.ctx, scope, batch)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if first[0].Work[0].State != workqueue.StatePending || first[1].Work[0].State != workqueue.StateBlocked {
+		t.Fatalf("lane states = %s, %s; want pending head and blocked follower", first[0].Work[0].State, first[1].Work[0].State)
+	}
+
+	// Redelivery of the whole batch plus one new event, which also asks for a
+	// work type the first event did not have.
+	batch[0].Work = append(batch[0].Work, workqueue.Work{WorkType: "audit"})
+	again, err := f.qu.Enqueue(f.ctx, scope, append(batch, workqueue.Event{IdempotencyKey: "d2/0", Payload: []byte("c")}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 2 {
+		if !again[i].Duplicate || again[i].EventID != first[i].EventID || again[i].Work[0].WorkID != first[i].Work[0].WorkID || again[i].Work[0].Created {
+			t.Fatalf("event %d: %+v, want the existing ids reported as duplicate (first: %+v)", i, again[i], first[i])
+		}
+	}
+	if audit := again[0].Work[1]; !audit.Created || audit.WorkType != "audit" || audit.State != workqueue.StatePending {
+		t.Fatalf("missing work type: %+v, want it created", audit)
+	}
+	if again[2].Duplicate {
+		t.Fatal("new event reported as duplicate")
+	}
+	var events, items int
+	if err := f.db.QueryRow("SELECT (SELECT COUNT(*) FROM event), (SELECT COUNT(*) FROM work_item)").Scan(&events, &items); err != nil {
+		t.Fatal(err)
+	}
+	if events != 3 || items != 3 {
+		t.Fatalf("rows: %d events, %d work items; want 3 and 3", events, items)
+	}
+}
+
+func TestEnqueueRejectsBadInput(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, workqueue.Config{})
+	cases := map[string][]workqueue.Event{
+		"no events":          {},
+		"empty key":          {{IdempotencyKey: ""}},
+		"key twice":          {{IdempotencyKey: "k"}, {IdempotencyKey: "k"}},
+		"empty work type":    {{IdempotencyKey: "k", Work: []workqueue.Work{{}}}},
+		"work type twice":    {{IdempotencyKey: "k", Work: []workqueue.Work{{WorkType: "a"}, {WorkType: "a"}}}},
+		"lane too long":      {{IdempotencyKey: "k", Work: []workqueue.Work{{WorkType: "a", SourceLane: string(make([]rune, 256))}}}},
+		"negative delay":     {{IdempotencyKey: "k", Work: []workqueue.Work{{WorkType: "a", Delay: -time.Second}}}},
+		"space in work type": {{IdempotencyKey: "k", Work: []workqueue.Work{{WorkType: "a b"}}}},
+	}
+	for name, events := range cases {
+		if _, err := f.qu.Enqueue(f.ctx, scope, events); !errors.Is(err, workqueue.ErrInvalid) {
+			t.Errorf("%s: err = %v, want ErrInvalid", name, err)
+		}
+	}
+	if _, err := f.qu.Enqueue(f.ctx, "no-such-scope", []workqueue.Event{{IdempotencyKey: "k"}}); !errors.Is(err, workqueue.ErrUnknownScope) {
+		t.Errorf("unknown scope: err = %v", err)
+	}
+}
+
+// TestConcurrentDuplicateEnqueue is seed 000's materialization race: several
+// enqueuers deliver overlapping batches at once. Whoever waits on the scope
+// lock must see the winner's rows through a current read: no MySQL 1062
+// leaks, nothing rolls back, and every key ends up with exactly one event
+// and one work item.
+func TestConcurrentDuplicateEnqueue(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, workqueue.Config{})
+	const writers, keys, rounds = 8, 40, 5
+	for round := range rounds {
+		start := make(chan struct{})
+		results := make([][]workqueue.EnqueuedEvent, writers)
+		errs := make([]error, writers)
+		var wg sync.WaitGroup
+		for w := range writers {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				// Every writer covers all keys, starting at a different offset.
+				batch := make([]workqueue.Event, keys)
+				for i := range keys {
+					k := (i + w*5) % keys
+					batch[i] = workqueue.Event{
+						IdempotencyKey: fmt.Sprintf("r%d/k%d", round, k),
+						Payload:        []byte{byte(k)},
+						Work:           []workqueue.Work{{WorkType: "deliver", SourceLane: fmt.Sprintf("lane-%d", k%7)}},
+					}
+				}
+				<-start
+				results[w], errs[w] = f.qu.Enqueue(f.ctx, scope, batch)
+			}()
+		}
+		close(start)
+		wg.Wait()
+		eventOf := map[string]int64{}
+		for w := range writers {
+			if errs[w] != nil {
+				t.Fatalf("round %d writer %d: %v", round, w, errs[w])
+			}
+			for i, r := range results[w] {
+				k := fmt.Sprintf("r%d/k%d", round, (i+w*5)%keys)
+				if prev, ok := eventOf[k]; ok && prev != r.EventID {
+					t.Fatalf("key %s resolved to events %d and %d", k, prev, r.EventID)
+				}
+				eventOf[k] = r.EventID
+			}
+		}
+		var events, items, dupItems int
+		if err := f.db.QueryRow(`SELECT
+			(SELECT COUNT(*) FROM event WHERE idempotency_key LIKE ?),
+			(SELECT COUNT(*) FROM work_item w JOIN event e ON e.event_id = w.event_id WHERE e.idempotency_key LIKE ?),
+			(SELECT COUNT(*) FROM (SELECT event_id FROM work_item GROUP BY event_id, work_type HAVING COUNT(*) > 1) d)`,
+			fmt.Sprintf("r%d/%%", round), fmt.Sprintf("r%d/%%", round)).Scan(&events, &items, &dupItems); err != nil {
+			t.Fatal(err)
+		}
+		if events != keys || items != keys || dupItems != 0 {
+			t.Fatalf("round %d: %d events, %d work items, %d duplicated; want %d, %d, 0", round, events, items, dupItems, keys, keys)
+		}
+	}
+}
+
+func TestSourceLaneFIFO(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, workqueue.Config{})
+	c := f.claimer("w1")
+	a := f.one(workqueue.Work{SourceLane: "contact:1"})
+	b := f.one(workqueue.Work{SourceLane: "contact:1"})
+	cc := f.one(workqueue.Work{SourceLane: "contact:1"})
+	other := f.one(workqueue.Work{SourceLane: "contact:2"})
+
+	got := f.claim(c, workqueue.ClaimRequest{})
+	if diff := cmp.Diff([]int64{a, other}, ids(got)); diff != "" {
+		t.Fatalf("first claim (-want +got):\n%s", diff)
+	}
+	// While the head is processing, nothing else of its lane is claimable.
+	if again := f.claim(c, workqueue.ClaimRequest{}); len(again) != 0 {
+		t.Fatalf("claimed %v while the lane head runs", ids(again))
+	}
+	// A retry keeps the head live: followers stay blocked through its backoff.
+	if _, err := c.Retry(f.ctx, got[0], workqueue.Failure{Class: "transient"}); err != nil {
+		t.Fatal(err)
+	}
+	if again := f.claim(c, workqueue.ClaimRequest{}); len(again) != 0 {
+		t.Fatalf("claimed %v during the head's backoff", ids(again))
+	}
+	f.makeDue(a)
+	c.Rewind(0) // what the controller's due timer does
+	head := f.claim(c, workqueue.ClaimRequest{})
+	if diff := cmp.Diff([]int64{a}, ids(head)); diff != "" {
+		t.Fatalf("after retry (-want +got):\n%s", diff)
+	}
+	fin, err := c.Complete(f.ctx, head[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(fin.PromotedOrdinals) != 1 || f.state(b) != workqueue.StatePending || f.state(cc) != workqueue.StateBlocked {
+		t.Fatalf("after completing the head: promoted %v, b %s, c %s", fin.PromotedOrdinals, f.state(b), f.state(cc))
+	}
+	// The promoted follower sits behind the floor; Complete rewound it.
+	next := f.claim(c, workqueue.ClaimRequest{})
+	if diff := cmp.Diff([]int64{b}, ids(next)); diff != "" {
+		t.Fatalf("after head completed (-want +got):\n%s", diff)
+	}
+	// Dead is terminal too: the lane moves on.
+	if _, err := c.Dead(f.ctx, next[0], workqueue.Failure{Class: "bad_input"}); err != nil {
+		t.Fatal(err)
+	}
+	if last := f.claim(c, workqueue.ClaimRequest{}); len(last) != 1 || last[0].WorkID != cc {
+		t.Fatalf("after dead: claimed %v, want [%d]", ids(last), cc)
+	}
+}
+
+func TestTargetLanes(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, workqueue.Config{})
+	c := f.claimer("w1")
+	// x and y come from different sources but mutate the same target.
+	x := f.one(workqueue.Work{SourceLane: "src:1", TargetLane: "account:9"})
+	y := f.one(workqueue.Work{SourceLane: "src:2", TargetLane: "account:9"})
+	// z has no target lane: it falls back to its source lane only.
+	z := f.one(workqueue.Work{SourceLane: "src:1"})
+	// The same string as a lane of the other kind is a different lane.
+	k := f.one(workqueue.Work{TargetLane: "src:1"})
+	// w heads neither of its lanes: behind y (target) and z (source src:2? no: src:1 via z).
+	w := f.one(workqueue.Work{SourceLane: "src:1", TargetLane: "account:9"})
+
+	got := f.claim(c, workqueue.ClaimRequest{})
+	if diff := cmp.Diff([]int64{x, k}, ids(got)); diff != "" {
+		t.Fatalf("claimable heads (-want +got):\n%s", diff)
+	}
+	for id, want := range map[int64]string{y: workqueue.StateBlocked, z: workqueue.StateBlocked, w: workqueue.StateBlocked} {
+		if s := f.state(id); s != want {
+			t.Errorf("work %d: %s, want %s", id, s, want)
+		}
+	}
+	// Finishing x frees y (target lane) and z (source lane); w still waits on both.
+	f.complete(got[0])
+	c.Rewind(0)
+	got = f.claim(c, workqueue.ClaimRequest{})
+	if diff := cmp.Diff(sorted([]int64{y, z}), sorted(ids(got))); diff != "" {
+		t.Fatalf("after x (-want +got):\n%s", diff)
+	}
+	byID := map[int64]workqueue.Claimed{}
+	for _, g := range got {
+		byID[g.WorkID] = g
+	}
+	// Finishing one of w's predecessors is not enough.
+	f.complete(byID[y])
+	if s := f.state(w); s != workqueue.StateBlocked {
+		t.Fatalf("w is %s with its source predecessor still running", s)
+	}
+	f.complete(byID[z])
+	if s := f.state(w); s != workqueue.StatePending {
+		t.Fatalf("w is %s after both predecessors finished", s)
+	}
+}
+
+func TestQueueClassPreference(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, workqueue.Config{})
+	b1 := f.one(workqueue.Work{QueueClass: "bulk"})
+	i1 := f.one(workqueue.Work{QueueClass: "interactive"})
+	b2 := f.one(workqueue.Work{QueueClass: "bulk"})
+	i2 := f.one(workqueue.Work{QueueClass: "interactive"})
+
+	claimIDs := func(req workqueue.ClaimRequest) []int64 {
+		c := f.claimer("probe") // fresh floors
+		got := f.claim(c, req)
+		for _, g := range got {
+			if err := f.qu.Release(f.ctx, g.Lease); err != nil {
+				t.Fatal(err)
+			}
+		}
+		return ids(got)
+	}
+	for name, tc := range map[string]struct {
+		req  workqueue.ClaimRequest
+		want []int64
+	}{
+		"no preference keeps claim order":    {workqueue.ClaimRequest{Max: 3}, []int64{b1, i1, b2}},
+		"preferred heads first":              {workqueue.ClaimRequest{Max: 2, Preferred: []string{"interactive"}}, []int64{i1, i2}},
+		"work-conserving fallback":           {workqueue.ClaimRequest{Max: 3, Preferred: []string{"interactive"}}, []int64{i1, i2, b1}},
+		"eligibility filter":                 {workqueue.ClaimRequest{Max: 4, QueueClasses: []string{"bulk"}}, []int64{b1, b2}},
+		"preference within eligible classes": {workqueue.ClaimRequest{Max: 4, QueueClasses: []string{"bulk", "interactive"}, Preferred: []string{"bulk"}}, []int64{b1, b2, i1, i2}},
+	} {
+		if diff := cmp.Diff(tc.want, claimIDs(tc.req)); diff != "" {
+			t.Errorf("%s (-want +got):\n%s", name, diff)
+		}
+	}
+	c := f.claimer("probe")
+	if _, _, err := c.Claim(f.ctx, workqueue.ClaimRequest{QueueClasses: []string{"bulk"}, Preferred: []string{"interactive"}, WorkTypes: []string{"deliver"}, Max: 1}); !errors.Is(err, workqueue.ErrInvalid) {
+		t.Fatalf("preferred class outside the eligible ones: err = %v", err)
+	}
+}
+
+func TestGenerationFence(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, workqueue.Config{})
+	c := f.claimer("w1")
+	old := f.one(workqueue.Work{SourceLane: "lane"})
+	stuck := f.one(workqueue.Work{SourceLane: "other"})
+	claimed := f.claim(c, workqueue.ClaimRequest{Max: 1})
+	if len(claimed) != 1 || claimed[0].WorkID != old {
+		t.Fatalf("claimed %v", ids(claimed))
+	}
+	if err := f.qu.SetGeneration(f.ctx, scope, 2); err != nil {
+		t.Fatal(err)
+	}
+	// Nothing of generation 1 is claimable any more.
+	c.Rewind(0)
+	if got := f.claim(c, workqueue.ClaimRequest{}); len(got) != 0 {
+		t.Fatalf("claimed %v from a fenced generation (stuck item %d)", ids(got), stuck)
+	}
+	// Generation 1's live rows do not block generation 2's lanes.
+	fresh := f.one(workqueue.Work{SourceLane: "lane"})
+	if got := f.claim(c, workqueue.ClaimRequest{}); len(got) != 1 || got[0].WorkID != fresh {
+		t.Fatalf("claimed %v, want the new generation's %d", ids(got), fresh)
+	}
+	// An expired lease of the old generation is not reclaimable either.
+	f.expireLease(old)
+	if got := f.claim(f.claimer("w2"), workqueue.ClaimRequest{StaleOnly: true}); len(got) != 0 {
+		t.Fatalf("reclaimed %v across the generation fence", ids(got))
+	}
+	if err := f.qu.SetGeneration(f.ctx, "no-such-scope", 2); !errors.Is(err, workqueue.ErrUnknownScope) {
+		t.Fatalf("unknown scope: err = %v", err)
+	}
+}
+
+func TestWorkTypeScope(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, workqueue.Config{})
+	ab := f.add(workqueue.Work{WorkType: "a"}, workqueue.Work{WorkType: "b"})
+	got := f.claim(f.claimer("w1"), workqueue.ClaimRequest{WorkTypes: []string{"b"}})
+	if diff := cmp.Diff([]int64{ab[1]}, ids(got)); diff != "" {
+		t.Fatalf("(-want +got):\n%s", diff)
+	}
+}
+
+func TestStaleReclaimFencesTheOldHolder(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, workqueue.Config{})
+	x := f.one(workqueue.Work{})
+	first := f.claim(f.claimer("host-a"), workqueue.ClaimRequest{})
+	if len(first) != 1 {
+		t.Fatalf("claimed %v", ids(first))
+	}
+	// A live lease is not stale.
+	b := f.claimer("host-b")
+	if got := f.claim(b, workqueue.ClaimRequest{StaleOnly: true}); len(got) != 0 {
+		t.Fatalf("reclaimed a live lease: %v", ids(got))
+	}
+	fresh := f.one(workqueue.Work{})
+	f.expireLease(x)
+	// Stale-only capacity never falls back to fresh work.
+	second := f.claim(b, workqueue.ClaimRequest{StaleOnly: true})
+	if len(second) != 1 || second[0].WorkID != x || !second[0].Reclaimed || second[0].Attempt != 2 {
+		t.Fatalf("stale-only claim: %+v, want only %d reclaimed as attempt 2 (fresh %d untouched)", second, x, fresh)
+	}
+	old := first[0]
+	if err := f.qu.Renew(f.ctx, old.Lease); !errors.Is(err, workqueue.ErrLeaseLost) {
+		t.Errorf("old holder renew: %v", err)
+	}
+	if _, err := f.qu.Complete(f.ctx, old.Lease); !errors.Is(err, workqueue.ErrLeaseLost) {
+		t.Errorf("old holder complete: %v", err)
+	}
+	if _, err := f.qu.Retry(f.ctx, old, workqueue.Failure{Class: "x"}); !errors.Is(err, workqueue.ErrLeaseLost) {
+		t.Errorf("old holder retry: %v", err)
+	}
+	if err := f.qu.Release(f.ctx, old.Lease); !errors.Is(err, workqueue.ErrLeaseLost) {
+		t.Errorf("old holder release: %v", err)
+	}
+	if err := f.qu.Renew(f.ctx, second[0].Lease); err != nil {
+		t.Fatalf("new holder renew: %v", err)
+	}
+	f.complete(second[0])
+	if s := f.state(x); s != workqueue.StateCompleted {
+		t.Fatalf("state %s", s)
+	}
+	// A finished item is final for everyone.
+	if _, err := f.qu.Complete(f.ctx, second[0].Lease); !errors.Is(err, workqueue.ErrLeaseLost) {
+		t.Errorf("second complete: %v", err)
+	}
+}
+
+func TestRetryBackoffPersistsAcrossRestart(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, workqueue.Config{})
+	x := f.one(workqueue.Work{})
+	c := f.claimer("w1")
+	first := f.claim(c, workqueue.ClaimRequest{})
+	before := f.dbNow()
+	delay, err := f.qu.Retry(f.ctx, first[0], workqueue.Failure{Class: "dependency_unavailable", Summary: "remote link missing"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if delay < 900*time.Millisecond || delay > 1100*time.Millisecond {
+		t.Fatalf("first retry delay %s, want 1s ±10%%", delay)
+	}
+	at, ok, err := f.qu.NextWorkAt(f.ctx, scope)
+	if err != nil || !ok {
+		t.Fatalf("NextWorkAt = %v, %v, %v", at, ok, err)
+	}
+	if due := at.Sub(before); due < delay || due > delay+5*time.Second {
+		t.Fatalf("NextWorkAt %s is %s after the retry, want about %s", at, due, delay)
+	}
+
+	// A restart: a new Queue and Claimer on the same database.
+	qu2, err := workqueue.New(f.db, workqueue.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c2, err := qu2.NewClaimer(scope, "w1-restarted", workqueue.ClaimerConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := f.claim(c2, workqueue.ClaimRequest{}); len(got) != 0 {
+		t.Fatalf("claimed %v before the backoff elapsed", ids(got))
+	}
+	f.makeDue(x)
+	second := f.claim(c2, workqueue.ClaimRequest{})
+	if len(second) != 1 || second[0].SafeRetries != 1 || second[0].Attempt != 2 {
+		t.Fatalf("after restart: %+v, want the persisted safe-retry count 1 on attempt 2", second)
+	}
+	delay, err = qu2.Retry(f.ctx, second[0], workqueue.Failure{Class: "dependency_unavailable"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if delay < 1800*time.Millisecond || delay > 2200*time.Millisecond {
+		t.Fatalf("second retry delay %s, want 2s ±10%%", delay)
+	}
+
+	// Durable forward progress resets the series.
+	f.makeDue(x)
+	third := f.claim(c2, workqueue.ClaimRequest{})
+	if err := qu2.RecordProgress(f.ctx, third[0].Lease); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := qu2.Retry(f.ctx, third[0], workqueue.Failure{Class: "dependency_unavailable"}); err != nil {
+		t.Fatal(err)
+	}
+	f.makeDue(x)
+	fourth := f.claim(c2, workqueue.ClaimRequest{})
+	if len(fourth) != 1 || fourth[0].SafeRetries != 1 {
+		t.Fatalf("after progress: %+v, want the series restarted (1 retry)", fourth)
+	}
+}
+
+func TestFailSendsPermanentAndExhaustedToDead(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, workqueue.Config{Retry: workqueue.RetryPolicy{Initial: time.Second, Max: time.Minute, MaxSafeRetries: 2}})
+	c := f.claimer("w1")
+	p := f.one(workqueue.Work{})
+	got := f.claim(c, workqueue.ClaimRequest{})
+	dead, err := f.qu.Fail(f.ctx, got[0], workqueue.Failure{Class: "schema"}, fmt.Errorf("bad mapping: %w", workqueue.ErrPermanent))
+	if err != nil || !dead || f.state(p) != workqueue.StateDead {
+		t.Fatalf("permanent failure: dead=%v err=%v state=%s", dead, err, f.state(p))
+	}
+	r := f.one(workqueue.Work{})
+	for attempt := 1; ; attempt++ {
+		f.makeDue(r)
+		c.Rewind(0)
+		got := f.claim(c, workqueue.ClaimRequest{})
+		if len(got) != 1 {
+			t.Fatalf("attempt %d: claimed %v", attempt, ids(got))
+		}
+		dead, err := f.qu.Fail(f.ctx, got[0], workqueue.Failure{Class: "transient"}, errors.New("timeout"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if dead {
+			if attempt != 2 {
+				t.Fatalf("dead after %d attempts, want 2 (MaxSafeRetries)", attempt)
+			}
+			break
+		}
+	}
+}
+
+func TestDueTimesAndHint(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, workqueue.Config{Lease: time.Hour})
+	if _, ok, err := f.qu.NextWorkAt(f.ctx, scope); ok || err != nil {
+		t.Fatalf("empty scope: ok=%v err=%v", ok, err)
+	}
+	if due, err := f.qu.HasDueWork(f.ctx, scope); due || err != nil {
+		t.Fatalf("empty scope hint: %v %v", due, err)
+	}
+	f.one(workqueue.Work{Delay: 2 * time.Hour})
+	if due, _ := f.qu.HasDueWork(f.ctx, scope); due {
+		t.Fatal("hint reports a future item as due")
+	}
+	now := f.dbNow()
+	at, ok, err := f.qu.NextWorkAt(f.ctx, scope)
+	if err != nil || !ok || at.Sub(now) < 119*time.Minute || at.Sub(now) > 121*time.Minute {
+		t.Fatalf("NextWorkAt = %s (%s from now), %v, %v; want about 2h", at, at.Sub(now), ok, err)
+	}
+	// A lease expiring sooner becomes the next due time.
+	y := f.one(workqueue.Work{})
+	if due, _ := f.qu.HasDueWork(f.ctx, scope); !due {
+		t.Fatal("hint misses a due item")
+	}
+	f.claim(f.claimer("w1"), workqueue.ClaimRequest{})
+	at, _, _ = f.qu.NextWorkAt(f.ctx, scope)
+	if d := at.Sub(now); d < 59*time.Minute || d > 61*time.Minute {
+		t.Fatalf("NextWorkAt %s from now, want the 1h lease expiry", d)
+	}
+	f.expireLease(y)
+	if due, _ := f.qu.HasDueWork(f.ctx, scope); !due {
+		t.Fatal("hint misses an expired lease")
+	}
+}
+
+// fakeClock paces a Claimer's rescans; it never decides leases or due times.
+type fakeClock struct {
+	mu  sync.Mutex
+	now time.Time
+}
+
+func (c *fakeClock) Now() time.Time { c.mu.Lock(); defer c.mu.Unlock(); return c.now }
+func (c *fakeClock) Advance(d time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.now = c.now.Add(d)
+}
+
+func TestClaimerFloorsFindItemsBehindThem(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, workqueue.Config{})
+	clock := &fakeClock{now: time.Unix(1_000_000, 0)}
+	newClaimer := func(owner string) *workqueue.Claimer {
+		c, err := f.qu.NewClaimer(scope, owner, workqueue.ClaimerConfig{RescanEvery: time.Minute, Now: clock.Now})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return c
+	}
+	a := newClaimer("a")
+	x := f.one(workqueue.Work{})
+	f.one(workqueue.Work{})
+
+	// a claims both; its floor now sits at y.
+	got := f.claim(a, workqueue.ClaimRequest{})
+	if len(got) != 2 {
+		t.Fatalf("claimed %v", ids(got))
+	}
+	// Its own release of x (behind the floor) rewinds at once.
+	if err := a.Release(f.ctx, got[0]); err != nil {
+		t.Fatal(err)
+	}
+	again := f.claim(a, workqueue.ClaimRequest{})
+	if len(again) != 1 || again[0].WorkID != x {
+		t.Fatalf("after own release: %v, want [%d]", ids(again), x)
+	}
+	// Its own retry rewinds once the delay has passed on the pacing clock.
+	if _, err := a.Retry(f.ctx, again[0], workqueue.Failure{Class: "transient"}); err != nil {
+		t.Fatal(err)
+	}
+	// A later item moves the floor past x.
+	z := f.one(workqueue.Work{})
+	if got := f.claim(a, workqueue.ClaimRequest{}); len(got) != 1 || got[0].WorkID != z {
+		t.Fatalf("claimed %v, want [%d]", ids(got), z)
+	}
+	f.makeDue(x)
+	if early := f.claim(a, workqueue.ClaimRequest{}); len(early) != 0 {
+		t.Fatalf("claimer rewound before its retry delay: %v", ids(early))
+	}
+	clock.Advance(3 * time.Second)
+	due := f.claim(a, workqueue.ClaimRequest{})
+	if len(due) != 1 || due[0].WorkID != x {
+		t.Fatalf("after the retry delay: %v, want [%d]", ids(due), x)
+	}
+	// A release a did not make (another process's) is found by a's periodic
+	// rescan, once the floor has moved past x again.
+	w := f.one(workqueue.Work{})
+	if got := f.claim(a, workqueue.ClaimRequest{}); len(got) != 1 || got[0].WorkID != w {
+		t.Fatalf("claimed %v, want [%d]", ids(got), w)
+	}
+	if err := f.qu.Release(f.ctx, due[0].Lease); err != nil {
+		t.Fatal(err)
+	}
+	if got := f.claim(a, workqueue.ClaimRequest{}); len(got) != 0 {
+		t.Fatalf("found %v before the rescan interval", ids(got))
+	}
+	clock.Advance(time.Minute)
+	if got := f.claim(a, workqueue.ClaimRequest{}); len(got) != 1 || got[0].WorkID != x {
+		t.Fatalf("rescan found %v, want [%d]", ids(got), x)
+	}
+}
