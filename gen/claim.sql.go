@@ -55,7 +55,7 @@ func (q *Queries) ClaimCAS(ctx context.Context, arg ClaimCASParams) (int64, erro
 
 const claimCandidates = `-- name: ClaimCandidates :many
 SELECT w.work_id, w.event_id, w.work_type, w.queue_class, w.lease_token, w.lane_ordinal,
-       w.attempt_count, w.safe_retry_count
+       w.attempt_count, w.safe_retry_count, w.generation, w.source_lane_key, w.target_lane_key
 FROM work_item w
 WHERE w.scope_id = ?
   AND w.generation = (SELECT s.active_generation FROM scope s WHERE s.scope_id = ?)
@@ -85,6 +85,9 @@ type ClaimCandidatesRow struct {
 	LaneOrdinal    int64
 	AttemptCount   int32
 	SafeRetryCount int32
+	Generation     int64
+	SourceLaneKey  sql.NullString
+	TargetLaneKey  sql.NullString
 }
 
 // Due lane heads of one queue class in claim order (lane_ordinal, run_after,
@@ -128,6 +131,9 @@ func (q *Queries) ClaimCandidates(ctx context.Context, arg ClaimCandidatesParams
 			&i.LaneOrdinal,
 			&i.AttemptCount,
 			&i.SafeRetryCount,
+			&i.Generation,
+			&i.SourceLaneKey,
+			&i.TargetLaneKey,
 		); err != nil {
 			return nil, err
 		}
@@ -291,7 +297,7 @@ func (q *Queries) ReclaimCAS(ctx context.Context, arg ReclaimCASParams) (int64, 
 
 const staleCandidates = `-- name: StaleCandidates :many
 SELECT w.work_id, w.event_id, w.work_type, w.queue_class, w.lease_token, w.lane_ordinal,
-       w.attempt_count, w.safe_retry_count
+       w.attempt_count, w.safe_retry_count, w.generation, w.source_lane_key, w.target_lane_key
 FROM work_item w
 WHERE w.scope_id = ?
   AND w.generation = (SELECT s.active_generation FROM scope s WHERE s.scope_id = ?)
@@ -319,6 +325,9 @@ type StaleCandidatesRow struct {
 	LaneOrdinal    int64
 	AttemptCount   int32
 	SafeRetryCount int32
+	Generation     int64
+	SourceLaneKey  sql.NullString
+	TargetLaneKey  sql.NullString
 }
 
 // Processing rows whose lease expired by the database clock, oldest expiry
@@ -363,6 +372,9 @@ func (q *Queries) StaleCandidates(ctx context.Context, arg StaleCandidatesParams
 			&i.LaneOrdinal,
 			&i.AttemptCount,
 			&i.SafeRetryCount,
+			&i.Generation,
+			&i.SourceLaneKey,
+			&i.TargetLaneKey,
 		); err != nil {
 			return nil, err
 		}

@@ -19,7 +19,6 @@ WHERE scope_id = ?
   AND state IN ('pending', 'blocked', 'processing', 'waiting_dependency')
   AND lane_ordinal < ?
 LIMIT 1
-FOR UPDATE
 `
 
 type LiveBeforeInSourceLaneParams struct {
@@ -29,13 +28,12 @@ type LiveBeforeInSourceLaneParams struct {
 	BeforeOrdinal int64
 }
 
-// Is any live row ahead of lane_ordinal in this source lane? Used when a new
-// item enters a lane (is it the head?) and when a follower is promoted (is
-// it now the head?). A locking read: current, so a predecessor finished by a
-// transaction we waited for is seen finished, and the row found stays live
-// until we commit (its finisher waits and then sees our follower). Source and
-// target lanes are separate statements so each rides its own index; an OR
-// over both columns reads the whole scope prefix instead.
+// Promotion: does a follower still have a live predecessor in its other
+// lane? Deliberately not locking, and run in a READ COMMITTED finish
+// transaction so it still reads the latest commit: two finishers of a
+// follower's two predecessors serialize on the follower's lock, and the
+// second one's read sees the first's commit. A locking read here would lock
+// the other finisher's row while it waits for the follower: a deadlock.
 func (q *Queries) LiveBeforeInSourceLane(ctx context.Context, arg LiveBeforeInSourceLaneParams) ([]int64, error) {
 	rows, err := q.db.QueryContext(ctx, liveBeforeInSourceLane,
 		arg.ScopeID,
@@ -73,7 +71,6 @@ WHERE scope_id = ?
   AND state IN ('pending', 'blocked', 'processing', 'waiting_dependency')
   AND lane_ordinal < ?
 LIMIT 1
-FOR UPDATE
 `
 
 type LiveBeforeInTargetLaneParams struct {
@@ -83,9 +80,111 @@ type LiveBeforeInTargetLaneParams struct {
 	BeforeOrdinal int64
 }
 
-// LiveBeforeInSourceLane for the target lane, on idx_work_item_target_lane.
+// LiveBeforeInSourceLane for the target lane.
 func (q *Queries) LiveBeforeInTargetLane(ctx context.Context, arg LiveBeforeInTargetLaneParams) ([]int64, error) {
 	rows, err := q.db.QueryContext(ctx, liveBeforeInTargetLane,
+		arg.ScopeID,
+		arg.Generation,
+		arg.LaneKey,
+		arg.BeforeOrdinal,
+	)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []int64{}
+	for rows.Next() {
+		var work_id int64
+		if err := rows.Scan(&work_id); err != nil {
+			return nil, err
+		}
+		items = append(items, work_id)
+	}
+	if err := rows.Close(); err != nil {
+		return nil, err
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const lockLiveBeforeInSourceLane = `-- name: LockLiveBeforeInSourceLane :many
+SELECT work_id
+FROM work_item
+WHERE scope_id = ?
+  AND generation = ?
+  AND source_lane_key = ?
+  AND state IN ('pending', 'blocked', 'processing', 'waiting_dependency')
+  AND lane_ordinal < ?
+LIMIT 1
+FOR UPDATE
+`
+
+type LockLiveBeforeInSourceLaneParams struct {
+	ScopeID       string
+	Generation    int64
+	LaneKey       sql.NullString
+	BeforeOrdinal int64
+}
+
+// Enqueue: is any live row ahead of before_ordinal in this source lane (then
+// the new item is blocked)? A locking read: current, and the row it finds
+// stays live until the enqueue commits, so a finisher of that row waits and
+// then sees the new follower. Without the lock, a finisher committing between
+// this read and the enqueue's commit would miss the follower and strand it.
+// Source and target lanes are separate statements so each rides its own
+// index; an OR over both columns reads the whole scope prefix instead.
+func (q *Queries) LockLiveBeforeInSourceLane(ctx context.Context, arg LockLiveBeforeInSourceLaneParams) ([]int64, error) {
+	rows, err := q.db.QueryContext(ctx, lockLiveBeforeInSourceLane,
+		arg.ScopeID,
+		arg.Generation,
+		arg.LaneKey,
+		arg.BeforeOrdinal,
+	)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []int64{}
+	for rows.Next() {
+		var work_id int64
+		if err := rows.Scan(&work_id); err != nil {
+			return nil, err
+		}
+		items = append(items, work_id)
+	}
+	if err := rows.Close(); err != nil {
+		return nil, err
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const lockLiveBeforeInTargetLane = `-- name: LockLiveBeforeInTargetLane :many
+SELECT work_id
+FROM work_item
+WHERE scope_id = ?
+  AND generation = ?
+  AND target_lane_key = ?
+  AND state IN ('pending', 'blocked', 'processing', 'waiting_dependency')
+  AND lane_ordinal < ?
+LIMIT 1
+FOR UPDATE
+`
+
+type LockLiveBeforeInTargetLaneParams struct {
+	ScopeID       string
+	Generation    int64
+	LaneKey       sql.NullString
+	BeforeOrdinal int64
+}
+
+// LockLiveBeforeInSourceLane for the target lane, on idx_work_item_target_lane.
+func (q *Queries) LockLiveBeforeInTargetLane(ctx context.Context, arg LockLiveBeforeInTargetLaneParams) ([]int64, error) {
+	rows, err := q.db.QueryContext(ctx, lockLiveBeforeInTargetLane,
 		arg.ScopeID,
 		arg.Generation,
 		arg.LaneKey,

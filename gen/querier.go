@@ -59,15 +59,14 @@ type Querier interface {
 	// duplicates with current reads first (LockWorkItemsByEvents), so
 	// uk_work_item_event_type only fires for a writer that bypassed it.
 	InsertWorkItem(ctx context.Context, arg InsertWorkItemParams) (int64, error)
-	// Is any live row ahead of lane_ordinal in this source lane? Used when a new
-	// item enters a lane (is it the head?) and when a follower is promoted (is
-	// it now the head?). A locking read: current, so a predecessor finished by a
-	// transaction we waited for is seen finished, and the row found stays live
-	// until we commit (its finisher waits and then sees our follower). Source and
-	// target lanes are separate statements so each rides its own index; an OR
-	// over both columns reads the whole scope prefix instead.
+	// Promotion: does a follower still have a live predecessor in its other
+	// lane? Deliberately not locking, and run in a READ COMMITTED finish
+	// transaction so it still reads the latest commit: two finishers of a
+	// follower's two predecessors serialize on the follower's lock, and the
+	// second one's read sees the first's commit. A locking read here would lock
+	// the other finisher's row while it waits for the follower: a deadlock.
 	LiveBeforeInSourceLane(ctx context.Context, arg LiveBeforeInSourceLaneParams) ([]int64, error)
-	// LiveBeforeInSourceLane for the target lane, on idx_work_item_target_lane.
+	// LiveBeforeInSourceLane for the target lane.
 	LiveBeforeInTargetLane(ctx context.Context, arg LiveBeforeInTargetLaneParams) ([]int64, error)
 	// Duplicate detection for an enqueue batch. A locking read is a current read
 	// in a TiDB pessimistic transaction: it sees events committed while this
@@ -75,6 +74,16 @@ type Querier interface {
 	// transaction's start snapshot) would miss and then fail on 1062.
 	// Batch point gets on uk_event_idempotency.
 	LockEventsByIdempotencyKeys(ctx context.Context, arg LockEventsByIdempotencyKeysParams) ([]LockEventsByIdempotencyKeysRow, error)
+	// Enqueue: is any live row ahead of before_ordinal in this source lane (then
+	// the new item is blocked)? A locking read: current, and the row it finds
+	// stays live until the enqueue commits, so a finisher of that row waits and
+	// then sees the new follower. Without the lock, a finisher committing between
+	// this read and the enqueue's commit would miss the follower and strand it.
+	// Source and target lanes are separate statements so each rides its own
+	// index; an OR over both columns reads the whole scope prefix instead.
+	LockLiveBeforeInSourceLane(ctx context.Context, arg LockLiveBeforeInSourceLaneParams) ([]int64, error)
+	// LockLiveBeforeInSourceLane for the target lane, on idx_work_item_target_lane.
+	LockLiveBeforeInTargetLane(ctx context.Context, arg LockLiveBeforeInTargetLaneParams) ([]int64, error)
 	// Current read under a row lock. Enqueue takes this lock first, then writes
 	// events, then work items: one lock order for every admission path, and the
 	// locking read sees rows committed while it waited (TiDB keeps the snapshot of

@@ -8,7 +8,7 @@
 -- a scan from the start would step over all of them. The scalar subquery is
 -- the generation fence; TiDB evaluates it once, as a point get.
 SELECT w.work_id, w.event_id, w.work_type, w.queue_class, w.lease_token, w.lane_ordinal,
-       w.attempt_count, w.safe_retry_count
+       w.attempt_count, w.safe_retry_count, w.generation, w.source_lane_key, w.target_lane_key
 FROM work_item w
 WHERE w.scope_id = sqlc.arg(scope_id)
   AND w.generation = (SELECT s.active_generation FROM scope s WHERE s.scope_id = sqlc.arg(scope_id))
@@ -43,7 +43,7 @@ WHERE w.work_id = sqlc.arg(work_id)
 -- first, on idx_work_item_lease. Stale reclaim ignores queue-class
 -- preference and keeps this order.
 SELECT w.work_id, w.event_id, w.work_type, w.queue_class, w.lease_token, w.lane_ordinal,
-       w.attempt_count, w.safe_retry_count
+       w.attempt_count, w.safe_retry_count, w.generation, w.source_lane_key, w.target_lane_key
 FROM work_item w
 WHERE w.scope_id = sqlc.arg(scope_id)
   AND w.generation = (SELECT s.active_generation FROM scope s WHERE s.scope_id = sqlc.arg(scope_id))

@@ -1,11 +1,11 @@
--- name: LiveBeforeInSourceLane :many
--- Is any live row ahead of lane_ordinal in this source lane? Used when a new
--- item enters a lane (is it the head?) and when a follower is promoted (is
--- it now the head?). A locking read: current, so a predecessor finished by a
--- transaction we waited for is seen finished, and the row found stays live
--- until we commit (its finisher waits and then sees our follower). Source and
--- target lanes are separate statements so each rides its own index; an OR
--- over both columns reads the whole scope prefix instead.
+-- name: LockLiveBeforeInSourceLane :many
+-- Enqueue: is any live row ahead of before_ordinal in this source lane (then
+-- the new item is blocked)? A locking read: current, and the row it finds
+-- stays live until the enqueue commits, so a finisher of that row waits and
+-- then sees the new follower. Without the lock, a finisher committing between
+-- this read and the enqueue's commit would miss the follower and strand it.
+-- Source and target lanes are separate statements so each rides its own
+-- index; an OR over both columns reads the whole scope prefix instead.
 SELECT work_id
 FROM work_item
 WHERE scope_id = sqlc.arg(scope_id)
@@ -16,8 +16,8 @@ WHERE scope_id = sqlc.arg(scope_id)
 LIMIT 1
 FOR UPDATE;
 
--- name: LiveBeforeInTargetLane :many
--- LiveBeforeInSourceLane for the target lane, on idx_work_item_target_lane.
+-- name: LockLiveBeforeInTargetLane :many
+-- LockLiveBeforeInSourceLane for the target lane, on idx_work_item_target_lane.
 SELECT work_id
 FROM work_item
 WHERE scope_id = sqlc.arg(scope_id)
@@ -27,6 +27,33 @@ WHERE scope_id = sqlc.arg(scope_id)
   AND lane_ordinal < sqlc.arg(before_ordinal)
 LIMIT 1
 FOR UPDATE;
+
+-- name: LiveBeforeInSourceLane :many
+-- Promotion: does a follower still have a live predecessor in its other
+-- lane? Deliberately not locking, and run in a READ COMMITTED finish
+-- transaction so it still reads the latest commit: two finishers of a
+-- follower's two predecessors serialize on the follower's lock, and the
+-- second one's read sees the first's commit. A locking read here would lock
+-- the other finisher's row while it waits for the follower: a deadlock.
+SELECT work_id
+FROM work_item
+WHERE scope_id = sqlc.arg(scope_id)
+  AND generation = sqlc.arg(generation)
+  AND source_lane_key = sqlc.arg(lane_key)
+  AND state IN ('pending', 'blocked', 'processing', 'waiting_dependency')
+  AND lane_ordinal < sqlc.arg(before_ordinal)
+LIMIT 1;
+
+-- name: LiveBeforeInTargetLane :many
+-- LiveBeforeInSourceLane for the target lane.
+SELECT work_id
+FROM work_item
+WHERE scope_id = sqlc.arg(scope_id)
+  AND generation = sqlc.arg(generation)
+  AND target_lane_key = sqlc.arg(lane_key)
+  AND state IN ('pending', 'blocked', 'processing', 'waiting_dependency')
+  AND lane_ordinal < sqlc.arg(before_ordinal)
+LIMIT 1;
 
 -- name: NextBlockedInSourceLane :many
 -- The follower to consider for promotion after the row at after_ordinal left

@@ -3,6 +3,7 @@ package workqueue
 import (
 	"cmp"
 	"context"
+	"database/sql"
 	"fmt"
 	"slices"
 	"sync"
@@ -28,6 +29,17 @@ type Claimed struct {
 type Lease struct {
 	WorkID int64
 	Token  int64
+	// lanes is what finishing needs to promote followers, known from the
+	// claim; nil (a Lease built by hand) makes finish read it.
+	lanes *laneIdentity
+}
+
+// laneIdentity places an item in its lanes.
+type laneIdentity struct {
+	scope          string
+	generation     int64
+	ordinal        int64
+	source, target sql.NullString
 }
 
 // ClaimRequest asks for up to Max items.
@@ -281,7 +293,7 @@ func (c *Claimer) claimTier(ctx context.Context, classes, workTypes []string, wa
 			stats.LostCAS++
 			continue
 		}
-		out = append(out, claimedFrom(r.WorkID, r.EventID, r.WorkType, r.QueueClass, r.LaneOrdinal, r.AttemptCount, r.SafeRetryCount, r.LeaseToken, false))
+		out = append(out, c.claimedFrom(r, false))
 	}
 	return out, nil
 }
@@ -313,17 +325,21 @@ func (c *Claimer) reclaim(ctx context.Context, req ClaimRequest, want int, stats
 			stats.LostCAS++
 			continue
 		}
-		out = append(out, claimedFrom(r.WorkID, r.EventID, r.WorkType, r.QueueClass, r.LaneOrdinal, r.AttemptCount, r.SafeRetryCount, r.LeaseToken, true))
+		// Both candidate statements select the same columns.
+		out = append(out, c.claimedFrom(gen.ClaimCandidatesRow(r), true))
 	}
 	return out, nil
 }
 
 // claimedFrom builds the owner's view after a successful CAS, which
 // incremented the token and the attempt count of the row read as candidate.
-func claimedFrom(workID, eventID int64, workType, class string, ordinal int64, attempts, safeRetries int32, token int64, reclaimed bool) Claimed {
+func (c *Claimer) claimedFrom(r gen.ClaimCandidatesRow, reclaimed bool) Claimed {
 	return Claimed{
-		WorkID: workID, EventID: eventID, WorkType: workType, QueueClass: class, LaneOrdinal: ordinal,
-		Attempt: attempts + 1, SafeRetries: safeRetries, Reclaimed: reclaimed,
-		Lease: Lease{WorkID: workID, Token: token + 1},
+		WorkID: r.WorkID, EventID: r.EventID, WorkType: r.WorkType, QueueClass: r.QueueClass,
+		LaneOrdinal: r.LaneOrdinal, Attempt: r.AttemptCount + 1, SafeRetries: r.SafeRetryCount, Reclaimed: reclaimed,
+		Lease: Lease{WorkID: r.WorkID, Token: r.LeaseToken + 1, lanes: &laneIdentity{
+			scope: c.scope, generation: r.Generation, ordinal: r.LaneOrdinal,
+			source: r.SourceLaneKey, target: r.TargetLaneKey,
+		}},
 	}
 }

@@ -70,7 +70,7 @@ func (qu *Queue) Enqueue(ctx context.Context, scope string, events []Event) ([]E
 		return nil, err
 	}
 	var out []EnqueuedEvent
-	err := qu.inTx(ctx, "enqueue", func(q *gen.Queries) error {
+	err := qu.inTx(ctx, "enqueue", nil, func(q *gen.Queries) error {
 		var err error
 		out, err = enqueueTx(ctx, q, scope, events)
 		return err
@@ -183,7 +183,7 @@ type laneWriter struct {
 func (w *laneWriter) insert(ctx context.Context, eventID int64, work Work) (EnqueuedWork, error) {
 	ordinal := w.next
 	w.next++
-	blocked, err := liveBefore(ctx, w.q, w.scope, w.generation, work.SourceLane, work.TargetLane, ordinal)
+	blocked, err := liveBefore(ctx, w.q, w.scope, w.generation, work.SourceLane, work.TargetLane, ordinal, true)
 	if err != nil {
 		return EnqueuedWork{}, err
 	}
@@ -215,25 +215,36 @@ func (w *laneWriter) insert(ctx context.Context, eventID int64, work Work) (Enqu
 }
 
 // liveBefore reports whether either lane holds a live item ahead of ordinal.
-// Its reads lock what they find (see LiveBeforeInSourceLane).
-func liveBefore(ctx context.Context, q *gen.Queries, scope string, generation int64, sourceLane, targetLane string, ordinal int64) (bool, error) {
-	if sourceLane != "" {
-		ids, err := q.LiveBeforeInSourceLane(ctx, gen.LiveBeforeInSourceLaneParams{
-			ScopeID: scope, Generation: generation, LaneKey: nullString(sourceLane), BeforeOrdinal: ordinal,
-		})
-		if err != nil {
-			return false, fmt.Errorf("probe source lane: %w", err)
-		}
-		if len(ids) > 0 {
-			return true, nil
-		}
+// With locking, the reads lock what they find (enqueue; see
+// LockLiveBeforeInSourceLane); without, they are plain reads for the READ
+// COMMITTED finish transaction (see LiveBeforeInSourceLane).
+func liveBefore(ctx context.Context, q *gen.Queries, scope string, generation int64, sourceLane, targetLane string, ordinal int64, locking bool) (bool, error) {
+	probes := []struct {
+		lane, kind string
+		run        func(gen.LiveBeforeInSourceLaneParams) ([]int64, error)
+	}{
+		{sourceLane, "source", func(p gen.LiveBeforeInSourceLaneParams) ([]int64, error) {
+			if locking {
+				return q.LockLiveBeforeInSourceLane(ctx, gen.LockLiveBeforeInSourceLaneParams(p))
+			}
+			return q.LiveBeforeInSourceLane(ctx, p)
+		}},
+		{targetLane, "target", func(p gen.LiveBeforeInSourceLaneParams) ([]int64, error) {
+			if locking {
+				return q.LockLiveBeforeInTargetLane(ctx, gen.LockLiveBeforeInTargetLaneParams(p))
+			}
+			return q.LiveBeforeInTargetLane(ctx, gen.LiveBeforeInTargetLaneParams(p))
+		}},
 	}
-	if targetLane != "" {
-		ids, err := q.LiveBeforeInTargetLane(ctx, gen.LiveBeforeInTargetLaneParams{
-			ScopeID: scope, Generation: generation, LaneKey: nullString(targetLane), BeforeOrdinal: ordinal,
+	for _, probe := range probes {
+		if probe.lane == "" {
+			continue
+		}
+		ids, err := probe.run(gen.LiveBeforeInSourceLaneParams{
+			ScopeID: scope, Generation: generation, LaneKey: nullString(probe.lane), BeforeOrdinal: ordinal,
 		})
 		if err != nil {
-			return false, fmt.Errorf("probe target lane: %w", err)
+			return false, fmt.Errorf("probe %s lane: %w", probe.kind, err)
 		}
 		if len(ids) > 0 {
 			return true, nil

@@ -131,19 +131,29 @@ type Finished struct {
 	PromotedOrdinals []int64
 }
 
+// readCommitted is the finish transaction's isolation: every statement reads
+// the latest commit (TiDB keeps it pessimistic), so promotion checks need no
+// locks beyond the follower's (see LiveBeforeInSourceLane).
+var readCommitted = &sql.TxOptions{Isolation: sql.LevelReadCommitted}
+
 // finish terminalizes the claimed row and, in the same transaction,
 // promotes the next follower of each of its lanes when that follower now
 // heads both of its own lanes. Lock order: the finished row (CAS), then the
-// follower (locking read), then any live predecessor of the follower's other
-// lane (locking read).
+// follower (locking read), then any live predecessor in the follower's other
+// lane (locking read). An item in no lane has no followers: one autocommit
+// CAS finishes it.
 func (qu *Queue) finish(ctx context.Context, l Lease, state string, f *Failure) (Finished, error) {
+	p := gen.FinishParams{TerminalState: state, WorkID: l.WorkID, LeaseToken: l.Token}
+	if f != nil {
+		p.FailureClass, p.FailureSummary = nullString(f.Class), nullString(f.Summary)
+	}
+	if l.lanes != nil && !l.lanes.source.Valid && !l.lanes.target.Valid {
+		n, err := qu.q.Finish(ctx, p)
+		return Finished{}, fenced(l, "finish", n, err)
+	}
 	var res Finished
-	err := qu.inTx(ctx, "finish work "+fmt.Sprint(l.WorkID), func(q *gen.Queries) error {
+	err := qu.inTx(ctx, "finish work "+fmt.Sprint(l.WorkID), readCommitted, func(q *gen.Queries) error {
 		res = Finished{}
-		p := gen.FinishParams{TerminalState: state, WorkID: l.WorkID, LeaseToken: l.Token}
-		if f != nil {
-			p.FailureClass, p.FailureSummary = nullString(f.Class), nullString(f.Summary)
-		}
 		n, err := q.Finish(ctx, p)
 		if err != nil {
 			return err
@@ -151,12 +161,15 @@ func (qu *Queue) finish(ctx context.Context, l Lease, state string, f *Failure) 
 		if n == 0 {
 			return leaseLost(l, "finish")
 		}
-		lane, err := q.GetLaneIdentity(ctx, l.WorkID)
-		if err != nil {
-			return fmt.Errorf("read lanes: %w", err)
+		lanes := l.lanes
+		if lanes == nil {
+			row, err := q.GetLaneIdentity(ctx, l.WorkID)
+			if err != nil {
+				return fmt.Errorf("read lanes: %w", err)
+			}
+			lanes = &laneIdentity{scope: row.ScopeID, generation: row.Generation, ordinal: row.LaneOrdinal, source: row.SourceLaneKey, target: row.TargetLaneKey}
 		}
-		promoted, err := promoteAfter(ctx, q, lane)
-		res.PromotedOrdinals = promoted
+		res.PromotedOrdinals, err = promoteAfter(ctx, q, lanes)
 		return err
 	})
 	if errors.Is(err, ErrLeaseLost) {
@@ -165,52 +178,71 @@ func (qu *Queue) finish(ctx context.Context, l Lease, state string, f *Failure) 
 	return res, err
 }
 
-func promoteAfter(ctx context.Context, q *gen.Queries, lane gen.GetLaneIdentityRow) ([]int64, error) {
-	var promoted []int64
-	type follower struct {
-		workID, token, ordinal int64
-		source, target         sql.NullString
-	}
-	var next []follower
-	if lane.SourceLaneKey.Valid {
+// follower is the first blocked item behind a finished one in one lane.
+type follower struct {
+	workID, token, ordinal int64
+	source, target         sql.NullString
+}
+
+// promoteAfter promotes, for each lane the finished item leaves, the next
+// blocked item of that lane if it now heads both of its lanes. In the lane it
+// was found in it is the head already: the finished item headed that lane,
+// everything before it is terminal, and every live item after a head is
+// blocked. So only its other lane needs a look.
+func promoteAfter(ctx context.Context, q *gen.Queries, finished *laneIdentity) ([]int64, error) {
+	var viaSource, viaTarget []follower
+	if finished.source.Valid {
 		rows, err := q.NextBlockedInSourceLane(ctx, gen.NextBlockedInSourceLaneParams{
-			ScopeID: lane.ScopeID, Generation: lane.Generation, LaneKey: lane.SourceLaneKey, AfterOrdinal: lane.LaneOrdinal,
+			ScopeID: finished.scope, Generation: finished.generation, LaneKey: finished.source, AfterOrdinal: finished.ordinal,
 		})
 		if err != nil {
 			return nil, fmt.Errorf("next follower in source lane: %w", err)
 		}
 		for _, r := range rows {
-			next = append(next, follower{r.WorkID, r.LeaseToken, r.LaneOrdinal, r.SourceLaneKey, r.TargetLaneKey})
+			viaSource = append(viaSource, follower{r.WorkID, r.LeaseToken, r.LaneOrdinal, r.SourceLaneKey, r.TargetLaneKey})
 		}
 	}
-	if lane.TargetLaneKey.Valid {
+	if finished.target.Valid {
 		rows, err := q.NextBlockedInTargetLane(ctx, gen.NextBlockedInTargetLaneParams{
-			ScopeID: lane.ScopeID, Generation: lane.Generation, LaneKey: lane.TargetLaneKey, AfterOrdinal: lane.LaneOrdinal,
+			ScopeID: finished.scope, Generation: finished.generation, LaneKey: finished.target, AfterOrdinal: finished.ordinal,
 		})
 		if err != nil {
 			return nil, fmt.Errorf("next follower in target lane: %w", err)
 		}
 		for _, r := range rows {
-			if len(next) == 1 && next[0].workID == r.WorkID {
-				continue // the same follower through both lanes
-			}
-			next = append(next, follower{r.WorkID, r.LeaseToken, r.LaneOrdinal, r.SourceLaneKey, r.TargetLaneKey})
+			viaTarget = append(viaTarget, follower{r.WorkID, r.LeaseToken, r.LaneOrdinal, r.SourceLaneKey, r.TargetLaneKey})
 		}
 	}
-	for _, fw := range next {
-		blocked, err := liveBefore(ctx, q, lane.ScopeID, lane.Generation, fw.source.String, fw.target.String, fw.ordinal)
-		if err != nil {
-			return nil, err
-		}
-		if blocked {
-			continue // its other lane still has an earlier live item; that item's finish promotes it
+	var promoted []int64
+	promote := func(fw follower, otherSource, otherTarget string) error {
+		blocked, err := liveBefore(ctx, q, finished.scope, finished.generation, otherSource, otherTarget, fw.ordinal, false)
+		if err != nil || blocked {
+			return err // when blocked, the other lane's predecessor promotes it on finishing
 		}
 		n, err := q.PromoteBlocked(ctx, gen.PromoteBlockedParams{WorkID: fw.workID, LeaseToken: fw.token})
 		if err != nil {
-			return nil, fmt.Errorf("promote work %d: %w", fw.workID, err)
+			return fmt.Errorf("promote work %d: %w", fw.workID, err)
 		}
 		if n == 1 {
 			promoted = append(promoted, fw.ordinal)
+		}
+		return nil
+	}
+	for _, fw := range viaSource {
+		other := fw.target.String
+		if len(viaTarget) == 1 && viaTarget[0].workID == fw.workID {
+			other = "" // found through both lanes: it heads both
+		}
+		if err := promote(fw, "", other); err != nil {
+			return nil, err
+		}
+	}
+	for _, fw := range viaTarget {
+		if len(viaSource) == 1 && viaSource[0].workID == fw.workID {
+			continue
+		}
+		if err := promote(fw, fw.source.String, ""); err != nil {
+			return nil, err
 		}
 	}
 	return promoted, nil

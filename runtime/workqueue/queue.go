@@ -130,10 +130,10 @@ func (qu *Queue) SetGeneration(ctx context.Context, scope string, generation int
 
 // inTx runs fn in a transaction (pessimistic, TiDB's default), re-running it
 // when TiDB aborted it to break a deadlock or a lock wait timed out.
-func (qu *Queue) inTx(ctx context.Context, what string, fn func(q *gen.Queries) error) error {
+func (qu *Queue) inTx(ctx context.Context, what string, opts *sql.TxOptions, fn func(q *gen.Queries) error) error {
 	var err error
 	for attempt := 1; attempt <= qu.cfg.TxAttempts; attempt++ {
-		err = qu.runTx(ctx, fn)
+		err = qu.runTx(ctx, opts, fn)
 		if err == nil || !retryableTx(err) || ctx.Err() != nil {
 			break
 		}
@@ -144,8 +144,8 @@ func (qu *Queue) inTx(ctx context.Context, what string, fn func(q *gen.Queries) 
 	return nil
 }
 
-func (qu *Queue) runTx(ctx context.Context, fn func(q *gen.Queries) error) error {
-	tx, err := qu.db.BeginTx(ctx, nil)
+func (qu *Queue) runTx(ctx context.Context, opts *sql.TxOptions, fn func(q *gen.Queries) error) error {
+	tx, err := qu.db.BeginTx(ctx, opts)
 	if err != nil {
 		return fmt.Errorf("begin: %w", err)
 	}
