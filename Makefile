@@ -111,6 +111,14 @@ lint: ## go vet and a gofmt check (the tool modules hold no Go code).
 test: check-generate lint tidb tidb-image-if-docker ## Run every test (race detector on) against real TiDB.
 	$(GO) test -race -count=1 -timeout 30m $(TEST_FLAGS) ./...
 
+# Benchmarks on the embedded TiDB: laneq's claim path against the naive loop
+# (BenchmarkClaimComplete) and the MVCC-churn proof (BenchmarkChurn).
+BENCH_FLAGS ?= -benchtime=2000x
+.PHONY: bench
+bench: tidb ## Claim throughput and churn benchmarks on the embedded TiDB.
+	LANEQ_TIDB=embedded $(GO) test -run '^$$' -bench 'ClaimComplete' $(BENCH_FLAGS) -timeout 60m ./runtime/workqueue/
+	LANEQ_TIDB=embedded $(GO) test -run '^$$' -bench 'Churn' -benchtime=1x -timeout 30m -v ./runtime/workqueue/
+
 .PHONY: plancheck
 plancheck: tidb ## Plan-check the whole query catalog on TiDB and print the report.
 	@mode="$${LANEQ_TIDB:-}"; \

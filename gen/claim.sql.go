@@ -12,7 +12,7 @@ import (
 	"time"
 )
 
-const claimCAS = `-- name: ClaimCAS :execrows
+const claimBatchCAS = `-- name: ClaimBatchCAS :execrows
 UPDATE work_item w
 SET w.state = 'processing',
     w.lease_owner = ?,
@@ -20,33 +20,40 @@ SET w.state = 'processing',
     w.lease_until = DATE_ADD(NOW(6), INTERVAL CAST(? AS SIGNED) MICROSECOND),
     w.attempt_count = w.attempt_count + 1,
     w.updated_at = NOW(6)
-WHERE w.work_id = ?
-  AND w.lease_token = ?
+WHERE w.work_id IN (/*SLICE:work_ids*/?)
   AND w.state = 'pending'
   AND w.run_after <= NOW(6)
   AND w.generation = (SELECT s.active_generation FROM scope s WHERE s.scope_id = ?)
 `
 
-type ClaimCASParams struct {
-	LeaseOwner  sql.NullString
+type ClaimBatchCASParams struct {
+	ClaimRef    sql.NullString
 	LeaseMicros int64
-	WorkID      int64
-	LeaseToken  int64
+	WorkIDs     []int64
 	ScopeID     string
 }
 
-// The claim itself: a primary-key compare-and-swap on the row version read
-// by ClaimCandidates. It succeeds only if the row is still the same pending,
-// due row of the active generation; 0 rows means another claimer won, which
-// is a normal outcome. Lease times come from the database clock.
-func (q *Queries) ClaimCAS(ctx context.Context, arg ClaimCASParams) (int64, error) {
-	result, err := q.db.ExecContext(ctx, claimCAS,
-		arg.LeaseOwner,
-		arg.LeaseMicros,
-		arg.WorkID,
-		arg.LeaseToken,
-		arg.ScopeID,
-	)
+// The claim itself: one compare-and-swap over the candidates of a claim
+// turn, by primary key. Each row flips only if it is still a pending, due
+// row of the active generation (pending means lane head, so no lane probe);
+// rows another claimer took first are simply not matched, a normal outcome.
+// claim_ref (unique per claim turn) marks the rows this statement won, for
+// ClaimedByRef to read back. Lease times come from the database clock.
+func (q *Queries) ClaimBatchCAS(ctx context.Context, arg ClaimBatchCASParams) (int64, error) {
+	query := claimBatchCAS
+	var queryParams []interface{}
+	queryParams = append(queryParams, arg.ClaimRef)
+	queryParams = append(queryParams, arg.LeaseMicros)
+	if len(arg.WorkIDs) > 0 {
+		for _, v := range arg.WorkIDs {
+			queryParams = append(queryParams, v)
+		}
+		query = strings.Replace(query, "/*SLICE:work_ids*/?", strings.Repeat(",?", len(arg.WorkIDs))[1:], 1)
+	} else {
+		query = strings.Replace(query, "/*SLICE:work_ids*/?", "NULL", 1)
+	}
+	queryParams = append(queryParams, arg.ScopeID)
+	result, err := q.db.ExecContext(ctx, query, queryParams...)
 	if err != nil {
 		return 0, err
 	}
@@ -58,10 +65,11 @@ SELECT w.work_id, w.event_id, w.work_type, w.queue_class, w.lease_token, w.lane_
        w.attempt_count, w.safe_retry_count, w.generation, w.source_lane_key, w.target_lane_key
 FROM work_item w
 WHERE w.scope_id = ?
-  AND w.generation = (SELECT s.active_generation FROM scope s WHERE s.scope_id = ?)
+  AND w.generation = ?
   AND w.queue_class = ?
   AND w.state = 'pending'
   AND w.lane_ordinal >= ?
+  AND w.lane_ordinal < ?
   AND w.run_after <= NOW(6)
   AND w.work_type IN (/*SLICE:work_types*/?)
 ORDER BY w.lane_ordinal, w.run_after, w.work_id
@@ -69,11 +77,13 @@ LIMIT ?
 `
 
 type ClaimCandidatesParams struct {
-	ScopeID      string
-	QueueClass   string
-	FloorOrdinal int64
-	WorkTypes    []string
-	Limit        int32
+	ScopeID        string
+	Generation     int64
+	QueueClass     string
+	FloorOrdinal   int64
+	CeilingOrdinal int64
+	WorkTypes      []string
+	Limit          int32
 }
 
 type ClaimCandidatesRow struct {
@@ -96,15 +106,23 @@ type ClaimCandidatesRow struct {
 // pending (followers are blocked), so no per-candidate lane probe is needed.
 // floor_ordinal lets a claimer start past keys it already consumed: each
 // claim leaves an MVCC delete marker at the head of this range until GC, and
-// a scan from the start would step over all of them. The scalar subquery is
-// the generation fence; TiDB evaluates it once, as a point get.
+// a scan from the start would step over all of them. ceiling_ordinal bounds
+// the window from above, so no statement's range grows with the backlog (on
+// the embedded unistore engine a LIMIT scan costs time in proportion to the
+// live entries up to the end of its range; the claimer walks windows).
+// work_type is the index's last column, so every filter runs on the index and
+// LIMIT is pushed down. The generation comes from the claimer's read of the
+// scope row for this claim; the fence itself is enforced by ClaimCAS. (A
+// scalar subquery here is re-planned on every execution and cost about as
+// much as the scan.)
 func (q *Queries) ClaimCandidates(ctx context.Context, arg ClaimCandidatesParams) ([]ClaimCandidatesRow, error) {
 	query := claimCandidates
 	var queryParams []interface{}
 	queryParams = append(queryParams, arg.ScopeID)
-	queryParams = append(queryParams, arg.ScopeID)
+	queryParams = append(queryParams, arg.Generation)
 	queryParams = append(queryParams, arg.QueueClass)
 	queryParams = append(queryParams, arg.FloorOrdinal)
+	queryParams = append(queryParams, arg.CeilingOrdinal)
 	if len(arg.WorkTypes) > 0 {
 		for _, v := range arg.WorkTypes {
 			queryParams = append(queryParams, v)
@@ -122,6 +140,83 @@ func (q *Queries) ClaimCandidates(ctx context.Context, arg ClaimCandidatesParams
 	items := []ClaimCandidatesRow{}
 	for rows.Next() {
 		var i ClaimCandidatesRow
+		if err := rows.Scan(
+			&i.WorkID,
+			&i.EventID,
+			&i.WorkType,
+			&i.QueueClass,
+			&i.LeaseToken,
+			&i.LaneOrdinal,
+			&i.AttemptCount,
+			&i.SafeRetryCount,
+			&i.Generation,
+			&i.SourceLaneKey,
+			&i.TargetLaneKey,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Close(); err != nil {
+		return nil, err
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const claimedByRef = `-- name: ClaimedByRef :many
+SELECT work_id, event_id, work_type, queue_class, lease_token, lane_ordinal,
+       attempt_count, safe_retry_count, generation, source_lane_key, target_lane_key
+FROM work_item
+WHERE work_id IN (/*SLICE:work_ids*/?)
+  AND state = 'processing'
+  AND lease_owner = ?
+ORDER BY lane_ordinal
+`
+
+type ClaimedByRefParams struct {
+	WorkIDs  []int64
+	ClaimRef sql.NullString
+}
+
+type ClaimedByRefRow struct {
+	WorkID         int64
+	EventID        int64
+	WorkType       string
+	QueueClass     string
+	LeaseToken     int64
+	LaneOrdinal    int64
+	AttemptCount   int32
+	SafeRetryCount int32
+	Generation     int64
+	SourceLaneKey  sql.NullString
+	TargetLaneKey  sql.NullString
+}
+
+// The rows ClaimBatchCAS won, with the lease tokens it set: batch point gets
+// on the primary key, filtered by the claim turn's reference.
+func (q *Queries) ClaimedByRef(ctx context.Context, arg ClaimedByRefParams) ([]ClaimedByRefRow, error) {
+	query := claimedByRef
+	var queryParams []interface{}
+	if len(arg.WorkIDs) > 0 {
+		for _, v := range arg.WorkIDs {
+			queryParams = append(queryParams, v)
+		}
+		query = strings.Replace(query, "/*SLICE:work_ids*/?", strings.Repeat(",?", len(arg.WorkIDs))[1:], 1)
+	} else {
+		query = strings.Replace(query, "/*SLICE:work_ids*/?", "NULL", 1)
+	}
+	queryParams = append(queryParams, arg.ClaimRef)
+	rows, err := q.db.QueryContext(ctx, query, queryParams...)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []ClaimedByRefRow{}
+	for rows.Next() {
+		var i ClaimedByRefRow
 		if err := rows.Scan(
 			&i.WorkID,
 			&i.EventID,

@@ -13,20 +13,32 @@ type Querier interface {
 	// Reserves a block of ordinals [next_enqueue_ordinal, + reserved) for the
 	// events of one enqueue batch; called under LockScopeForEnqueue's lock.
 	AdvanceEnqueueOrdinal(ctx context.Context, arg AdvanceEnqueueOrdinalParams) error
-	// The claim itself: a primary-key compare-and-swap on the row version read
-	// by ClaimCandidates. It succeeds only if the row is still the same pending,
-	// due row of the active generation; 0 rows means another claimer won, which
-	// is a normal outcome. Lease times come from the database clock.
-	ClaimCAS(ctx context.Context, arg ClaimCASParams) (int64, error)
+	// The claim itself: one compare-and-swap over the candidates of a claim
+	// turn, by primary key. Each row flips only if it is still a pending, due
+	// row of the active generation (pending means lane head, so no lane probe);
+	// rows another claimer took first are simply not matched, a normal outcome.
+	// claim_ref (unique per claim turn) marks the rows this statement won, for
+	// ClaimedByRef to read back. Lease times come from the database clock.
+	ClaimBatchCAS(ctx context.Context, arg ClaimBatchCASParams) (int64, error)
 	// Due lane heads of one queue class in claim order (lane_ordinal, run_after,
 	// work_id), read straight off idx_work_item_claim: no sort, and rows read are
 	// bounded by the limit plus heads that are not due yet. Only lane heads are
 	// pending (followers are blocked), so no per-candidate lane probe is needed.
 	// floor_ordinal lets a claimer start past keys it already consumed: each
 	// claim leaves an MVCC delete marker at the head of this range until GC, and
-	// a scan from the start would step over all of them. The scalar subquery is
-	// the generation fence; TiDB evaluates it once, as a point get.
+	// a scan from the start would step over all of them. ceiling_ordinal bounds
+	// the window from above, so no statement's range grows with the backlog (on
+	// the embedded unistore engine a LIMIT scan costs time in proportion to the
+	// live entries up to the end of its range; the claimer walks windows).
+	// work_type is the index's last column, so every filter runs on the index and
+	// LIMIT is pushed down. The generation comes from the claimer's read of the
+	// scope row for this claim; the fence itself is enforced by ClaimCAS. (A
+	// scalar subquery here is re-planned on every execution and cost about as
+	// much as the scan.)
 	ClaimCandidates(ctx context.Context, arg ClaimCandidatesParams) ([]ClaimCandidatesRow, error)
+	// The rows ClaimBatchCAS won, with the lease tokens it set: batch point gets
+	// on the primary key, filtered by the claim turn's reference.
+	ClaimedByRef(ctx context.Context, arg ClaimedByRefParams) ([]ClaimedByRefRow, error)
 	// Idempotent creation. ON DUPLICATE KEY keeps an existing row untouched (its
 	// generation and ordinal counter must never be reset by a late writer).
 	EnsureScope(ctx context.Context, arg EnsureScopeParams) error

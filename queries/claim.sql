@@ -5,38 +5,58 @@
 -- pending (followers are blocked), so no per-candidate lane probe is needed.
 -- floor_ordinal lets a claimer start past keys it already consumed: each
 -- claim leaves an MVCC delete marker at the head of this range until GC, and
--- a scan from the start would step over all of them. The scalar subquery is
--- the generation fence; TiDB evaluates it once, as a point get.
+-- a scan from the start would step over all of them. ceiling_ordinal bounds
+-- the window from above, so no statement's range grows with the backlog (on
+-- the embedded unistore engine a LIMIT scan costs time in proportion to the
+-- live entries up to the end of its range; the claimer walks windows).
+-- work_type is the index's last column, so every filter runs on the index and
+-- LIMIT is pushed down. The generation comes from the claimer's read of the
+-- scope row for this claim; the fence itself is enforced by ClaimCAS. (A
+-- scalar subquery here is re-planned on every execution and cost about as
+-- much as the scan.)
 SELECT w.work_id, w.event_id, w.work_type, w.queue_class, w.lease_token, w.lane_ordinal,
        w.attempt_count, w.safe_retry_count, w.generation, w.source_lane_key, w.target_lane_key
 FROM work_item w
 WHERE w.scope_id = sqlc.arg(scope_id)
-  AND w.generation = (SELECT s.active_generation FROM scope s WHERE s.scope_id = sqlc.arg(scope_id))
+  AND w.generation = sqlc.arg(generation)
   AND w.queue_class = sqlc.arg(queue_class)
   AND w.state = 'pending'
   AND w.lane_ordinal >= sqlc.arg(floor_ordinal)
+  AND w.lane_ordinal < sqlc.arg(ceiling_ordinal)
   AND w.run_after <= NOW(6)
   AND w.work_type IN (sqlc.slice(work_types))
 ORDER BY w.lane_ordinal, w.run_after, w.work_id
 LIMIT ?;
 
--- name: ClaimCAS :execrows
--- The claim itself: a primary-key compare-and-swap on the row version read
--- by ClaimCandidates. It succeeds only if the row is still the same pending,
--- due row of the active generation; 0 rows means another claimer won, which
--- is a normal outcome. Lease times come from the database clock.
+-- name: ClaimBatchCAS :execrows
+-- The claim itself: one compare-and-swap over the candidates of a claim
+-- turn, by primary key. Each row flips only if it is still a pending, due
+-- row of the active generation (pending means lane head, so no lane probe);
+-- rows another claimer took first are simply not matched, a normal outcome.
+-- claim_ref (unique per claim turn) marks the rows this statement won, for
+-- ClaimedByRef to read back. Lease times come from the database clock.
 UPDATE work_item w
 SET w.state = 'processing',
-    w.lease_owner = sqlc.arg(lease_owner),
+    w.lease_owner = sqlc.arg(claim_ref),
     w.lease_token = w.lease_token + 1,
     w.lease_until = DATE_ADD(NOW(6), INTERVAL CAST(sqlc.arg(lease_micros) AS SIGNED) MICROSECOND),
     w.attempt_count = w.attempt_count + 1,
     w.updated_at = NOW(6)
-WHERE w.work_id = sqlc.arg(work_id)
-  AND w.lease_token = sqlc.arg(lease_token)
+WHERE w.work_id IN (sqlc.slice(work_ids))
   AND w.state = 'pending'
   AND w.run_after <= NOW(6)
   AND w.generation = (SELECT s.active_generation FROM scope s WHERE s.scope_id = sqlc.arg(scope_id));
+
+-- name: ClaimedByRef :many
+-- The rows ClaimBatchCAS won, with the lease tokens it set: batch point gets
+-- on the primary key, filtered by the claim turn's reference.
+SELECT work_id, event_id, work_type, queue_class, lease_token, lane_ordinal,
+       attempt_count, safe_retry_count, generation, source_lane_key, target_lane_key
+FROM work_item
+WHERE work_id IN (sqlc.slice(work_ids))
+  AND state = 'processing'
+  AND lease_owner = sqlc.arg(claim_ref)
+ORDER BY lane_ordinal;
 
 -- name: StaleCandidates :many
 -- Processing rows whose lease expired by the database clock, oldest expiry

@@ -196,6 +196,7 @@ func normalize(cfg *mysql.Config) *mysql.Config {
 	cfg = cfg.Clone()
 	cfg.ParseTime = true
 	cfg.ClientFoundRows = true
+	cfg.InterpolateParams = true
 	cfg.Loc = time.UTC
 	if cfg.Params == nil {
 		cfg.Params = map[string]string{}

@@ -3,10 +3,13 @@ package workqueue
 import (
 	"cmp"
 	"context"
+	"crypto/rand"
 	"database/sql"
+	"errors"
 	"fmt"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/laneq/laneq/gen"
@@ -69,6 +72,10 @@ type ClaimerConfig struct {
 	// StaleScanEvery is how often a fresh claim also looks for expired
 	// leases. Default Lease/4. StaleOnly requests always look.
 	StaleScanEvery time.Duration
+	// ScanWindow bounds each candidate statement to this many lane ordinals
+	// past its start, so its range never grows with the backlog; a claim
+	// walks further windows while they come back empty. Default 256.
+	ScanWindow int64
 	// Now is the process clock used only to pace the two intervals above;
 	// it never decides leases or due times. Default time.Now.
 	Now func() time.Time
@@ -93,6 +100,9 @@ type Claimer struct {
 	owner string
 	cfg   ClaimerConfig
 
+	refPrefix string        // owner plus a random tag: claim-turn references
+	turns     atomic.Uint64 // claim turns taken, for claim-turn references
+
 	mu        sync.Mutex
 	floors    map[string]int64     // queue class -> lane ordinal to start at
 	rescanned map[string]time.Time // queue class -> last scan from 0
@@ -101,14 +111,19 @@ type Claimer struct {
 	dueRewinds []dueRewind
 }
 
-// NewClaimer returns a Claimer for scope; owner names this process in lease
-// rows (for operators; ownership itself is the token).
+// NewClaimer returns a Claimer for scope; owner (at most 96 bytes) names
+// this process in lease rows, followed by a claim-turn reference (for
+// operators; ownership itself is the token).
 func (qu *Queue) NewClaimer(scope, owner string, cfg ClaimerConfig) (*Claimer, error) {
 	if err := validScope(scope); err != nil {
 		return nil, err
 	}
-	if owner == "" || len(owner) > 128 {
-		return nil, invalidf("owner must be 1..128 bytes, got %d", len(owner))
+	if owner == "" || len(owner) > 96 {
+		return nil, invalidf("owner must be 1..96 bytes, got %d", len(owner))
+	}
+	tag := make([]byte, 4)
+	if _, err := rand.Read(tag); err != nil {
+		return nil, fmt.Errorf("workqueue: claimer tag: %w", err)
 	}
 	if cfg.RescanEvery == 0 {
 		cfg.RescanEvery = 10 * time.Second
@@ -119,11 +134,14 @@ func (qu *Queue) NewClaimer(scope, owner string, cfg ClaimerConfig) (*Claimer, e
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
-	if cfg.RescanEvery < 0 || cfg.StaleScanEvery < 0 {
-		return nil, invalidf("claimer intervals must not be negative")
+	if cfg.ScanWindow == 0 {
+		cfg.ScanWindow = 256
+	}
+	if cfg.RescanEvery < 0 || cfg.StaleScanEvery < 0 || cfg.ScanWindow < 0 {
+		return nil, invalidf("claimer intervals and scan window must not be negative")
 	}
 	return &Claimer{
-		qu: qu, scope: scope, owner: owner, cfg: cfg,
+		qu: qu, scope: scope, owner: owner, cfg: cfg, refPrefix: fmt.Sprintf("%s#%x", owner, tag),
 		floors: map[string]int64{}, rescanned: map[string]time.Time{},
 	}, nil
 }
@@ -139,6 +157,14 @@ func (c *Claimer) Rewind(ordinal int64) {
 			c.floors[class] = ordinal
 		}
 	}
+}
+
+// Floor is the lane ordinal the next scan of class starts at (for
+// diagnostics and benchmarks).
+func (c *Claimer) Floor(class string) int64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.floors[class]
 }
 
 func (r ClaimRequest) validate() error {
@@ -177,6 +203,7 @@ func (r ClaimRequest) tiers() [][]string {
 // ClaimStats counts what one Claim call did.
 type ClaimStats struct {
 	Scanned int // candidate rows returned by scans
+	Windows int // candidate statements run (one per scan window)
 	LostCAS int // candidates another claimer took first
 }
 
@@ -243,6 +270,34 @@ func (c *Claimer) advance(class string, ordinal int64) {
 	}
 }
 
+// scanClass returns up to want candidates of one class from its floor,
+// walking windows of ScanWindow ordinals until one yields candidates or the
+// scope's next enqueue ordinal is reached. Empty windows (rows not due yet, of
+// other work types, or already consumed) never move the floor: they are
+// read again on the next claim, one bounded statement each.
+func (c *Claimer) scanClass(ctx context.Context, sc gen.Scope, class string, workTypes []string, want int, stats *ClaimStats) ([]gen.ClaimCandidatesRow, error) {
+	for from := c.floor(class); from < sc.NextEnqueueOrdinal; from += c.cfg.ScanWindow {
+		rows, err := c.qu.q.ClaimCandidates(ctx, gen.ClaimCandidatesParams{
+			ScopeID:        c.scope,
+			Generation:     sc.ActiveGeneration,
+			QueueClass:     class,
+			FloorOrdinal:   from,
+			CeilingOrdinal: from + c.cfg.ScanWindow,
+			WorkTypes:      workTypes,
+			Limit:          int32(want),
+		})
+		if err != nil {
+			return nil, fmt.Errorf("workqueue: claim candidates (scope %q, class %q): %w", c.scope, class, err)
+		}
+		stats.Scanned += len(rows)
+		stats.Windows++
+		if len(rows) > 0 {
+			return rows, nil
+		}
+	}
+	return nil, nil
+}
+
 type candidate struct {
 	row   gen.ClaimCandidatesRow
 	class string
@@ -251,49 +306,59 @@ type candidate struct {
 // claimTier scans each class of the tier from its floor, merges the
 // candidates into claim order, and CASes them in that order.
 func (c *Claimer) claimTier(ctx context.Context, classes, workTypes []string, want int, stats *ClaimStats) ([]Claimed, error) {
+	// One point read per claim turn: the active generation to scan and the
+	// next enqueue ordinal, where window walks stop.
+	sc, err := c.qu.q.GetScope(ctx, c.scope)
+	if errors.Is(err, sql.ErrNoRows) {
+		return nil, fmt.Errorf("%w: %q", ErrUnknownScope, c.scope)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("workqueue: read scope %q: %w", c.scope, err)
+	}
 	var cands []candidate
 	for _, class := range classes {
-		rows, err := c.qu.q.ClaimCandidates(ctx, gen.ClaimCandidatesParams{
-			ScopeID:      c.scope,
-			QueueClass:   class,
-			FloorOrdinal: c.floor(class),
-			WorkTypes:    workTypes,
-			Limit:        int32(want),
-		})
+		rows, err := c.scanClass(ctx, sc, class, workTypes, want, stats)
 		if err != nil {
-			return nil, fmt.Errorf("workqueue: claim candidates (scope %q, class %q): %w", c.scope, class, err)
+			return nil, err
 		}
-		stats.Scanned += len(rows)
 		for _, r := range rows {
 			cands = append(cands, candidate{row: r, class: class})
 		}
 	}
 	// Lane ordinals are unique per scope, so they alone give claim order.
 	slices.SortFunc(cands, func(a, b candidate) int { return cmp.Compare(a.row.LaneOrdinal, b.row.LaneOrdinal) })
-
-	var out []Claimed
-	for _, cand := range cands {
-		if len(out) >= want {
-			break
-		}
-		r := cand.row
-		n, err := c.qu.q.ClaimCAS(ctx, gen.ClaimCASParams{
-			LeaseOwner:  nullString(c.owner),
-			LeaseMicros: micros(c.qu.cfg.Lease),
-			WorkID:      r.WorkID,
-			LeaseToken:  r.LeaseToken,
-			ScopeID:     c.scope,
-		})
-		if err != nil {
-			return out, fmt.Errorf("workqueue: claim CAS on work %d: %w", r.WorkID, err)
-		}
-		// Won or lost, everything up to this ordinal is consumed for this class.
-		c.advance(cand.class, r.LaneOrdinal)
-		if n == 0 {
-			stats.LostCAS++
-			continue
-		}
-		out = append(out, c.claimedFrom(r, false))
+	if len(cands) > want {
+		cands = cands[:want]
+	}
+	if len(cands) == 0 {
+		return nil, nil
+	}
+	ids := make([]int64, len(cands))
+	for i, cand := range cands {
+		ids[i] = cand.row.WorkID
+		// Won or lost, everything up to here is consumed for this class.
+		c.advance(cand.class, cand.row.LaneOrdinal)
+	}
+	ref := nullString(fmt.Sprintf("%s#%d", c.refPrefix, c.turns.Add(1)))
+	n, err := c.qu.q.ClaimBatchCAS(ctx, gen.ClaimBatchCASParams{
+		ClaimRef: ref, LeaseMicros: micros(c.qu.cfg.Lease), WorkIDs: ids, ScopeID: c.scope,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("workqueue: claim CAS on %d candidates: %w", len(ids), err)
+	}
+	stats.LostCAS += len(ids) - int(n)
+	if n == 0 {
+		return nil, nil
+	}
+	won, err := c.qu.q.ClaimedByRef(ctx, gen.ClaimedByRefParams{WorkIDs: ids, ClaimRef: ref})
+	if err != nil {
+		// The rows are claimed but unknown to us: they come back through
+		// stale reclaim when their lease expires.
+		return nil, fmt.Errorf("workqueue: read back %d claimed items: %w", n, err)
+	}
+	out := make([]Claimed, 0, len(won))
+	for _, r := range won {
+		out = append(out, c.claimedFrom(gen.ClaimCandidatesRow(r), false))
 	}
 	return out, nil
 }
@@ -325,19 +390,22 @@ func (c *Claimer) reclaim(ctx context.Context, req ClaimRequest, want int, stats
 			stats.LostCAS++
 			continue
 		}
-		// Both candidate statements select the same columns.
+		// The CAS incremented the token and the attempt count it matched.
+		r.LeaseToken++
+		r.AttemptCount++
 		out = append(out, c.claimedFrom(gen.ClaimCandidatesRow(r), true))
 	}
 	return out, nil
 }
 
-// claimedFrom builds the owner's view after a successful CAS, which
-// incremented the token and the attempt count of the row read as candidate.
+// claimedFrom builds the owner's view of a row as it is after its claim CAS.
+// (Every candidate statement selects the same columns, so their row types
+// convert to gen.ClaimCandidatesRow.)
 func (c *Claimer) claimedFrom(r gen.ClaimCandidatesRow, reclaimed bool) Claimed {
 	return Claimed{
 		WorkID: r.WorkID, EventID: r.EventID, WorkType: r.WorkType, QueueClass: r.QueueClass,
-		LaneOrdinal: r.LaneOrdinal, Attempt: r.AttemptCount + 1, SafeRetries: r.SafeRetryCount, Reclaimed: reclaimed,
-		Lease: Lease{WorkID: r.WorkID, Token: r.LeaseToken + 1, lanes: &laneIdentity{
+		LaneOrdinal: r.LaneOrdinal, Attempt: r.AttemptCount, SafeRetries: r.SafeRetryCount, Reclaimed: reclaimed,
+		Lease: Lease{WorkID: r.WorkID, Token: r.LeaseToken, lanes: &laneIdentity{
 			scope: c.scope, generation: r.Generation, ordinal: r.LaneOrdinal,
 			source: r.SourceLaneKey, target: r.TargetLaneKey,
 		}},

@@ -125,7 +125,11 @@ func enqueueTx(ctx context.Context, q *gen.Queries, scope string, events []Event
 		if id, dup := eventByKey[ev.IdempotencyKey]; dup {
 			res.EventID, res.Duplicate = id, true
 		} else {
-			sum := sha256.Sum256(ev.Payload)
+			payload := ev.Payload
+			if payload == nil {
+				payload = []byte{} // an empty payload, not SQL NULL
+			}
+			sum := sha256.Sum256(payload)
 			id, err := q.InsertEvent(ctx, gen.InsertEventParams{
 				ReceiptID:        sql.NullInt64{Int64: ev.ReceiptID, Valid: ev.ReceiptID != 0},
 				ScopeID:          scope,
@@ -139,7 +143,7 @@ func enqueueTx(ctx context.Context, q *gen.Queries, scope string, events []Event
 				EnqueueOrdinal:   w.next,
 				IdempotencyKey:   ev.IdempotencyKey,
 				PayloadHash:      sum[:],
-				Payload:          ev.Payload,
+				Payload:          payload,
 			})
 			if err != nil {
 				return nil, fmt.Errorf("insert event %q: %w", ev.IdempotencyKey, err)

@@ -75,6 +75,10 @@ func TestEnqueueRejectsBadInput(t *testing.T) {
 	if _, err := f.qu.Enqueue(f.ctx, "no-such-scope", []workqueue.Event{{IdempotencyKey: "k"}}); !errors.Is(err, workqueue.ErrUnknownScope) {
 		t.Errorf("unknown scope: err = %v", err)
 	}
+	// A nil payload is an empty payload, not a NULL the column rejects.
+	if _, err := f.qu.Enqueue(f.ctx, scope, []workqueue.Event{{IdempotencyKey: "no-payload", Work: []workqueue.Work{{WorkType: "a"}}}}); err != nil {
+		t.Errorf("nil payload: %v", err)
+	}
 }
 
 // TestConcurrentDuplicateEnqueue is seed 000's materialization race: several
@@ -563,5 +567,42 @@ func TestClaimerFloorsFindItemsBehindThem(t *testing.T) {
 	clock.Advance(time.Minute)
 	if got := f.claim(a, workqueue.ClaimRequest{}); len(got) != 1 || got[0].WorkID != x {
 		t.Fatalf("rescan found %v, want [%d]", ids(got), x)
+	}
+}
+
+func TestScanWindowsWalkPastEmptyRanges(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, workqueue.Config{})
+	c, err := f.qu.NewClaimer(scope, "w", workqueue.ClaimerConfig{ScanWindow: 4})
+	if err != nil {
+		t.Fatal(err)
+	}
+	claim := func(class string) ([]workqueue.Claimed, workqueue.ClaimStats) {
+		t.Helper()
+		got, stats, err := c.Claim(f.ctx, workqueue.ClaimRequest{QueueClasses: []string{class}, WorkTypes: []string{"deliver"}, Max: 5})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return got, stats
+	}
+	var later []int64
+	for range 10 { // ten items not due for an hour: ordinals 1..10
+		later = append(later, f.one(workqueue.Work{Delay: time.Hour}))
+	}
+	// Nothing due: the claim walks windows [1,5) [5,9) [9,13) up to the
+	// scope's next ordinal (11) and stops.
+	if got, stats := claim("default"); len(got) != 0 || stats.Windows != 3 {
+		t.Fatalf("claimed %v in %d windows, want nothing in 3", ids(got), stats.Windows)
+	}
+	// Empty windows do not move the floor: an item in the first windows is
+	// found as soon as it is due, without a rewind.
+	f.makeDue(later[5])
+	if got, stats := claim("default"); len(got) != 1 || got[0].WorkID != later[5] || stats.Windows != 2 {
+		t.Fatalf("claimed %v in %d windows, want [%d] in the second window", ids(got), stats.Windows, later[5])
+	}
+	// A due item past several empty windows is reached in one claim.
+	due := f.one(workqueue.Work{})
+	if got, _ := claim("default"); len(got) != 1 || got[0].WorkID != due {
+		t.Fatalf("claimed %v, want [%d]", ids(got), due)
 	}
 }
