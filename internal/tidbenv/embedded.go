@@ -148,6 +148,9 @@ func startEmbeddedOnce(ctx context.Context, bin string, opts Options) (*Server, 
 		"-status", strconv.Itoa(statusPort),
 		"-socket", "",
 		"-log-file", logPath,
+		// Otherwise the slow-query log lands in the working directory (a
+		// test's package directory).
+		"-log-slow-query", filepath.Join(dir, "tidb-slow.log"),
 		"-L", "warn",
 	)
 	out, err := os.Create(filepath.Join(dir, "stdout.log"))
