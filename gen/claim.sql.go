@@ -112,7 +112,7 @@ type ClaimCandidatesRow struct {
 // live entries up to the end of its range; the claimer walks windows).
 // work_type is the index's last column, so every filter runs on the index and
 // LIMIT is pushed down. The generation comes from the claimer's read of the
-// scope row for this claim; the fence itself is enforced by ClaimCAS. (A
+// scope row for this claim; the fence itself is enforced by ClaimBatchCAS. (A
 // scalar subquery here is re-planned on every execution and cost about as
 // much as the scan.)
 func (q *Queries) ClaimCandidates(ctx context.Context, arg ClaimCandidatesParams) ([]ClaimCandidatesRow, error) {
@@ -374,8 +374,8 @@ type ReclaimCASParams struct {
 	ScopeID     string
 }
 
-// Takes over an expired lease: the CAS on the row version fences the old
-// holder, whose token no longer matches any call it makes.
+// Takes over an expired lease: a CAS on the token the candidate read saw.
+// The new token fences the old holder: no call it makes matches any more.
 func (q *Queries) ReclaimCAS(ctx context.Context, arg ReclaimCASParams) (int64, error) {
 	result, err := q.db.ExecContext(ctx, reclaimCAS,
 		arg.LeaseOwner,

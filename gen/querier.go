@@ -32,7 +32,7 @@ type Querier interface {
 	// live entries up to the end of its range; the claimer walks windows).
 	// work_type is the index's last column, so every filter runs on the index and
 	// LIMIT is pushed down. The generation comes from the claimer's read of the
-	// scope row for this claim; the fence itself is enforced by ClaimCAS. (A
+	// scope row for this claim; the fence itself is enforced by ClaimBatchCAS. (A
 	// scalar subquery here is re-planned on every execution and cost about as
 	// much as the scan.)
 	ClaimCandidates(ctx context.Context, arg ClaimCandidatesParams) ([]ClaimCandidatesRow, error)
@@ -120,8 +120,8 @@ type Querier interface {
 	// blocked -> pending once the row heads both of its lanes. Primary-key CAS on
 	// the row version read by NextBlocked*.
 	PromoteBlocked(ctx context.Context, arg PromoteBlockedParams) (int64, error)
-	// Takes over an expired lease: the CAS on the row version fences the old
-	// holder, whose token no longer matches any call it makes.
+	// Takes over an expired lease: a CAS on the token the candidate read saw.
+	// The new token fences the old holder: no call it makes matches any more.
 	ReclaimCAS(ctx context.Context, arg ReclaimCASParams) (int64, error)
 	// Durable forward progress inside a long attempt: ends the consecutive
 	// safe-retry series so the next failure backs off from the start.
@@ -142,6 +142,10 @@ type Querier interface {
 	// first, on idx_work_item_lease. Stale reclaim ignores queue-class
 	// preference and keeps this order.
 	StaleCandidates(ctx context.Context, arg StaleCandidatesParams) ([]StaleCandidatesRow, error)
+	// The session's transaction mode. laneq's finish transaction relies on
+	// pessimistic READ COMMITTED, which TiDB honors only in pessimistic mode (in
+	// optimistic mode it silently runs REPEATABLE READ), so Queue checks it.
+	TxnMode(ctx context.Context) (interface{}, error)
 }
 
 var _ Querier = (*Queries)(nil)

@@ -88,3 +88,17 @@ func (q *Queries) LockScopeForEnqueue(ctx context.Context, scopeID string) (Lock
 	err := row.Scan(&i.ActiveGeneration, &i.NextEnqueueOrdinal)
 	return i, err
 }
+
+const txnMode = `-- name: TxnMode :one
+SELECT CAST(@@tidb_txn_mode AS CHAR(16)) AS txn_mode
+`
+
+// The session's transaction mode. laneq's finish transaction relies on
+// pessimistic READ COMMITTED, which TiDB honors only in pessimistic mode (in
+// optimistic mode it silently runs REPEATABLE READ), so Queue checks it.
+func (q *Queries) TxnMode(ctx context.Context) (interface{}, error) {
+	row := q.db.QueryRowContext(ctx, txnMode)
+	var txn_mode interface{}
+	err := row.Scan(&txn_mode)
+	return txn_mode, err
+}

@@ -10,6 +10,7 @@ import (
 	"io/fs"
 	"regexp"
 	"sort"
+	"strings"
 )
 
 //go:embed *.sql
@@ -21,6 +22,7 @@ type Statement struct {
 	Kind string // sqlc command, e.g. :one, :exec
 	File string // file it is declared in
 	Line int    // line of its "-- name:" annotation
+	SQL  string // the statement as written, with sqlc.arg() markers, without comments or ";"
 }
 
 var nameLine = regexp.MustCompile(`^--\s*name:\s*(\w+)\s+(:\w+)\s*$`)
@@ -39,18 +41,33 @@ func Statements() ([]Statement, error) {
 			return nil, fmt.Errorf("queries: read %s: %w", p, err)
 		}
 		sc := bufio.NewScanner(bytes.NewReader(b))
+		var cur *Statement
+		var body []string
+		flush := func() {
+			if cur != nil {
+				cur.SQL = strings.TrimSuffix(strings.TrimSpace(strings.Join(body, "\n")), ";")
+				out = append(out, *cur)
+			}
+			body = nil
+		}
 		for line := 1; sc.Scan(); line++ {
-			m := nameLine.FindStringSubmatch(sc.Text())
+			text := sc.Text()
+			m := nameLine.FindStringSubmatch(text)
 			if m == nil {
+				if cur != nil && !strings.HasPrefix(strings.TrimSpace(text), "--") {
+					body = append(body, text)
+				}
 				continue
 			}
+			flush()
 			st := Statement{Name: m[1], Kind: m[2], File: p, Line: line}
 			if prev, dup := seen[st.Name]; dup {
 				return nil, fmt.Errorf("queries: %s declared twice (%s:%d and %s:%d)", st.Name, prev.File, prev.Line, p, line)
 			}
 			seen[st.Name] = st
-			out = append(out, st)
+			cur = &st
 		}
+		flush()
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
 	return out, nil

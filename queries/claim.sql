@@ -11,7 +11,7 @@
 -- live entries up to the end of its range; the claimer walks windows).
 -- work_type is the index's last column, so every filter runs on the index and
 -- LIMIT is pushed down. The generation comes from the claimer's read of the
--- scope row for this claim; the fence itself is enforced by ClaimCAS. (A
+-- scope row for this claim; the fence itself is enforced by ClaimBatchCAS. (A
 -- scalar subquery here is re-planned on every execution and cost about as
 -- much as the scan.)
 SELECT w.work_id, w.event_id, w.work_type, w.queue_class, w.lease_token, w.lane_ordinal,
@@ -75,8 +75,8 @@ ORDER BY w.lease_until, w.work_id
 LIMIT ?;
 
 -- name: ReclaimCAS :execrows
--- Takes over an expired lease: the CAS on the row version fences the old
--- holder, whose token no longer matches any call it makes.
+-- Takes over an expired lease: a CAS on the token the candidate read saw.
+-- The new token fences the old holder: no call it makes matches any more.
 UPDATE work_item w
 SET w.lease_owner = sqlc.arg(lease_owner),
     w.lease_token = w.lease_token + 1,

@@ -28,3 +28,9 @@ UPDATE scope
 SET next_enqueue_ordinal = next_enqueue_ordinal + sqlc.arg(reserved),
     updated_at = NOW(6)
 WHERE scope_id = sqlc.arg(scope_id);
+
+-- name: TxnMode :one
+-- The session's transaction mode. laneq's finish transaction relies on
+-- pessimistic READ COMMITTED, which TiDB honors only in pessimistic mode (in
+-- optimistic mode it silently runs REPEATABLE READ), so Queue checks it.
+SELECT CAST(@@tidb_txn_mode AS CHAR(16)) AS txn_mode;

@@ -27,16 +27,17 @@ CREATE TABLE work_item (
     attempt_count          INT          NOT NULL DEFAULT 0,
     safe_retry_count       INT          NOT NULL DEFAULT 0,
     lease_owner            VARCHAR(128) NULL,
-    -- Monotonic fencing token and row version: every state transition
-    -- increments it; renew, release, retry and finalization must present the
-    -- current value, and a claim CAS on it proves its candidate is current.
+    -- Monotonic fencing token: every state transition increments it; renew,
+    -- release, retry and finalization must present the current value, and
+    -- promotion CASes on the value its locking read saw.
     lease_token            BIGINT       NOT NULL DEFAULT 0,
     lease_until            DATETIME(6)  NULL,
     -- Lanes: NULL means "no lane" (a missing target lane blocks on the source
     -- lane only). Binary collation: equality is exact and rides the index.
     source_lane_key        VARCHAR(255) COLLATE utf8mb4_bin NULL,
     target_lane_key        VARCHAR(255) COLLATE utf8mb4_bin NULL,
-    -- FIFO position inside both lanes: the event's enqueue ordinal.
+    -- FIFO position inside both lanes: the scope's admission order. Each work
+    -- item takes its own ordinal (an event's first item shares the event's).
     lane_ordinal           BIGINT       NOT NULL,
     -- Source projection: all generations of one projection share
     -- projection_key; only the active one sets projection_active_key, so the

@@ -104,6 +104,7 @@ type Claimer struct {
 	turns     atomic.Uint64 // claim turns taken, for claim-turn references
 
 	mu        sync.Mutex
+	rewinds   uint64               // Rewind calls; a scan that saw one does not advance
 	floors    map[string]int64     // queue class -> lane ordinal to start at
 	rescanned map[string]time.Time // queue class -> last scan from 0
 	lastStale time.Time
@@ -152,6 +153,7 @@ func (qu *Queue) NewClaimer(scope, owner string, cfg ClaimerConfig) (*Claimer, e
 func (c *Claimer) Rewind(ordinal int64) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	c.rewinds++
 	for class, f := range c.floors {
 		if ordinal < f {
 			c.floors[class] = ordinal
@@ -219,10 +221,10 @@ func (c *Claimer) Claim(ctx context.Context, req ClaimRequest) ([]Claimed, Claim
 	var out []Claimed
 	if req.StaleOnly || c.staleScanDue() {
 		got, err := c.reclaim(ctx, req, req.Max, &stats)
+		out = append(out, got...) // items already won are the caller's even on error
 		if err != nil {
 			return out, stats, err
 		}
-		out = append(out, got...)
 	}
 	if req.StaleOnly {
 		return out, stats, nil
@@ -251,56 +253,68 @@ func (c *Claimer) staleScanDue() bool {
 	return true
 }
 
-func (c *Claimer) floor(class string) int64 {
+// floor returns where the next scan of class starts (0 when a periodic
+// rescan is due) and the rewind count the scan's advance must match.
+func (c *Claimer) floor(class string) (int64, uint64) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	now := c.cfg.Now()
 	if now.Sub(c.rescanned[class]) >= c.cfg.RescanEvery {
 		c.rescanned[class] = now
-		return 0
+		return 0, c.rewinds
 	}
-	return c.floors[class]
+	return c.floors[class], c.rewinds
 }
 
-func (c *Claimer) advance(class string, ordinal int64) {
+// advance moves the floor of class up to ordinal, unless a Rewind arrived
+// since the scan began (the rewound item may sit below ordinal).
+func (c *Claimer) advance(class string, ordinal int64, seenRewinds uint64) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if ordinal > c.floors[class] {
+	if c.rewinds == seenRewinds && ordinal > c.floors[class] {
 		c.floors[class] = ordinal
 	}
 }
 
 // scanClass returns up to want candidates of one class from its floor,
 // walking windows of ScanWindow ordinals until one yields candidates or the
-// scope's next enqueue ordinal is reached. Empty windows (rows not due yet, of
-// other work types, or already consumed) never move the floor: they are
-// read again on the next claim, one bounded statement each.
-func (c *Claimer) scanClass(ctx context.Context, sc gen.Scope, class string, workTypes []string, want int, stats *ClaimStats) ([]gen.ClaimCandidatesRow, error) {
-	for from := c.floor(class); from < sc.NextEnqueueOrdinal; from += c.cfg.ScanWindow {
+// scope's next enqueue ordinal is reached. Empty windows (rows not due yet,
+// of other work types, or already consumed) never move the floor: they are
+// read again on the next claim, one bounded statement each. A periodic
+// rescan from the front is a single statement over the whole range instead,
+// so it never walks the scope's history window by window.
+func (c *Claimer) scanClass(ctx context.Context, sc gen.Scope, class string, workTypes []string, want int, stats *ClaimStats) ([]gen.ClaimCandidatesRow, uint64, error) {
+	from, rewinds := c.floor(class)
+	window := c.cfg.ScanWindow
+	if from == 0 {
+		window = sc.NextEnqueueOrdinal
+	}
+	for ; from < sc.NextEnqueueOrdinal; from += window {
 		rows, err := c.qu.q.ClaimCandidates(ctx, gen.ClaimCandidatesParams{
 			ScopeID:        c.scope,
 			Generation:     sc.ActiveGeneration,
 			QueueClass:     class,
 			FloorOrdinal:   from,
-			CeilingOrdinal: from + c.cfg.ScanWindow,
+			CeilingOrdinal: from + window,
 			WorkTypes:      workTypes,
 			Limit:          int32(want),
 		})
 		if err != nil {
-			return nil, fmt.Errorf("workqueue: claim candidates (scope %q, class %q): %w", c.scope, class, err)
+			return nil, rewinds, fmt.Errorf("workqueue: claim candidates (scope %q, class %q): %w", c.scope, class, err)
 		}
 		stats.Scanned += len(rows)
 		stats.Windows++
 		if len(rows) > 0 {
-			return rows, nil
+			return rows, rewinds, nil
 		}
 	}
-	return nil, nil
+	return nil, rewinds, nil
 }
 
 type candidate struct {
-	row   gen.ClaimCandidatesRow
-	class string
+	row     gen.ClaimCandidatesRow
+	class   string
+	rewinds uint64 // Rewind count when its scan began
 }
 
 // claimTier scans each class of the tier from its floor, merges the
@@ -317,12 +331,12 @@ func (c *Claimer) claimTier(ctx context.Context, classes, workTypes []string, wa
 	}
 	var cands []candidate
 	for _, class := range classes {
-		rows, err := c.scanClass(ctx, sc, class, workTypes, want, stats)
+		rows, rewinds, err := c.scanClass(ctx, sc, class, workTypes, want, stats)
 		if err != nil {
 			return nil, err
 		}
 		for _, r := range rows {
-			cands = append(cands, candidate{row: r, class: class})
+			cands = append(cands, candidate{row: r, class: class, rewinds: rewinds})
 		}
 	}
 	// Lane ordinals are unique per scope, so they alone give claim order.
@@ -336,8 +350,6 @@ func (c *Claimer) claimTier(ctx context.Context, classes, workTypes []string, wa
 	ids := make([]int64, len(cands))
 	for i, cand := range cands {
 		ids[i] = cand.row.WorkID
-		// Won or lost, everything up to here is consumed for this class.
-		c.advance(cand.class, cand.row.LaneOrdinal)
 	}
 	ref := nullString(fmt.Sprintf("%s#%d", c.refPrefix, c.turns.Add(1)))
 	n, err := c.qu.q.ClaimBatchCAS(ctx, gen.ClaimBatchCASParams{
@@ -345,6 +357,10 @@ func (c *Claimer) claimTier(ctx context.Context, classes, workTypes []string, wa
 	})
 	if err != nil {
 		return nil, fmt.Errorf("workqueue: claim CAS on %d candidates: %w", len(ids), err)
+	}
+	// Won or lost, every candidate is consumed: the floor may pass it.
+	for _, cand := range cands {
+		c.advance(cand.class, cand.row.LaneOrdinal, cand.rewinds)
 	}
 	stats.LostCAS += len(ids) - int(n)
 	if n == 0 {

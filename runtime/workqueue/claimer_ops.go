@@ -28,9 +28,19 @@ func (cl *Claimer) Skip(ctx context.Context, c Claimed) (Finished, error) {
 
 // Dead finishes c as failed for good; see Queue.Dead.
 func (cl *Claimer) Dead(ctx context.Context, c Claimed, f Failure) (Finished, error) {
-	fin, err := cl.qu.finishWithFailure(ctx, c.Lease, StateDead, f)
+	fin, err := cl.qu.Dead(ctx, c.Lease, f)
 	cl.rewindPromoted(fin)
 	return fin, err
+}
+
+// Fail records a failed attempt of c, dead or safe retry; see Queue.Fail.
+func (cl *Claimer) Fail(ctx context.Context, c Claimed, f Failure, cause error) (bool, error) {
+	if cl.qu.failsForGood(c, cause) {
+		_, err := cl.Dead(ctx, c, f)
+		return true, err
+	}
+	_, err := cl.Retry(ctx, c, f)
+	return false, err
 }
 
 // Release hands c back unexecuted, due now; see Queue.Release.

@@ -36,7 +36,9 @@ type Work struct {
 	SourceLane string
 	TargetLane string
 	// Delay postpones the first attempt; due = database NOW(6) + Delay.
-	Delay    time.Duration
+	Delay time.Duration
+	// Priority is stored for operators and for schedulers to come; claim
+	// order does not use it yet (it is lane ordinal, then due time).
 	Priority int32
 }
 
@@ -75,6 +77,11 @@ func (qu *Queue) Enqueue(ctx context.Context, scope string, events []Event) ([]E
 		out, err = enqueueTx(ctx, q, scope, events)
 		return err
 	})
+	if mysqlErrno(err) == errDuplicateEntry {
+		// Enqueue's own duplicates are found under the scope lock before any
+		// insert; a duplicate key here means another writer bypassed it.
+		return nil, fmt.Errorf("%w: %w", ErrConflict, err)
+	}
 	if err != nil {
 		return nil, err
 	}

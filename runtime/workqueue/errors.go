@@ -17,6 +17,9 @@ var (
 	ErrUnknownScope = errors.New("workqueue: unknown scope")
 	// ErrInvalid wraps every input validation failure.
 	ErrInvalid = errors.New("workqueue: invalid input")
+	// ErrConflict reports that a unique key was taken by a writer that did
+	// not go through Enqueue's locks; the whole enqueue rolled back.
+	ErrConflict = errors.New("workqueue: conflicting writer")
 )
 
 func invalidf(format string, args ...any) error {

@@ -51,11 +51,15 @@ func (qu *Queue) Renew(ctx context.Context, l Lease) error {
 }
 
 // RecordProgress marks durable forward progress within the attempt: the
-// consecutive safe-retry series ends, so a later failure backs off from the
-// start.
-func (qu *Queue) RecordProgress(ctx context.Context, l Lease) error {
-	n, err := qu.q.RecordProgress(ctx, gen.RecordProgressParams{WorkID: l.WorkID, LeaseToken: l.Token})
-	return fenced(l, "record progress of", n, err)
+// consecutive safe-retry series ends, in the database and in c, so a later
+// failure of this attempt backs off from the start.
+func (qu *Queue) RecordProgress(ctx context.Context, c *Claimed) error {
+	n, err := qu.q.RecordProgress(ctx, gen.RecordProgressParams{WorkID: c.Lease.WorkID, LeaseToken: c.Lease.Token})
+	if err := fenced(c.Lease, "record progress of", n, err); err != nil {
+		return err
+	}
+	c.SafeRetries = 0
+	return nil
 }
 
 // Release hands the item back unexecuted, due now (drain, shutdown).
@@ -89,15 +93,23 @@ func (qu *Queue) Retry(ctx context.Context, c Claimed, f Failure) (time.Duration
 var ErrPermanent = errors.New("workqueue: permanent failure")
 
 // Fail records a failed attempt: dead when cause wraps ErrPermanent or the
-// item has used up RetryPolicy.MaxSafeRetries, otherwise a safe retry. It
-// reports whether the item went dead.
-func (qu *Queue) Fail(ctx context.Context, c Claimed, f Failure, cause error) (dead bool, err error) {
-	limit := qu.cfg.Retry.MaxSafeRetries
-	if errors.Is(cause, ErrPermanent) || (limit > 0 && c.SafeRetries+1 >= limit) {
-		return true, qu.Dead(ctx, c.Lease, f)
+// item already made RetryPolicy.MaxSafeRetries consecutive safe retries,
+// otherwise a safe retry. It reports whether the item went dead and, if so,
+// the followers that made claimable.
+func (qu *Queue) Fail(ctx context.Context, c Claimed, f Failure, cause error) (dead bool, fin Finished, err error) {
+	if qu.failsForGood(c, cause) {
+		fin, err = qu.Dead(ctx, c.Lease, f)
+		return true, fin, err
 	}
 	_, err = qu.Retry(ctx, c, f)
-	return false, err
+	return false, Finished{}, err
+}
+
+// failsForGood decides Fail: permanent causes and exhausted retry series
+// end in dead.
+func (qu *Queue) failsForGood(c Claimed, cause error) bool {
+	limit := qu.cfg.Retry.MaxSafeRetries
+	return errors.Is(cause, ErrPermanent) || (limit > 0 && c.SafeRetries >= limit)
 }
 
 // Complete finishes the item successfully and promotes its lane followers.
@@ -112,16 +124,11 @@ func (qu *Queue) Skip(ctx context.Context, l Lease) (Finished, error) {
 
 // Dead finishes the item as failed for good; it is kept for inspection and
 // replay and never reopened. Its lanes move on.
-func (qu *Queue) Dead(ctx context.Context, l Lease, f Failure) error {
-	_, err := qu.finishWithFailure(ctx, l, StateDead, f)
-	return err
-}
-
-func (qu *Queue) finishWithFailure(ctx context.Context, l Lease, state string, f Failure) (Finished, error) {
+func (qu *Queue) Dead(ctx context.Context, l Lease, f Failure) (Finished, error) {
 	if err := f.validate(); err != nil {
 		return Finished{}, err
 	}
-	return qu.finish(ctx, l, state, &f)
+	return qu.finish(ctx, l, StateDead, &f)
 }
 
 // Finished reports the lane followers a finish made claimable.
@@ -138,10 +145,10 @@ var readCommitted = &sql.TxOptions{Isolation: sql.LevelReadCommitted}
 
 // finish terminalizes the claimed row and, in the same transaction,
 // promotes the next follower of each of its lanes when that follower now
-// heads both of its own lanes. Lock order: the finished row (CAS), then the
-// follower (locking read), then any live predecessor in the follower's other
-// lane (locking read). An item in no lane has no followers: one autocommit
-// CAS finishes it.
+// heads both of its own lanes. Locks: the finished row (CAS), then the
+// follower (locking read); the follower's other lane is read without a lock
+// (see LiveBeforeInSourceLane). An item in no lane has no followers: one
+// autocommit CAS finishes it.
 func (qu *Queue) finish(ctx context.Context, l Lease, state string, f *Failure) (Finished, error) {
 	p := gen.FinishParams{TerminalState: state, WorkID: l.WorkID, LeaseToken: l.Token}
 	if f != nil {
@@ -252,6 +259,9 @@ func promoteAfter(ctx context.Context, q *gen.Queries, finished *laneIdentity) (
 // coming due or a lease expiring), by the database clock; ok is false when
 // nothing is scheduled.
 func (qu *Queue) NextWorkAt(ctx context.Context, scope string) (at time.Time, ok bool, err error) {
+	if err := validScope(scope); err != nil {
+		return time.Time{}, false, err
+	}
 	times, err := qu.q.NextWorkAt(ctx, gen.NextWorkAtParams{ScopeID: scope})
 	if err != nil {
 		return time.Time{}, false, fmt.Errorf("workqueue: next work time of scope %q: %w", scope, err)
@@ -267,6 +277,9 @@ func (qu *Queue) NextWorkAt(ctx context.Context, scope string) (at time.Time, ok
 // HasDueWork reports whether anything in the scope is claimable now: a due
 // lane head or an expired lease. A hint; the claim path stays the authority.
 func (qu *Queue) HasDueWork(ctx context.Context, scope string) (bool, error) {
+	if err := validScope(scope); err != nil {
+		return false, err
+	}
 	ids, err := qu.q.HasDueWork(ctx, gen.HasDueWorkParams{ScopeID: scope})
 	if err != nil {
 		return false, fmt.Errorf("workqueue: due-work hint of scope %q: %w", scope, err)

@@ -1,6 +1,7 @@
 package workqueue_test
 
 import (
+	"database/sql"
 	"errors"
 	"fmt"
 	"sync"
@@ -400,6 +401,7 @@ func TestRetryBackoffPersistsAcrossRestart(t *testing.T) {
 		t.Fatalf("claimed %v before the backoff elapsed", ids(got))
 	}
 	f.makeDue(x)
+	c2.Rewind(0)
 	second := f.claim(c2, workqueue.ClaimRequest{})
 	if len(second) != 1 || second[0].SafeRetries != 1 || second[0].Attempt != 2 {
 		t.Fatalf("after restart: %+v, want the persisted safe-retry count 1 on attempt 2", second)
@@ -414,14 +416,23 @@ func TestRetryBackoffPersistsAcrossRestart(t *testing.T) {
 
 	// Durable forward progress resets the series.
 	f.makeDue(x)
+	c2.Rewind(0)
 	third := f.claim(c2, workqueue.ClaimRequest{})
-	if err := qu2.RecordProgress(f.ctx, third[0].Lease); err != nil {
+	if len(third) != 1 || third[0].SafeRetries != 2 {
+		t.Fatalf("third attempt: %+v, want 2 safe retries so far", third)
+	}
+	if err := qu2.RecordProgress(f.ctx, &third[0]); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := qu2.Retry(f.ctx, third[0], workqueue.Failure{Class: "dependency_unavailable"}); err != nil {
+	delay, err = qu2.Retry(f.ctx, third[0], workqueue.Failure{Class: "dependency_unavailable"})
+	if err != nil {
 		t.Fatal(err)
+	}
+	if delay < 900*time.Millisecond || delay > 1100*time.Millisecond {
+		t.Fatalf("retry after progress waits %s, want the series restarted at 1s ±10%%", delay)
 	}
 	f.makeDue(x)
+	c2.Rewind(0)
 	fourth := f.claim(c2, workqueue.ClaimRequest{})
 	if len(fourth) != 1 || fourth[0].SafeRetries != 1 {
 		t.Fatalf("after progress: %+v, want the series restarted (1 retry)", fourth)
@@ -434,7 +445,7 @@ func TestFailSendsPermanentAndExhaustedToDead(t *testing.T) {
 	c := f.claimer("w1")
 	p := f.one(workqueue.Work{})
 	got := f.claim(c, workqueue.ClaimRequest{})
-	dead, err := f.qu.Fail(f.ctx, got[0], workqueue.Failure{Class: "schema"}, fmt.Errorf("bad mapping: %w", workqueue.ErrPermanent))
+	dead, _, err := f.qu.Fail(f.ctx, got[0], workqueue.Failure{Class: "schema"}, fmt.Errorf("bad mapping: %w", workqueue.ErrPermanent))
 	if err != nil || !dead || f.state(p) != workqueue.StateDead {
 		t.Fatalf("permanent failure: dead=%v err=%v state=%s", dead, err, f.state(p))
 	}
@@ -446,13 +457,14 @@ func TestFailSendsPermanentAndExhaustedToDead(t *testing.T) {
 		if len(got) != 1 {
 			t.Fatalf("attempt %d: claimed %v", attempt, ids(got))
 		}
-		dead, err := f.qu.Fail(f.ctx, got[0], workqueue.Failure{Class: "transient"}, errors.New("timeout"))
+		dead, err := c.Fail(f.ctx, got[0], workqueue.Failure{Class: "transient"}, errors.New("timeout"))
 		if err != nil {
 			t.Fatal(err)
 		}
 		if dead {
-			if attempt != 2 {
-				t.Fatalf("dead after %d attempts, want 2 (MaxSafeRetries)", attempt)
+			// Two safe retries (MaxSafeRetries), then the third failure is final.
+			if attempt != 3 || got[0].SafeRetries != 2 {
+				t.Fatalf("dead on attempt %d after %d safe retries, want attempt 3 after 2", attempt, got[0].SafeRetries)
 			}
 			break
 		}
@@ -573,36 +585,55 @@ func TestClaimerFloorsFindItemsBehindThem(t *testing.T) {
 func TestScanWindowsWalkPastEmptyRanges(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t, workqueue.Config{})
-	c, err := f.qu.NewClaimer(scope, "w", workqueue.ClaimerConfig{ScanWindow: 4})
+	clock := &fakeClock{now: time.Unix(1_000_000, 0)}
+	c, err := f.qu.NewClaimer(scope, "w", workqueue.ClaimerConfig{ScanWindow: 4, RescanEvery: time.Hour, Now: clock.Now})
 	if err != nil {
 		t.Fatal(err)
 	}
-	claim := func(class string) ([]workqueue.Claimed, workqueue.ClaimStats) {
+	claim := func() ([]workqueue.Claimed, workqueue.ClaimStats) {
 		t.Helper()
-		got, stats, err := c.Claim(f.ctx, workqueue.ClaimRequest{QueueClasses: []string{class}, WorkTypes: []string{"deliver"}, Max: 5})
+		got, stats, err := c.Claim(f.ctx, workqueue.ClaimRequest{QueueClasses: []string{"default"}, WorkTypes: []string{"deliver"}, Max: 5})
 		if err != nil {
 			t.Fatal(err)
 		}
 		return got, stats
 	}
+	// From floor 0 (a new claimer, or a periodic rescan) a scan is one
+	// statement over the whole range; it moves the floor to ordinal 1.
+	first := f.one(workqueue.Work{})
+	if got, stats := claim(); len(got) != 1 || got[0].WorkID != first || stats.Windows != 1 {
+		t.Fatalf("claimed %v in %d statements, want [%d] in 1", ids(got), stats.Windows, first)
+	}
 	var later []int64
-	for range 10 { // ten items not due for an hour: ordinals 1..10
+	for range 10 { // ten items not due for an hour: ordinals 2..11
 		later = append(later, f.one(workqueue.Work{Delay: time.Hour}))
 	}
-	// Nothing due: the claim walks windows [1,5) [5,9) [9,13) up to the
-	// scope's next ordinal (11) and stops.
-	if got, stats := claim("default"); len(got) != 0 || stats.Windows != 3 {
+	// Nothing due: windows [1,5) [5,9) [9,13) up to the next ordinal (12).
+	if got, stats := claim(); len(got) != 0 || stats.Windows != 3 {
 		t.Fatalf("claimed %v in %d windows, want nothing in 3", ids(got), stats.Windows)
 	}
-	// Empty windows do not move the floor: an item in the first windows is
-	// found as soon as it is due, without a rewind.
+	// Empty windows do not move the floor: ordinal 7 is found as soon as it
+	// is due, in the second window, without a rewind.
 	f.makeDue(later[5])
-	if got, stats := claim("default"); len(got) != 1 || got[0].WorkID != later[5] || stats.Windows != 2 {
-		t.Fatalf("claimed %v in %d windows, want [%d] in the second window", ids(got), stats.Windows, later[5])
+	if got, stats := claim(); len(got) != 1 || got[0].WorkID != later[5] || stats.Windows != 2 {
+		t.Fatalf("claimed %v in %d windows, want [%d] in the second", ids(got), stats.Windows, later[5])
 	}
-	// A due item past several empty windows is reached in one claim.
+	// A due item past empty windows is reached in the same claim.
 	due := f.one(workqueue.Work{})
-	if got, _ := claim("default"); len(got) != 1 || got[0].WorkID != due {
-		t.Fatalf("claimed %v, want [%d]", ids(got), due)
+	if got, stats := claim(); len(got) != 1 || got[0].WorkID != due || stats.Windows != 2 {
+		t.Fatalf("claimed %v in %d windows, want [%d] in 2", ids(got), stats.Windows, due)
+	}
+}
+
+func TestNewRefusesOptimisticSessions(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, workqueue.Config{})
+	db, err := sql.Open("mysql", f.dsn+"&tidb_txn_mode=%27optimistic%27")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	if _, err := workqueue.New(db, workqueue.Config{}); !errors.Is(err, workqueue.ErrOptimisticMode) {
+		t.Fatalf("New on optimistic sessions: err = %v, want ErrOptimisticMode", err)
 	}
 }

@@ -4,8 +4,9 @@
 // reads a controller needs.
 //
 // Authority and clocks. The work_item row is the only execution authority: a
-// claim is a primary-key compare-and-swap on its row version (lease_token),
-// and every later call of the holder presents that token. Lease expiry and due
+// claim is a primary-key compare-and-swap that succeeds only while the row is
+// still a pending, due lane head of the active generation, and it issues a
+// new lease token that every later call of the holder presents. Lease expiry and due
 // times are compared with the database's NOW(6) only, never a host clock, so a
 // host whose clock is skewed cannot steal a live lease or run work early.
 //
@@ -19,6 +20,7 @@ package workqueue
 import (
 	"context"
 	"database/sql"
+	"errors"
 	"fmt"
 	"time"
 
@@ -86,14 +88,30 @@ type Queue struct {
 	cfg Config
 }
 
+// ErrOptimisticMode reports sessions in TiDB's optimistic transaction mode,
+// where READ COMMITTED silently becomes REPEATABLE READ and a finishing
+// transaction could miss a concurrent finisher's commit.
+var ErrOptimisticMode = errors.New("workqueue: TiDB sessions must use pessimistic transactions (tidb_txn_mode)")
+
 // New returns a Queue on db, which must carry laneq's connection settings
-// (parseTime, clientFoundRows, UTC session time zone; see internal/tidbenv).
+// (parseTime, clientFoundRows, UTC session time zone; see internal/tidbenv)
+// and pessimistic transactions (TiDB's default; checked here).
 func New(db *sql.DB, cfg Config) (*Queue, error) {
 	cfg, err := cfg.withDefaults()
 	if err != nil {
 		return nil, err
 	}
-	return &Queue{db: db, q: gen.New(db), cfg: cfg}, nil
+	qu := &Queue{db: db, q: gen.New(db), cfg: cfg}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	mode, err := qu.q.TxnMode(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("workqueue: read tidb_txn_mode: %w", err)
+	}
+	if m := fmt.Sprintf("%s", mode); m == "optimistic" {
+		return nil, fmt.Errorf("%w: the session reports %q", ErrOptimisticMode, m)
+	}
+	return qu, nil
 }
 
 // EnsureScope creates the scope with the given active generation if it does
@@ -115,6 +133,9 @@ func (qu *Queue) EnsureScope(ctx context.Context, scope string, generation int64
 // generations stop being claimable at once; their lanes no longer block the
 // new generation's items.
 func (qu *Queue) SetGeneration(ctx context.Context, scope string, generation int64) error {
+	if err := validScope(scope); err != nil {
+		return err
+	}
 	if generation < 1 {
 		return invalidf("generation must be positive, got %d", generation)
 	}
