@@ -298,7 +298,7 @@ func BenchmarkChurn(b *testing.B) {
 		// as a Claimer does (from 0: what the periodic rescan pays).
 		scan := func(floor int64) error {
 			for from := floor; from < int64(enqueued)+1; from += 256 {
-				rows, err := q.ClaimCandidates(ctx, gen.ClaimCandidatesParams{ScopeID: scopeID, QueueClass: "default",
+				rows, err := q.ClaimCandidates(ctx, gen.ClaimCandidatesParams{ScopeID: scopeID, Generation: 1, QueueClass: "default",
 					FloorOrdinal: from, CeilingOrdinal: from + 256, WorkTypes: []string{"deliver"}, Limit: 1})
 				if err != nil || len(rows) > 0 {
 					return err
