@@ -16,6 +16,13 @@ import (
 //go:embed *.sql
 var files embed.FS
 
+// PlanCases is queries/plancheck.json: a plan-check case for every named
+// statement (see package plancheck). It lives beside the SQL so a statement
+// and its case change together.
+//
+//go:embed plancheck.json
+var PlanCases []byte
+
 // Statement is one named statement of the catalog.
 type Statement struct {
 	Name string // sqlc name, e.g. InsertEvent

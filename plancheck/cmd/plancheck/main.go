@@ -1,11 +1,8 @@
 // Command plancheck is laneq's main job: it finds or starts a TiDB (see
-// internal/tidbenv for the order), applies the migrations to a scratch
-// database and checks the plan of every statement in the query catalog.
-//
-// The EXPLAIN ANALYZE rules, fixtures and report land with the plancheck
-// issue (#4). Until then this command proves the pipeline end to end — TiDB,
-// migrations, catalog enumeration — and reports every statement as having no
-// plan case yet. It does not claim any plan is good.
+// internal/tidbenv for the order), seeds one migrated database per scale
+// with the plan-check fixture, runs EXPLAIN ANALYZE for every case of
+// queries/plancheck.json, prints a report, writes it as Markdown and JSON,
+// and exits 1 when any statement fails a rule or has no case.
 package main
 
 import (
@@ -16,80 +13,145 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
-	"text/tabwriter"
+	"path/filepath"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/laneq/laneq/internal/tidbenv"
+	"github.com/laneq/laneq/plancheck"
 	"github.com/laneq/laneq/queries"
 	"github.com/laneq/laneq/schema"
 )
 
 func main() {
-	keep := flag.Bool("keep", false, "keep the scratch database after the run (for inspection)")
+	scales := flag.String("scales", "100,10000", "comma-separated fixture scales (rows of each noise distribution)")
+	large := flag.Bool("large", false, "also check at scale 100000")
+	out := flag.String("out", "plancheck/out", "directory for report.md and report.json")
+	keep := flag.Bool("keep", false, "keep the scratch databases after the run (for inspection)")
 	flag.Parse()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()
-	if err := run(ctx, *keep); err != nil {
+	ok, err := run(ctx, *scales, *large, *out, *keep)
+	if err != nil {
 		fmt.Fprintf(os.Stderr, "plancheck: %v\n", err)
+		os.Exit(2)
+	}
+	if !ok {
 		os.Exit(1)
 	}
 }
 
-func run(ctx context.Context, keep bool) error {
-	stmts, err := queries.Statements()
+func parseScales(s string, large bool) ([]int, error) {
+	var out []int
+	for _, part := range strings.Split(s, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(part))
+		if err != nil || n < 1 || n > plancheck.MaxScale {
+			return nil, fmt.Errorf("-scales: %q is not a scale in 1..%d", part, plancheck.MaxScale)
+		}
+		out = append(out, n)
+	}
+	if large {
+		out = append(out, plancheck.MaxScale)
+	}
+	if len(out) < 2 {
+		return nil, fmt.Errorf("-scales: give at least two scales, so growth with the backlog shows")
+	}
+	return out, nil
+}
+
+func run(ctx context.Context, scaleList string, large bool, outDir string, keep bool) (bool, error) {
+	scales, err := parseScales(scaleList, large)
 	if err != nil {
-		return err
+		return false, err
+	}
+	stmts, err := plancheck.CatalogStatements()
+	if err != nil {
+		return false, err
+	}
+	cases, err := plancheck.LoadCases(queries.PlanCases)
+	if err != nil {
+		return false, err
 	}
 	opts, err := tidbenv.OptionsFromEnv()
 	if err != nil {
-		return err
+		return false, err
 	}
 	opts.Progress = os.Stderr
 	srv, err := tidbenv.Start(ctx, opts)
 	if err != nil {
-		return err
+		return false, err
 	}
 	defer srv.Close()
 	fmt.Fprintf(os.Stderr, "plancheck: TiDB %s (%s: %s)\n", srv.Version, srv.Kind, srv.Detail)
 
-	suffix := make([]byte, 4)
+	suffix := make([]byte, 3)
 	if _, err := rand.Read(suffix); err != nil {
-		return fmt.Errorf("random database suffix: %w", err)
+		return false, fmt.Errorf("random database suffix: %w", err)
 	}
-	dbName := "laneq_plancheck_" + hex.EncodeToString(suffix)
-	if err := srv.CreateDatabase(ctx, dbName); err != nil {
-		return err
+	var dbs []plancheck.ScaleDB
+	for _, scale := range scales {
+		name := fmt.Sprintf("laneq_plancheck_%s_%d", hex.EncodeToString(suffix), scale)
+		if err := srv.CreateDatabase(ctx, name); err != nil {
+			return false, err
+		}
+		if !keep {
+			defer func() {
+				dropCtx, cancel := context.WithTimeout(context.Background(), time.Minute)
+				defer cancel()
+				if err := srv.DropDatabase(dropCtx, name); err != nil {
+					fmt.Fprintf(os.Stderr, "plancheck: %v\n", err)
+				}
+			}()
+		}
+		db, err := srv.Open(name)
+		if err != nil {
+			return false, err
+		}
+		defer db.Close()
+		if _, err := schema.Up(ctx, db); err != nil {
+			return false, err
+		}
+		if err := plancheck.Seed(ctx, db, int64(scale), os.Stderr); err != nil {
+			return false, err
+		}
+		dbs = append(dbs, plancheck.ScaleDB{Scale: scale, DB: db})
 	}
-	if !keep {
-		defer func() {
-			dropCtx, cancel := context.WithTimeout(context.Background(), time.Minute)
-			defer cancel()
-			if err := srv.DropDatabase(dropCtx, dbName); err != nil {
-				fmt.Fprintf(os.Stderr, "plancheck: %v\n", err)
-			}
-		}()
-	}
-	db, err := srv.Open(dbName)
+	rep, err := plancheck.Check(ctx, stmts, cases, dbs, os.Stderr)
 	if err != nil {
-		return err
+		return false, err
 	}
-	defer db.Close()
-	started := time.Now()
-	applied, err := schema.Up(ctx, db)
-	if err != nil {
-		return err
+	rep.Server = "TiDB " + srv.Version + " (" + string(srv.Kind) + ")"
+	if err := rep.WriteText(os.Stdout); err != nil {
+		return false, err
 	}
-	fmt.Fprintf(os.Stderr, "plancheck: applied %d migrations to %s in %s\n", applied, dbName, time.Since(started).Round(time.Millisecond))
+	if err := writeFiles(rep, outDir); err != nil {
+		return false, err
+	}
+	return rep.Pass(), nil
+}
 
-	fmt.Printf("\nlaneq plancheck — %d catalog statements, TiDB %s\n\n", len(stmts), srv.Version)
-	w := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(w, "STATEMENT\tKIND\tDECLARED\tVERDICT")
-	for _, s := range stmts {
-		fmt.Fprintf(w, "%s\t%s\t%s:%d\tno case yet\n", s.Name, s.Kind, s.File, s.Line)
+func writeFiles(rep plancheck.Report, dir string) error {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return fmt.Errorf("create %s: %w", dir, err)
 	}
-	if err := w.Flush(); err != nil {
-		return err
+	for name, write := range map[string]func(*os.File) error{
+		"report.md":   func(f *os.File) error { return rep.WriteMarkdown(f) },
+		"report.json": func(f *os.File) error { return rep.WriteJSON(f) },
+	} {
+		path := filepath.Join(dir, name)
+		f, err := os.Create(path)
+		if err != nil {
+			return fmt.Errorf("create %s: %w", path, err)
+		}
+		if err := write(f); err != nil {
+			f.Close()
+			return fmt.Errorf("write %s: %w", path, err)
+		}
+		if err := f.Close(); err != nil {
+			return fmt.Errorf("close %s: %w", path, err)
+		}
+		fmt.Fprintf(os.Stderr, "plancheck: wrote %s\n", path)
 	}
-	fmt.Printf("\nno cases yet: plan rules, fixtures at two scales and golden plans land with the plancheck issue (#4).\n")
 	return nil
 }
