@@ -26,6 +26,18 @@ func (r Report) counts() (passed, failed int) {
 	return passed, failed + len(r.Uncovered)
 }
 
+// problems lists every violation and every statement without a case.
+func (r Report) problems() []string {
+	var out []string
+	for _, res := range r.Results {
+		out = append(out, res.Violations...)
+	}
+	for _, q := range r.Uncovered {
+		out = append(out, fmt.Sprintf("%s: no plan-check case: add one to queries/plancheck.json", q))
+	}
+	return out
+}
+
 func (r Report) scaleHeader(sep string) string {
 	parts := make([]string, len(r.Scales))
 	for i, s := range r.Scales {
@@ -59,14 +71,7 @@ func (r Report) WriteText(w io.Writer) error {
 		return err
 	}
 	passed, failed := r.counts()
-	var problems []string
-	for _, res := range r.Results {
-		problems = append(problems, res.Violations...)
-	}
-	for _, q := range r.Uncovered {
-		problems = append(problems, fmt.Sprintf("%s: no plan-check case: add one to queries/plancheck.json", q))
-	}
-	if len(problems) > 0 {
+	if problems := r.problems(); len(problems) > 0 {
 		fmt.Fprintf(w, "\nviolations:\n")
 		for _, p := range problems {
 			fmt.Fprintf(w, "  - %s\n", p)
@@ -92,11 +97,7 @@ func (r Report) WriteMarkdown(w io.Writer) error {
 	for _, q := range r.Uncovered {
 		fmt.Fprintf(w, "| `%s` | %s | no plan-check case | FAIL |\n", q, strings.TrimSuffix(strings.Repeat("- | ", len(r.Scales)), " | "))
 	}
-	var problems []string
-	for _, res := range r.Results {
-		problems = append(problems, res.Violations...)
-	}
-	if len(problems) > 0 {
+	if problems := r.problems(); len(problems) > 0 {
 		fmt.Fprintf(w, "\n### Violations\n\n")
 		for _, p := range problems {
 			fmt.Fprintf(w, "- %s\n", p)

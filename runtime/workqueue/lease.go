@@ -191,6 +191,14 @@ type follower struct {
 	source, target         sql.NullString
 }
 
+func followers(rows []gen.NextBlockedInSourceLaneRow) []follower {
+	out := make([]follower, len(rows))
+	for i, r := range rows {
+		out[i] = follower{r.WorkID, r.LeaseToken, r.LaneOrdinal, r.SourceLaneKey, r.TargetLaneKey}
+	}
+	return out
+}
+
 // promoteAfter promotes, for each lane the finished item leaves, the next
 // blocked item of that lane if it now heads both of its lanes. In the lane it
 // was found in it is the head already: the finished item headed that lane,
@@ -205,9 +213,7 @@ func promoteAfter(ctx context.Context, q *gen.Queries, finished *laneIdentity) (
 		if err != nil {
 			return nil, fmt.Errorf("next follower in source lane: %w", err)
 		}
-		for _, r := range rows {
-			viaSource = append(viaSource, follower{r.WorkID, r.LeaseToken, r.LaneOrdinal, r.SourceLaneKey, r.TargetLaneKey})
-		}
+		viaSource = followers(rows)
 	}
 	if finished.target.Valid {
 		rows, err := q.NextBlockedInTargetLane(ctx, gen.NextBlockedInTargetLaneParams{
@@ -216,8 +222,8 @@ func promoteAfter(ctx context.Context, q *gen.Queries, finished *laneIdentity) (
 		if err != nil {
 			return nil, fmt.Errorf("next follower in target lane: %w", err)
 		}
-		for _, r := range rows {
-			viaTarget = append(viaTarget, follower{r.WorkID, r.LeaseToken, r.LaneOrdinal, r.SourceLaneKey, r.TargetLaneKey})
+		for _, r := range rows { // both statements select the same columns
+			viaTarget = append(viaTarget, followers([]gen.NextBlockedInSourceLaneRow{gen.NextBlockedInSourceLaneRow(r)})...)
 		}
 	}
 	var promoted []int64
