@@ -126,6 +126,10 @@ plancheck: tidb ## Plan-check the whole query catalog on TiDB and print the repo
 	echo "==> plancheck against TiDB from the '$$mode' branch"; \
 	LANEQ_TIDB=$$mode $(GO) run ./plancheck/cmd/plancheck $(PLANCHECK_FLAGS)
 
+.PHONY: plancheck-accept
+plancheck-accept: tidb ## Record the current plan shapes as the reviewed golden plans.
+	LANEQ_TIDB=$${LANEQ_TIDB:-embedded} $(GO) run ./plancheck/cmd/plancheck -accept queries/plancheck.golden.json $(PLANCHECK_FLAGS)
+
 .PHONY: clean
 clean: ## Remove bin/ links (the tool cache in $(LANEQ_CACHE) is kept).
 	rm -rf bin

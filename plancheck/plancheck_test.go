@@ -206,3 +206,34 @@ func TestParsePlan(t *testing.T) {
 }
 
 func ptr[T any](v T) *T { return &v }
+
+func TestGoldenShapes(t *testing.T) {
+	rep := plancheck.Report{Scales: []int{100, 10000}, Results: []plancheck.Result{
+		{Query: "Same", Shape: "Point_Get table:t\n"},
+		{Query: "Changed", Shape: "TableFullScan table:t\n"},
+		{Query: "New", Shape: "Point_Get table:t\n"},
+	}}
+	golden := plancheck.Golden{Scale: 10000, Shapes: map[string]string{
+		"Same": "Point_Get table:t\n", "Changed": "Point_Get table:t\n",
+	}}
+	rep.CompareGolden(golden)
+	if !rep.Results[0].Pass() {
+		t.Fatalf("unchanged shape failed: %v", rep.Results[0].Violations)
+	}
+	if v := strings.Join(rep.Results[1].Violations, "\n"); !strings.Contains(v, "shape changed") || !strings.Contains(v, "- Point_Get") || !strings.Contains(v, "+ TableFullScan") {
+		t.Fatalf("changed shape: %q", v)
+	}
+	if v := strings.Join(rep.Results[2].Violations, "\n"); !strings.Contains(v, "no golden plan shape") {
+		t.Fatalf("new statement: %q", v)
+	}
+	// A run at another largest scale (-large) does not compare.
+	other := plancheck.Report{Scales: []int{100, 100000}, Results: []plancheck.Result{{Query: "Changed", Shape: "X\n"}}}
+	other.CompareGolden(golden)
+	if !other.Results[0].Pass() {
+		t.Fatalf("compared at a scale the golden file does not record: %v", other.Results[0].Violations)
+	}
+	// Accepting records every shape at the largest scale.
+	if g := rep.Golden(); g.Scale != 10000 || len(g.Shapes) != 3 || g.Shapes["Changed"] != "TableFullScan table:t\n" {
+		t.Fatalf("accepted golden %+v", g)
+	}
+}

@@ -23,6 +23,12 @@ var files embed.FS
 //go:embed plancheck.json
 var PlanCases []byte
 
+// PlanGolden is queries/plancheck.golden.json: the reviewed plan shape of
+// every case (written by make plancheck-accept).
+//
+//go:embed plancheck.golden.json
+var PlanGolden []byte
+
 // Statement is one named statement of the catalog.
 type Statement struct {
 	Name string // sqlc name, e.g. InsertEvent

@@ -29,10 +29,11 @@ func main() {
 	large := flag.Bool("large", false, "also check at scale 100000")
 	out := flag.String("out", "plancheck/out", "directory for report.md and report.json")
 	keep := flag.Bool("keep", false, "keep the scratch databases after the run (for inspection)")
+	accept := flag.String("accept", "", "write this run's plan shapes to this golden file (queries/plancheck.golden.json) instead of comparing")
 	flag.Parse()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()
-	ok, err := run(ctx, *scales, *large, *out, *keep)
+	ok, err := run(ctx, *scales, *large, *out, *keep, *accept)
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "plancheck: %v\n", err)
 		os.Exit(2)
@@ -60,7 +61,7 @@ func parseScales(s string, large bool) ([]int, error) {
 	return out, nil
 }
 
-func run(ctx context.Context, scaleList string, large bool, outDir string, keep bool) (bool, error) {
+func run(ctx context.Context, scaleList string, large bool, outDir string, keep bool, accept string) (bool, error) {
 	scales, err := parseScales(scaleList, large)
 	if err != nil {
 		return false, err
@@ -122,6 +123,17 @@ func run(ctx context.Context, scaleList string, large bool, outDir string, keep 
 		return false, err
 	}
 	rep.Server = "TiDB " + srv.Version + " (" + string(srv.Kind) + ")"
+	if accept != "" {
+		if err := writeGolden(rep.Golden(), accept); err != nil {
+			return false, err
+		}
+	} else {
+		golden, err := plancheck.LoadGolden(queries.PlanGolden)
+		if err != nil {
+			return false, err
+		}
+		rep.CompareGolden(golden)
+	}
 	if err := rep.WriteText(os.Stdout); err != nil {
 		return false, err
 	}
@@ -129,6 +141,22 @@ func run(ctx context.Context, scaleList string, large bool, outDir string, keep 
 		return false, err
 	}
 	return rep.Pass(), nil
+}
+
+func writeGolden(g plancheck.Golden, path string) error {
+	f, err := os.Create(path)
+	if err != nil {
+		return fmt.Errorf("create %s: %w", path, err)
+	}
+	if err := g.WriteJSON(f); err != nil {
+		f.Close()
+		return fmt.Errorf("write %s: %w", path, err)
+	}
+	if err := f.Close(); err != nil {
+		return fmt.Errorf("close %s: %w", path, err)
+	}
+	fmt.Fprintf(os.Stderr, "plancheck: accepted %d plan shapes at scale %d into %s\n", len(g.Shapes), g.Scale, path)
+	return nil
 }
 
 func writeFiles(rep plancheck.Report, dir string) error {
