@@ -53,7 +53,7 @@ func TestPlancheck(t *testing.T) {
 func check(t *testing.T, stmt string, c plancheck.Case) plancheck.Result {
 	t.Helper()
 	c.Query = "Probe"
-	rep, err := plancheck.Check(context.Background(), []plancheck.Statement{{Name: "Probe", SQL: stmt}}, []plancheck.Case{c}, scales(t), io.Discard)
+	rep, err := plancheck.Check(context.Background(), []plancheck.Statement{{Name: "Probe", SQL: stmt}}, []plancheck.Case{c}, scales(t), nil, io.Discard)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -82,7 +82,7 @@ func testCatalogPasses(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	rep, err := plancheck.Check(context.Background(), stmts, cases, scales(t), io.Discard)
+	rep, err := plancheck.Check(context.Background(), stmts, cases, scales(t), nil, io.Discard)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -151,7 +151,7 @@ func testOverBudgetIsCaught(t *testing.T) {
 func testCoverageRuleFailsAStatementWithoutACase(t *testing.T) {
 	stmts := []plancheck.Statement{{Name: "Covered", SQL: "SELECT 1"}, {Name: "Forgotten", SQL: "SELECT 2"}}
 	cases := []plancheck.Case{{Query: "Covered", NoRead: "constant", Args: map[string]any{}}}
-	rep, err := plancheck.Check(context.Background(), stmts, cases, scales(t), io.Discard)
+	rep, err := plancheck.Check(context.Background(), stmts, cases, scales(t), nil, io.Discard)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -15,6 +15,14 @@ func (r Result) verdict() string {
 	return "FAIL"
 }
 
+// times is "fresh/churned" milliseconds for a timed hot case, else "-".
+func (r Result) times() string {
+	if r.ChurnedMs == 0 {
+		return "-"
+	}
+	return fmt.Sprintf("%.2f/%.2f", r.FreshMs, r.ChurnedMs)
+}
+
 func (r Report) counts() (passed, failed int) {
 	for _, res := range r.Results {
 		if res.Pass() {
@@ -60,12 +68,12 @@ func joinRows(v []int64, sep string) string {
 func (r Report) WriteText(w io.Writer) error {
 	fmt.Fprintf(w, "\nlaneq plancheck — %s — %d cases, scales %v\n\n", r.Server, len(r.Results), r.Scales)
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintf(tw, "STATEMENT\t%s\tSCAN OPERATORS (largest scale)\tVERDICT\n", r.scaleHeader("\t"))
+	fmt.Fprintf(tw, "STATEMENT\t%s\tFRESH/CHURNED ms\tSCAN OPERATORS (largest scale)\tVERDICT\n", r.scaleHeader("\t"))
 	for _, res := range r.Results {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", res.Query, joinRows(res.RowsRead, "\t"), res.Operators, res.verdict())
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", res.Query, joinRows(res.RowsRead, "\t"), res.times(), res.Operators, res.verdict())
 	}
 	for _, q := range r.Uncovered {
-		fmt.Fprintf(tw, "%s\t%s\t(no plan-check case)\tFAIL\n", q, strings.Repeat("-\t", len(r.Scales)-1)+"-")
+		fmt.Fprintf(tw, "%s\t%s\t-\t(no plan-check case)\tFAIL\n", q, strings.Repeat("-\t", len(r.Scales)-1)+"-")
 	}
 	if err := tw.Flush(); err != nil {
 		return err
@@ -89,13 +97,13 @@ func (r Report) WriteMarkdown(w io.Writer) error {
 		status = fmt.Sprintf("❌ %d failed", failed)
 	}
 	fmt.Fprintf(w, "## laneq plancheck: %s\n\n%s — %d cases, scales %v.\n\n", status, r.Server, len(r.Results), r.Scales)
-	fmt.Fprintf(w, "| statement | %s | scan operators (largest scale) | verdict |\n|---|%s|---|---|\n",
+	fmt.Fprintf(w, "| statement | %s | fresh/churned ms | scan operators (largest scale) | verdict |\n|---|%s---:|---|---|\n",
 		r.scaleHeader(" | "), strings.Repeat("---:|", len(r.Scales)))
 	for _, res := range r.Results {
-		fmt.Fprintf(w, "| `%s` | %s | %s | %s |\n", res.Query, joinRows(res.RowsRead, " | "), res.Operators, res.verdict())
+		fmt.Fprintf(w, "| `%s` | %s | %s | %s | %s |\n", res.Query, joinRows(res.RowsRead, " | "), res.times(), res.Operators, res.verdict())
 	}
 	for _, q := range r.Uncovered {
-		fmt.Fprintf(w, "| `%s` | %s | no plan-check case | FAIL |\n", q, strings.TrimSuffix(strings.Repeat("- | ", len(r.Scales)), " | "))
+		fmt.Fprintf(w, "| `%s` | %s | - | no plan-check case | FAIL |\n", q, strings.TrimSuffix(strings.Repeat("- | ", len(r.Scales)), " | "))
 	}
 	if problems := r.problems(); len(problems) > 0 {
 		fmt.Fprintf(w, "\n### Violations\n\n")

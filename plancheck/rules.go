@@ -29,6 +29,13 @@ type Case struct {
 	// TiDB would show (a plain INSERT ... VALUES). Without it a plan with no
 	// scan operator fails: its read may have folded out of sight.
 	NoRead string `json:"no_read,omitempty"`
+	// Hot marks a statement of the claim path: it is also timed on the
+	// churned fixture (see Churn) and must not run more than ChurnRatio
+	// (default DefaultChurnRatio) times slower there than fresh, unless
+	// ChurnAllow gives the reviewed reason.
+	Hot        bool    `json:"hot,omitempty"`
+	ChurnRatio float64 `json:"churn_ratio,omitempty"`
+	ChurnAllow string  `json:"churn_allow,omitempty"`
 	// Inner, for a statement whose read folds away while planning (an
 	// uncorrelated EXISTS or scalar subquery evaluates to a constant), is
 	// that inner read, explained and judged in its place.

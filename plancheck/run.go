@@ -8,6 +8,7 @@ import (
 	"io"
 	"sort"
 	"strings"
+	"time"
 
 	"github.com/laneq/laneq/queries"
 )
@@ -64,7 +65,11 @@ type Result struct {
 	RowsRead     []int64       `json:"rows_read"` // per scale, in Scales order
 	Operators    string        `json:"operators"` // at the largest scale
 	Shape        string        `json:"shape"`     // at the largest scale
-	Violations   []string      `json:"violations,omitempty"`
+	// FreshMs and ChurnedMs: median execution time of a hot case at the
+	// largest scale, without and with churn (0 when not measured).
+	FreshMs    float64  `json:"fresh_ms,omitempty"`
+	ChurnedMs  float64  `json:"churned_ms,omitempty"`
+	Violations []string `json:"violations,omitempty"`
 }
 
 // Pass reports whether the case has no violation.
@@ -122,8 +127,10 @@ type ScaleDB struct {
 	DB    *sql.DB
 }
 
-// Check explains every case on every scale's database and judges it.
-func Check(ctx context.Context, stmts []Statement, cases []Case, scales []ScaleDB, progress io.Writer) (Report, error) {
+// Check explains every case on every scale's database and judges it. When
+// churned is not nil (a fixture at the largest scale after Churn), hot cases
+// are also timed there against the largest fresh scale.
+func Check(ctx context.Context, stmts []Statement, cases []Case, scales []ScaleDB, churned *sql.DB, progress io.Writer) (Report, error) {
 	sort.Slice(scales, func(i, j int) bool { return scales[i].Scale < scales[j].Scale })
 	rep := Report{}
 	for _, s := range scales {
@@ -160,6 +167,19 @@ func Check(ctx context.Context, stmts []Statement, cases []Case, scales []ScaleD
 		}
 		last := res.Observations[len(res.Observations)-1]
 		res.Operators, res.Shape = Brief(last.Ops), Shape(last.Ops)
+		if c.Hot && churned != nil {
+			args := resolve(c.Args, values)
+			fresh, err := medianTime(ctx, scales[len(scales)-1].DB, stmt, args, 5)
+			if err != nil {
+				return rep, fmt.Errorf("plancheck: time %s fresh: %w", c.Query, err)
+			}
+			churnedTime, err := medianTime(ctx, churned, stmt, args, 5)
+			if err != nil {
+				return rep, fmt.Errorf("plancheck: time %s churned: %w", c.Query, err)
+			}
+			res.FreshMs, res.ChurnedMs = ms(fresh), ms(churnedTime)
+			res.Violations = append(res.Violations, judgeChurn(c, fresh, churnedTime)...)
+		}
 		rep.Results = append(rep.Results, res)
 		verdict := "ok"
 		if !res.Pass() {
@@ -169,6 +189,8 @@ func Check(ctx context.Context, stmts []Statement, cases []Case, scales []ScaleD
 	}
 	return rep, nil
 }
+
+func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
 
 // resolve replaces "$name" string arguments with fixture values, inside lists too.
 func resolve(args map[string]any, values map[string]any) map[string]any {

@@ -8,6 +8,7 @@ package main
 import (
 	"context"
 	"crypto/rand"
+	"database/sql"
 	"encoding/hex"
 	"flag"
 	"fmt"
@@ -29,11 +30,12 @@ func main() {
 	large := flag.Bool("large", false, "also check at scale 100000")
 	out := flag.String("out", "plancheck/out", "directory for report.md and report.json")
 	keep := flag.Bool("keep", false, "keep the scratch databases after the run (for inspection)")
+	churn := flag.Int("churn", 5000, "items to push through the claim path for the churned fixture (0: no churn check)")
 	accept := flag.String("accept", "", "write this run's plan shapes to this golden file (queries/plancheck.golden.json) instead of comparing")
 	flag.Parse()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()
-	ok, err := run(ctx, *scales, *large, *out, *keep, *accept)
+	ok, err := run(ctx, *scales, *large, *out, *keep, *accept, *churn)
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "plancheck: %v\n", err)
 		os.Exit(2)
@@ -61,7 +63,7 @@ func parseScales(s string, large bool) ([]int, error) {
 	return out, nil
 }
 
-func run(ctx context.Context, scaleList string, large bool, outDir string, keep bool, accept string) (bool, error) {
+func run(ctx context.Context, scaleList string, large bool, outDir string, keep bool, accept string, churn int) (bool, error) {
 	scales, err := parseScales(scaleList, large)
 	if err != nil {
 		return false, err
@@ -91,8 +93,17 @@ func run(ctx context.Context, scaleList string, large bool, outDir string, keep 
 		return false, fmt.Errorf("random database suffix: %w", err)
 	}
 	var dbs []plancheck.ScaleDB
-	for _, scale := range scales {
+	var churned *sql.DB
+	fixtures := append([]int(nil), scales...)
+	if churn > 0 { // one more fixture at the largest scale, to churn
+		fixtures = append(fixtures, scales[len(scales)-1])
+	}
+	for i, scale := range fixtures {
 		name := fmt.Sprintf("laneq_plancheck_%s_%d", hex.EncodeToString(suffix), scale)
+		isChurned := i == len(scales)
+		if isChurned {
+			name += "_churned"
+		}
 		if err := srv.CreateDatabase(ctx, name); err != nil {
 			return false, err
 		}
@@ -116,9 +127,16 @@ func run(ctx context.Context, scaleList string, large bool, outDir string, keep 
 		if err := plancheck.Seed(ctx, db, int64(scale), os.Stderr); err != nil {
 			return false, err
 		}
+		if isChurned {
+			if err := plancheck.Churn(ctx, db, churn, os.Stderr); err != nil {
+				return false, err
+			}
+			churned = db
+			continue
+		}
 		dbs = append(dbs, plancheck.ScaleDB{Scale: scale, DB: db})
 	}
-	rep, err := plancheck.Check(ctx, stmts, cases, dbs, os.Stderr)
+	rep, err := plancheck.Check(ctx, stmts, cases, dbs, churned, os.Stderr)
 	if err != nil {
 		return false, err
 	}

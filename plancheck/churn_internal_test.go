@@ -1,0 +1,40 @@
+package plancheck
+
+import (
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestJudgeChurn(t *testing.T) {
+	hot := Case{Query: "Hot", Hot: true}
+	if v := judgeChurn(hot, 2*time.Millisecond, 9*time.Millisecond); len(v) != 1 || !strings.Contains(v[0], "4.5x slower on the churned fixture") || !strings.Contains(v[0], "ratio of 3.0") {
+		t.Fatalf("4.5x slower: %v", v)
+	}
+	if v := judgeChurn(hot, 2*time.Millisecond, 5*time.Millisecond); len(v) != 0 {
+		t.Fatalf("2.5x is within the default ratio: %v", v)
+	}
+	if v := judgeChurn(hot, 100*time.Microsecond, time.Millisecond); len(v) != 0 {
+		t.Fatalf("below the noise floor: %v", v)
+	}
+	if v := judgeChurn(Case{Query: "Hot", ChurnRatio: 10}, 2*time.Millisecond, 9*time.Millisecond); len(v) != 0 {
+		t.Fatalf("a stated ratio of 10: %v", v)
+	}
+	if v := judgeChurn(Case{Query: "Hot", ChurnAllow: "reviewed"}, time.Millisecond, time.Second); len(v) != 0 {
+		t.Fatalf("allowed: %v", v)
+	}
+}
+
+func TestExecTime(t *testing.T) {
+	for info, want := range map[string]time.Duration{
+		"time:24.3ms, loops:2, RU:11.38":    24300 * time.Microsecond,
+		"time:850.2µs, loops:1":             850200 * time.Nanosecond,
+		"cop_task: {num: 1}, time:1.5s":     1500 * time.Millisecond,
+		"tikv_task:{time:3ms}, time:40.1us": 40100 * time.Nanosecond,
+	} {
+		got, ok := ExecTime([]Operator{{ExecInfo: info}})
+		if !ok || got != want {
+			t.Errorf("%q: %v %v, want %v", info, got, ok, want)
+		}
+	}
+}
