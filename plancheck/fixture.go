@@ -6,10 +6,10 @@ import (
 	_ "embed"
 	"fmt"
 	"io"
-	"strings"
 	"time"
 
 	"github.com/laneq/laneq/gen"
+	"github.com/laneq/laneq/queries"
 )
 
 // The fixture generators: hand-written SQL, bound by Bind (see seed.sql for
@@ -198,15 +198,8 @@ func execSeed(ctx context.Context, conn *sql.Conn, name string, args map[string]
 
 func seedStatements() map[string]string {
 	out := map[string]string{}
-	for _, block := range strings.Split(seedSQL, "-- name: ")[1:] {
-		name := strings.Fields(block)[0]
-		var body []string
-		for _, line := range strings.Split(block, "\n")[1:] {
-			if !strings.HasPrefix(strings.TrimSpace(line), "--") {
-				body = append(body, line)
-			}
-		}
-		out[name] = strings.TrimSuffix(strings.TrimSpace(strings.Join(body, "\n")), ";")
+	for _, st := range queries.Parse("fixtures/seed.sql", []byte(seedSQL)) {
+		out[st.Name] = st.SQL
 	}
 	return out
 }

@@ -40,7 +40,7 @@ type Statement struct {
 
 var nameLine = regexp.MustCompile(`^--\s*name:\s*(\w+)\s+(:\w+)\s*$`)
 
-// Statements lists every named statement, sorted by name.
+// Statements lists every named statement of the catalog, sorted by name.
 func Statements() ([]Statement, error) {
 	paths, err := fs.Glob(files, "*.sql")
 	if err != nil {
@@ -53,35 +53,44 @@ func Statements() ([]Statement, error) {
 		if err != nil {
 			return nil, fmt.Errorf("queries: read %s: %w", p, err)
 		}
-		sc := bufio.NewScanner(bytes.NewReader(b))
-		var cur *Statement
-		var body []string
-		flush := func() {
-			if cur != nil {
-				cur.SQL = strings.TrimSuffix(strings.TrimSpace(strings.Join(body, "\n")), ";")
-				out = append(out, *cur)
-			}
-			body = nil
-		}
-		for line := 1; sc.Scan(); line++ {
-			text := sc.Text()
-			m := nameLine.FindStringSubmatch(text)
-			if m == nil {
-				if cur != nil && !strings.HasPrefix(strings.TrimSpace(text), "--") {
-					body = append(body, text)
-				}
-				continue
-			}
-			flush()
-			st := Statement{Name: m[1], Kind: m[2], File: p, Line: line}
+		for _, st := range Parse(p, b) {
 			if prev, dup := seen[st.Name]; dup {
-				return nil, fmt.Errorf("queries: %s declared twice (%s:%d and %s:%d)", st.Name, prev.File, prev.Line, p, line)
+				return nil, fmt.Errorf("queries: %s declared twice (%s:%d and %s:%d)", st.Name, prev.File, prev.Line, p, st.Line)
 			}
 			seen[st.Name] = st
-			cur = &st
+			out = append(out, st)
 		}
-		flush()
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
 	return out, nil
+}
+
+// Parse splits sqlc-annotated SQL (file named file) into its named
+// statements, in file order, without comments or the trailing ";".
+func Parse(file string, src []byte) []Statement {
+	var out []Statement
+	var cur *Statement
+	var body []string
+	flush := func() {
+		if cur != nil {
+			cur.SQL = strings.TrimSuffix(strings.TrimSpace(strings.Join(body, "\n")), ";")
+			out = append(out, *cur)
+		}
+		body = nil
+	}
+	sc := bufio.NewScanner(bytes.NewReader(src))
+	for line := 1; sc.Scan(); line++ {
+		text := sc.Text()
+		m := nameLine.FindStringSubmatch(text)
+		if m == nil {
+			if cur != nil && !strings.HasPrefix(strings.TrimSpace(text), "--") {
+				body = append(body, text)
+			}
+			continue
+		}
+		flush()
+		cur = &Statement{Name: m[1], Kind: m[2], File: file, Line: line}
+	}
+	flush()
+	return out
 }
