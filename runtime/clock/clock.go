@@ -1,0 +1,143 @@
+// Package clock is the time source of the runtime's timers. Production code
+// uses Real; tests use Fake, whose time moves only when the test says so, so
+// that call budgets can be asserted exactly instead of hoped for with sleeps.
+package clock
+
+import (
+	"sync"
+	"time"
+)
+
+// Clock makes timers and tells the time.
+type Clock interface {
+	Now() time.Time
+	// NewTimer returns a stopped timer; Reset arms it.
+	NewTimer() Timer
+}
+
+// Timer fires once on C after Reset(d), unless stopped first.
+type Timer interface {
+	C() <-chan time.Time
+	// Reset stops the timer, discards a fire not yet received, and arms it
+	// to fire after d.
+	Reset(d time.Duration)
+	// Stop disarms the timer and discards a fire not yet received.
+	Stop()
+}
+
+// Real is the wall clock.
+func Real() Clock { return realClock{} }
+
+type realClock struct{}
+
+func (realClock) Now() time.Time { return time.Now() }
+
+func (realClock) NewTimer() Timer {
+	t := time.NewTimer(time.Hour)
+	t.Stop()
+	return &realTimer{t: t}
+}
+
+type realTimer struct{ t *time.Timer }
+
+func (r *realTimer) C() <-chan time.Time { return r.t.C }
+
+// Since Go 1.23 Stop and Reset also discard a pending fire.
+func (r *realTimer) Reset(d time.Duration) { r.t.Reset(d) }
+func (r *realTimer) Stop()                 { r.t.Stop() }
+
+// Fake is a Clock whose time moves only by Advance. Timers fire during
+// Advance, in deadline order, by a non-blocking send on their channel (one
+// buffered fire, like time.Timer).
+type Fake struct {
+	mu     sync.Mutex
+	now    time.Time
+	timers map[*fakeTimer]struct{}
+}
+
+// NewFake returns a Fake clock reading start.
+func NewFake(start time.Time) *Fake {
+	return &Fake{now: start, timers: map[*fakeTimer]struct{}{}}
+}
+
+func (f *Fake) Now() time.Time {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.now
+}
+
+func (f *Fake) NewTimer() Timer {
+	return &fakeTimer{clock: f, c: make(chan time.Time, 1)}
+}
+
+// Armed reports how many timers are armed (for tests that wait for a
+// component to arm its timers before advancing).
+func (f *Fake) Armed() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return len(f.timers)
+}
+
+// Advance moves time forward by d, firing every timer whose deadline is
+// reached, earliest first.
+func (f *Fake) Advance(d time.Duration) {
+	f.mu.Lock()
+	target := f.now.Add(d)
+	for {
+		var next *fakeTimer
+		for t := range f.timers {
+			if !t.at.After(target) && (next == nil || t.at.Before(next.at)) {
+				next = t
+			}
+		}
+		if next == nil {
+			break
+		}
+		delete(f.timers, next)
+		if next.at.After(f.now) {
+			f.now = next.at
+		}
+		select {
+		case next.c <- f.now:
+		default:
+		}
+	}
+	f.now = target
+	f.mu.Unlock()
+}
+
+type fakeTimer struct {
+	clock *Fake
+	c     chan time.Time
+	at    time.Time
+}
+
+func (t *fakeTimer) C() <-chan time.Time { return t.c }
+
+func (t *fakeTimer) Reset(d time.Duration) {
+	f := t.clock
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	t.drain()
+	t.at = f.now.Add(d)
+	if d <= 0 {
+		t.c <- f.now
+		delete(f.timers, t)
+		return
+	}
+	f.timers[t] = struct{}{}
+}
+
+func (t *fakeTimer) Stop() {
+	t.clock.mu.Lock()
+	defer t.clock.mu.Unlock()
+	delete(t.clock.timers, t)
+	t.drain()
+}
+
+func (t *fakeTimer) drain() {
+	select {
+	case <-t.c:
+	default:
+	}
+}

@@ -1,0 +1,511 @@
+// Package controller is the worker lifecycle controller: it decides when a
+// durable queue is read, and it never polls.
+//
+// After start-up (readiness, one reconciliation, one claim pass, one
+// next-work lookup) a Source is read only because of:
+//
+//   - ClaimBatch.More: the source said more claimable work exists now;
+//   - the exact due timer, armed only for a strictly-future NextWorkAt;
+//   - a coalesced Wake (new durable work this process knows of);
+//   - a generation change seen by the cheap generation probe;
+//   - the low-frequency reconciliation backstop, or RequestReconcile.
+//
+// Completing an attempt is not one of them: it frees capacity, which lets a
+// pending turn run, but it never creates a turn. An already-past next-work
+// time after an authoritative empty claim is counted and left disarmed: the
+// events above are the bounded recovery paths, never a zero-delay timer.
+//
+// Claim and Reconcile may change durable state. When either fails, the
+// controller becomes unusable unless the error proves that nothing
+// committed (ErrSourceOperationNotCommitted); a cancelled context is not
+// that proof.
+package controller
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync/atomic"
+	"time"
+
+	"github.com/laneq/laneq/runtime/clock"
+)
+
+// ErrSourceOperationNotCommitted marks a Claim or Reconcile error after
+// which the source guarantees that no durable transition committed. Only
+// errors wrapping it leave the controller usable.
+var ErrSourceOperationNotCommitted = errors.New("controller: source operation did not commit")
+
+// ErrUnusable reports a controller that saw a Claim or Reconcile error of
+// unknown outcome. Durable ownership may have changed behind it, so it
+// refuses to run again; build a new worker (whose stale-lease reclaim
+// recovers anything claimed).
+var ErrUnusable = errors.New("controller: unusable after a source operation of unknown outcome")
+
+// ErrRunning reports a second concurrent Run.
+var ErrRunning = errors.New("controller: already running")
+
+// Turn describes a claim turn to the source.
+type Turn struct {
+	// Continuation is true when no event arrived since the previous claim:
+	// the turn only continues that claim's More, so the source should claim
+	// only for whatever asked for more.
+	Continuation bool
+}
+
+// ClaimBatch is what one claim turn did.
+type ClaimBatch struct {
+	// Started is the number of attempts the turn handed to executors.
+	Started int
+	// More says more claimable work exists now (the batch was cut short by
+	// capacity, not by running out of work). Only More, never an attempt's
+	// completion, continues claiming without a new event.
+	More bool
+}
+
+// Source is a durable queue as the controller sees it.
+type Source interface {
+	// Ready checks that the source can be used (read-only).
+	Ready(ctx context.Context) error
+	// Reconcile repairs or materializes durable state (it may write).
+	Reconcile(ctx context.Context) error
+	// Claim claims up to the source's free capacity and starts attempts.
+	Claim(ctx context.Context, turn Turn) (ClaimBatch, error)
+	// NextWorkAt is the earliest strictly-future time work becomes
+	// claimable, expressed on the controller's clock (read-only).
+	NextWorkAt(ctx context.Context) (at time.Time, ok bool, err error)
+	// Generation is a cheap probe of a value that changes whenever another
+	// process makes new work (read-only).
+	Generation(ctx context.Context) (uint64, error)
+	// Capacity is how many attempts a claim turn could start now, without
+	// I/O; for a continuation only the capacity that asked for More counts.
+	Capacity(continuation bool) int
+}
+
+// Config tunes a Controller. Zero fields take the defaults.
+type Config struct {
+	// Clock runs the timers. Default clock.Real().
+	Clock clock.Clock
+	// GenerationProbeEvery is the generation probe period: one cheap read
+	// that triggers a claim turn only when the generation changed. Default
+	// 15s; negative disables probing.
+	GenerationProbeEvery time.Duration
+	// ReconcileEvery is the reconciliation backstop period. Default 1m;
+	// negative disables it.
+	ReconcileEvery time.Duration
+	// Logger receives lifecycle and error records. Default slog.Default().
+	Logger *slog.Logger
+}
+
+func (c Config) withDefaults() (Config, error) {
+	if c.Clock == nil {
+		c.Clock = clock.Real()
+	}
+	if c.GenerationProbeEvery == 0 {
+		c.GenerationProbeEvery = 15 * time.Second
+	}
+	if c.ReconcileEvery == 0 {
+		c.ReconcileEvery = time.Minute
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	const floor = 10 * time.Millisecond
+	if (c.GenerationProbeEvery > 0 && c.GenerationProbeEvery < floor) || (c.ReconcileEvery > 0 && c.ReconcileEvery < floor) {
+		return c, fmt.Errorf("controller: probe and reconcile periods must be at least %s (or negative to disable), got %s and %s",
+			floor, c.GenerationProbeEvery, c.ReconcileEvery)
+	}
+	return c, nil
+}
+
+// Stats counts what a controller did since it was built.
+type Stats struct {
+	ReadyChecks         uint64
+	Reconciles          uint64
+	Claims              uint64
+	EmptyClaims         uint64 // claims that started no attempt
+	NextWorkLookups     uint64
+	GenerationProbes    uint64
+	GenerationChanges   uint64
+	DueTimerFires       uint64
+	OverdueSuppressions uint64 // past next-work times left disarmed
+	WakesQueued         uint64
+	WakesCoalesced      uint64
+	ReconcilesQueued    uint64 // RequestReconcile calls that queued a signal
+	ReconcilesCoalesced uint64
+}
+
+// Controller drives one Source. Its signal methods are safe for concurrent
+// use and never block; Run is the single loop that reads the source.
+type Controller struct {
+	src Source
+	cfg Config
+	log *slog.Logger
+
+	notify    chan struct{} // capacity 1: "look at the flags"
+	wake      atomic.Bool
+	reconcile atomic.Bool
+	dueHint   atomic.Int64 // earliest NotifyDue time (unix nanos), 0 when none
+	settleReq chan chan struct{}
+
+	running  atomic.Bool
+	unusable atomic.Pointer[error]
+
+	// Loop state, touched only by Run's goroutine.
+	external   bool // an event arrived since the last claim
+	more       bool // the last claim said More
+	generation uint64
+	due        clock.Timer
+	dueAt      time.Time // zero when the due timer is disarmed
+
+	readyChecks, reconciles, claims, emptyClaims, nextWork  atomic.Uint64
+	probes, genChanges, dueFires, overdue                   atomic.Uint64
+	wakesQueued, wakesCoalesced, reconQueued, reconCoalesce atomic.Uint64
+}
+
+// New returns a Controller for src.
+func New(src Source, cfg Config) (*Controller, error) {
+	if src == nil {
+		return nil, errors.New("controller: nil source")
+	}
+	cfg, err := cfg.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	return &Controller{
+		src: src, cfg: cfg, log: cfg.Logger,
+		notify: make(chan struct{}, 1), settleReq: make(chan chan struct{}),
+	}, nil
+}
+
+// Wake says durable work may be claimable now (an enqueue, a release, a
+// promotion in this process). Wakes coalesce: however many arrive before
+// the loop looks, they cause one claim turn.
+func (c *Controller) Wake() {
+	if c.wake.Load() || !c.wake.CompareAndSwap(false, true) {
+		c.wakesCoalesced.Add(1)
+		return
+	}
+	c.wakesQueued.Add(1)
+	c.poke()
+}
+
+// RequestReconcile asks for a reconciliation before the next claim.
+// Requests coalesce like wakes.
+func (c *Controller) RequestReconcile() {
+	if c.reconcile.Load() || !c.reconcile.CompareAndSwap(false, true) {
+		c.reconCoalesce.Add(1)
+		return
+	}
+	c.reconQueued.Add(1)
+	c.poke()
+}
+
+// CapacityFreed says an attempt finished. It lets a pending turn run; it
+// never creates one.
+func (c *Controller) CapacityFreed() { c.poke() }
+
+// NotifyDue says work becomes claimable at (a retry this process just
+// scheduled). The due timer is armed for it when that is earlier than what
+// it waits for; a time already past counts as a wake.
+func (c *Controller) NotifyDue(at time.Time) {
+	n := at.UnixNano()
+	if n == 0 {
+		n = 1
+	}
+	for {
+		cur := c.dueHint.Load()
+		if cur != 0 && cur <= n {
+			break
+		}
+		if c.dueHint.CompareAndSwap(cur, n) {
+			break
+		}
+	}
+	c.poke()
+}
+
+func (c *Controller) poke() {
+	select {
+	case c.notify <- struct{}{}:
+	default:
+	}
+}
+
+// Usable reports whether Run may be called (again).
+func (c *Controller) Usable() bool { return c.unusable.Load() == nil }
+
+// Stats returns the counters.
+func (c *Controller) Stats() Stats {
+	return Stats{
+		ReadyChecks: c.readyChecks.Load(), Reconciles: c.reconciles.Load(), Claims: c.claims.Load(),
+		EmptyClaims: c.emptyClaims.Load(), NextWorkLookups: c.nextWork.Load(), GenerationProbes: c.probes.Load(),
+		GenerationChanges: c.genChanges.Load(), DueTimerFires: c.dueFires.Load(), OverdueSuppressions: c.overdue.Load(),
+		WakesQueued: c.wakesQueued.Load(), WakesCoalesced: c.wakesCoalesced.Load(),
+		ReconcilesQueued: c.reconQueued.Load(), ReconcilesCoalesced: c.reconCoalesce.Load(),
+	}
+}
+
+// Settle returns once Run has handled every signal sent and every timer
+// fired before the call. Tests and benchmarks use it to assert exact call
+// budgets without sleeping; it fails with ctx when Run is not looping.
+func (c *Controller) Settle(ctx context.Context) error {
+	ack := make(chan struct{})
+	select {
+	case c.settleReq <- ack:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	select {
+	case <-ack:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// Run performs start-up, then reacts to events until ctx ends or a source
+// call fails. It returns ctx's error on cancellation; after an error of
+// unknown durable outcome it returns one wrapping ErrUnusable, and so does
+// every later call.
+func (c *Controller) Run(ctx context.Context) error {
+	if p := c.unusable.Load(); p != nil {
+		return fmt.Errorf("%w: %w", ErrUnusable, *p)
+	}
+	if !c.running.CompareAndSwap(false, true) {
+		return ErrRunning
+	}
+	defer c.running.Store(false)
+	c.due = c.cfg.Clock.NewTimer()
+	defer c.due.Stop()
+	c.dueAt = time.Time{}
+	probe, backstop := c.cfg.Clock.NewTimer(), c.cfg.Clock.NewTimer()
+	defer probe.Stop()
+	defer backstop.Stop()
+
+	if err := c.startup(ctx); err != nil {
+		return err
+	}
+	c.arm(probe, c.cfg.GenerationProbeEvery)
+	c.arm(backstop, c.cfg.ReconcileEvery)
+	c.log.Debug("controller started", "probe_every", c.cfg.GenerationProbeEvery, "reconcile_every", c.cfg.ReconcileEvery)
+
+	for {
+		if err := c.handleNext(ctx, probe, backstop); err != nil {
+			return err
+		}
+	}
+}
+
+// handleNext waits for one event, folds it into the loop state and runs
+// whatever claim turns it makes runnable.
+func (c *Controller) handleNext(ctx context.Context, probe, backstop clock.Timer) error {
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-c.notify:
+	case <-c.due.C():
+		c.onDue()
+	case <-probe.C():
+		c.arm(probe, c.cfg.GenerationProbeEvery)
+		if err := c.probe(ctx); err != nil {
+			return err
+		}
+	case <-backstop.C():
+		c.arm(backstop, c.cfg.ReconcileEvery)
+		c.reconcile.Store(true)
+	case ack := <-c.settleReq:
+		defer close(ack)
+		// Handle everything already pending before acknowledging.
+		for {
+			if err := c.step(ctx); err != nil {
+				return err
+			}
+			handled, err := c.drainOne(ctx, probe, backstop)
+			if err != nil || !handled {
+				return err
+			}
+		}
+	}
+	return c.step(ctx)
+}
+
+func (c *Controller) onDue() {
+	c.dueFires.Add(1)
+	c.dueAt = time.Time{}
+	c.external = true
+}
+
+// drainOne handles one already-ready event without blocking.
+func (c *Controller) drainOne(ctx context.Context, probe, backstop clock.Timer) (bool, error) {
+	select {
+	case <-c.notify:
+	case <-c.due.C():
+		c.onDue()
+	case <-probe.C():
+		c.arm(probe, c.cfg.GenerationProbeEvery)
+		return true, c.probe(ctx)
+	case <-backstop.C():
+		c.arm(backstop, c.cfg.ReconcileEvery)
+		c.reconcile.Store(true)
+	default:
+		return false, nil
+	}
+	return true, nil
+}
+
+func (c *Controller) arm(t clock.Timer, every time.Duration) {
+	if every > 0 {
+		t.Reset(every)
+	}
+}
+
+func (c *Controller) startup(ctx context.Context) error {
+	c.readyChecks.Add(1)
+	if err := c.src.Ready(ctx); err != nil {
+		return fmt.Errorf("controller: source not ready: %w", err)
+	}
+	if c.cfg.GenerationProbeEvery > 0 {
+		g, err := c.src.Generation(ctx)
+		c.probes.Add(1)
+		if err != nil {
+			return fmt.Errorf("controller: generation baseline: %w", err)
+		}
+		c.generation = g
+	}
+	c.reconcile.Store(false)
+	if err := c.doReconcile(ctx); err != nil {
+		return err
+	}
+	c.external, c.more = true, false
+	return c.step(ctx)
+}
+
+// probe reads the generation; only a change makes a claim turn.
+func (c *Controller) probe(ctx context.Context) error {
+	g, err := c.src.Generation(ctx)
+	c.probes.Add(1)
+	if err != nil {
+		return fmt.Errorf("controller: generation probe: %w", err)
+	}
+	if g != c.generation {
+		c.generation = g
+		c.genChanges.Add(1)
+		c.external = true
+	}
+	return nil
+}
+
+// step folds the signal flags into the loop state and runs claim turns
+// while one is pending and capacity exists. Queued reconcile signals are
+// handled before every claim.
+func (c *Controller) step(ctx context.Context) error {
+	for {
+		if c.reconcile.Swap(false) {
+			if err := c.doReconcile(ctx); err != nil {
+				return err
+			}
+			c.external = true
+		}
+		if c.wake.Swap(false) {
+			c.external = true
+		}
+		if n := c.dueHint.Swap(0); n != 0 {
+			c.noteDue(time.Unix(0, n))
+		}
+		var runnable bool
+		switch {
+		case c.external:
+			runnable = c.src.Capacity(false) > 0
+		case c.more:
+			runnable = c.src.Capacity(true) > 0
+		}
+		if !runnable {
+			return nil
+		}
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		if err := c.claim(ctx); err != nil {
+			return err
+		}
+	}
+}
+
+func (c *Controller) noteDue(at time.Time) {
+	if !at.After(c.cfg.Clock.Now()) {
+		c.external = true
+		return
+	}
+	if c.dueAt.IsZero() || at.Before(c.dueAt) {
+		c.armDue(at)
+	}
+}
+
+func (c *Controller) armDue(at time.Time) {
+	c.dueAt = at
+	c.due.Reset(at.Sub(c.cfg.Clock.Now()))
+}
+
+func (c *Controller) claim(ctx context.Context) error {
+	turn := Turn{Continuation: !c.external}
+	c.external = false
+	c.claims.Add(1)
+	batch, err := c.src.Claim(ctx, turn)
+	if batch.Started == 0 {
+		c.emptyClaims.Add(1)
+	}
+	if err != nil {
+		// Attempts started prove that something committed, whatever the
+		// error claims.
+		return c.fail("claim", err, batch.Started == 0)
+	}
+	c.more = batch.More
+	if c.more {
+		return nil
+	}
+	// A terminal batch, empty or not, refreshes the exact due timer.
+	return c.refreshDue(ctx)
+}
+
+func (c *Controller) refreshDue(ctx context.Context) error {
+	c.nextWork.Add(1)
+	at, ok, err := c.src.NextWorkAt(ctx)
+	if err != nil {
+		return fmt.Errorf("controller: next work time: %w", err)
+	}
+	c.due.Stop()
+	c.dueAt = time.Time{}
+	switch {
+	case !ok:
+	case !at.After(c.cfg.Clock.Now()):
+		// The claim just said nothing is claimable: trust it, count the
+		// contradiction, and leave recovery to wakes, probes and the
+		// backstop rather than spin.
+		c.overdue.Add(1)
+	default:
+		c.armDue(at)
+	}
+	return nil
+}
+
+func (c *Controller) doReconcile(ctx context.Context) error {
+	c.reconciles.Add(1)
+	if err := c.src.Reconcile(ctx); err != nil {
+		return c.fail("reconcile", err, true)
+	}
+	return nil
+}
+
+// fail classifies an error of a mutating source call; mayTrustMarker is
+// false when the call's own result contradicts a not-committed marker.
+func (c *Controller) fail(op string, err error, mayTrustMarker bool) error {
+	if mayTrustMarker && errors.Is(err, ErrSourceOperationNotCommitted) {
+		return fmt.Errorf("controller: %s: %w", op, err)
+	}
+	err = fmt.Errorf("controller: %s: %w", op, err)
+	c.unusable.Store(&err)
+	c.log.Error("controller unusable: source operation of unknown outcome", "op", op, "err", err)
+	return fmt.Errorf("%w: %w", ErrUnusable, err)
+}
