@@ -53,11 +53,12 @@ type Fake struct {
 	mu     sync.Mutex
 	now    time.Time
 	timers map[*fakeTimer]struct{}
+	armed  chan struct{} // closed and replaced whenever a timer is armed
 }
 
 // NewFake returns a Fake clock reading start.
 func NewFake(start time.Time) *Fake {
-	return &Fake{now: start, timers: map[*fakeTimer]struct{}{}}
+	return &Fake{now: start, timers: map[*fakeTimer]struct{}{}, armed: make(chan struct{})}
 }
 
 func (f *Fake) Now() time.Time {
@@ -76,6 +77,28 @@ func (f *Fake) Armed() int {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	return len(f.timers)
+}
+
+// WaitArmed blocks until some timer is armed to fire at exactly at, so a
+// test can advance time knowing the component under test is waiting.
+func (f *Fake) WaitArmed(at time.Time, timeout time.Duration) bool {
+	deadline := time.After(timeout)
+	for {
+		f.mu.Lock()
+		for t := range f.timers {
+			if t.at.Equal(at) {
+				f.mu.Unlock()
+				return true
+			}
+		}
+		changed := f.armed
+		f.mu.Unlock()
+		select {
+		case <-changed:
+		case <-deadline:
+			return false
+		}
+	}
 }
 
 // Advance moves time forward by d, firing every timer whose deadline is
@@ -126,6 +149,8 @@ func (t *fakeTimer) Reset(d time.Duration) {
 		return
 	}
 	f.timers[t] = struct{}{}
+	close(f.armed)
+	f.armed = make(chan struct{})
 }
 
 func (t *fakeTimer) Stop() {

@@ -1,0 +1,110 @@
+package scheduler_test
+
+import (
+	"context"
+	"runtime"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/laneq/laneq/runtime/controller"
+	"github.com/laneq/laneq/runtime/scheduler"
+)
+
+// schedSource puts a scheduler behind the controller, as the worker does,
+// over an in-memory backend with nothing scheduled for later.
+type schedSource struct{ s *scheduler.Scheduler[item] }
+
+func (schedSource) Ready(context.Context) error     { return nil }
+func (schedSource) Reconcile(context.Context) error { return nil }
+func (x schedSource) Claim(ctx context.Context, t controller.Turn) (controller.ClaimBatch, error) {
+	return x.s.ClaimTurn(ctx, t)
+}
+func (schedSource) NextWorkAt(context.Context) (time.Time, bool, error) { return time.Time{}, false, nil }
+func (schedSource) Generation(context.Context) (uint64, error)         { return 0, nil }
+func (x schedSource) Capacity(c bool) int                               { return x.s.Capacity(c) }
+
+type drainResult struct {
+	claims, turns       uint64
+	maxConcurrentClaims int64
+}
+
+// drain runs n items of mixed classes through 16 default-heavy executors
+// driven by a controller and returns what the claim side did.
+func drain(tb testing.TB, n int) drainResult {
+	tb.Helper()
+	var items []item
+	for i := range n {
+		class := []string{"interactive", "default", "bulk", "bulk"}[i%4]
+		items = append(items, item{id: i, class: class})
+	}
+	b := newFakeBackend(items...)
+	b.onClaim = func(scheduler.Request) { runtime.Gosched() } // widen any overlap window
+	var done atomic.Int64
+	all := make(chan struct{})
+	b.handle = func(context.Context, item) error {
+		runtime.Gosched()
+		if done.Add(1) == int64(n) {
+			close(all)
+		}
+		return nil
+	}
+	var ctrl *controller.Controller
+	s, err := scheduler.New[item](b, scheduler.Config{
+		Executors: 16, Profile: scheduler.ProfileDefaultHeavy, Logger: quiet,
+		OnCapacityFreed: func() { ctrl.CapacityFreed() },
+	})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	ctrl, err = controller.New(schedSource{s}, controller.Config{GenerationProbeEvery: -1, ReconcileEvery: -1, Logger: quiet})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	if err := s.Start(ctx); err != nil {
+		tb.Fatal(err)
+	}
+	defer s.Stop()
+	runErr := make(chan error, 1)
+	go func() { runErr <- ctrl.Run(ctx) }()
+	select {
+	case <-all:
+	case err := <-runErr:
+		tb.Fatalf("controller stopped: %v", err)
+	case <-time.After(time.Minute):
+		tb.Fatalf("drained %d of %d", done.Load(), n)
+	}
+	cancel()
+	<-runErr
+	st := s.Stats()
+	return drainResult{claims: st.Claims, turns: st.ClaimTurns, maxConcurrentClaims: b.maxInClaim.Load()}
+}
+
+func TestSixteenExecutorsIssueOneClaimAtATime(t *testing.T) {
+	r := drain(t, 5000)
+	if r.maxConcurrentClaims != 1 {
+		t.Fatalf("%d claims were in flight at once; want 1", r.maxConcurrentClaims)
+	}
+	// Batches, not one claim per item: with 16 slots the drain needs far
+	// fewer claims than items.
+	if r.claims >= 5000/2 {
+		t.Fatalf("%d claims for 5000 items", r.claims)
+	}
+	t.Logf("5000 items: %d claim turns, %d backend claims", r.turns, r.claims)
+}
+
+func BenchmarkSchedulerDrain16Executors(b *testing.B) {
+	const items = 2000
+	var last drainResult
+	for b.Loop() {
+		last = drain(b, items)
+		if last.maxConcurrentClaims != 1 {
+			b.Fatalf("%d concurrent claims", last.maxConcurrentClaims)
+		}
+	}
+	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*items), "ns/item")
+	b.ReportMetric(float64(last.claims)/items, "claims/item")
+	b.ReportMetric(float64(last.maxConcurrentClaims), "max-concurrent-claims")
+}

@@ -1,0 +1,99 @@
+package scheduler
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"runtime/debug"
+)
+
+// slot is one executor: it runs the items handed to its shape, one at a
+// time, until the scheduler stops. A handler's panic, wedge or lease loss
+// ends that attempt only; the slot goes on to the next item.
+func (s *Scheduler[I]) slot(sh *shapeSlots[I]) {
+	defer s.wg.Done()
+	for {
+		select {
+		case <-s.ctx.Done():
+			return
+		case item := <-sh.work:
+			s.finish(item, s.attempt(item))
+			s.release(sh)
+		}
+	}
+}
+
+// attempt runs the handler on its own goroutine under a heartbeat and the
+// deadline, and returns its outcome.
+func (s *Scheduler[I]) attempt(item I) error {
+	ctx, cancel := context.WithCancelCause(s.ctx)
+	defer cancel(nil)
+	clk := s.cfg.Clock
+	deadline, heartbeat, abandon := clk.NewTimer(), clk.NewTimer(), clk.NewTimer()
+	defer deadline.Stop()
+	defer heartbeat.Stop()
+	defer abandon.Stop()
+	deadline.Reset(s.cfg.HandlerDeadline)
+	heartbeat.Reset(s.cfg.HeartbeatEvery)
+	// Timers are armed before the handler starts: a test that sees the
+	// handler running may advance a fake clock at once.
+	result := make(chan error, 1)
+	go func() {
+		defer func() {
+			if r := recover(); r != nil {
+				result <- &PanicError{Value: r, Stack: debug.Stack()}
+			}
+		}()
+		result <- s.backend.Handle(ctx, item)
+	}()
+
+	done := ctx.Done()
+	for {
+		select {
+		case err := <-result:
+			if err != nil && ctx.Err() != nil && !errors.Is(err, context.Cause(ctx)) {
+				// Say why the context ended: shutdown, deadline or lost lease.
+				err = errors.Join(context.Cause(ctx), err)
+			}
+			var p *PanicError
+			if errors.As(err, &p) {
+				s.panics.Add(1)
+				s.log.Error("handler panicked; the item goes back through the fenced retry path",
+					"panic_type", fmt.Sprintf("%T", p.Value), "stack", string(p.Stack))
+			}
+			return err
+		case <-heartbeat.C():
+			if err := s.backend.Renew(ctx, item); err != nil {
+				s.heartbeatFailures.Add(1)
+				cancel(errors.Join(ErrLeaseRenewal, err))
+				continue
+			}
+			heartbeat.Reset(s.cfg.HeartbeatEvery)
+		case <-deadline.C():
+			cancel(ErrHandlerDeadline)
+		case <-done:
+			// Cancelled (deadline, shutdown or lost lease): give the handler
+			// AbandonAfter to return.
+			done = nil
+			heartbeat.Stop()
+			abandon.Reset(s.cfg.AbandonAfter)
+		case <-abandon.C():
+			s.abandoned.Add(1)
+			cause := context.Cause(ctx)
+			s.log.Warn("handler ignored cancellation; abandoning it and finishing the item", "cause", cause)
+			return cause
+		}
+	}
+}
+
+// finish makes the outcome durable; failures are counted and logged (the
+// lease fences a finish that lost its item).
+func (s *Scheduler[I]) finish(item I, outcome error) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(s.ctx), s.cfg.FinishTimeout)
+	defer cancel()
+	s.finished.Add(1)
+	if err := s.backend.Finish(ctx, item, outcome); err != nil {
+		s.finishErrs.Add(1)
+		s.log.Warn("finishing an item failed", "err", err)
+	}
+}

@@ -1,0 +1,406 @@
+// Package scheduler is the claim side of a scope in one process: one
+// Scheduler per scope per process, injected into every executor of that
+// scope. It serializes claims (executors add execution slots, never more
+// scanners), shapes them by queue profile, admits them through a claim
+// limiter, and runs claimed items on executor slots with a lease heartbeat,
+// a per-item deadline and local panic recovery.
+//
+// A claim turn walks the executor shapes in rotation. For each shape with
+// free slots it asks the limiter for at most that many rows, reserves only
+// those slots, claims for that shape's classes and preference, and hands
+// the items to the shape's slots. No slot is reserved for a shape that is
+// not claiming (no phantom reservations), and the rows a claim did not win
+// go back to the budget at once.
+package scheduler
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/laneq/laneq/runtime/clock"
+	"github.com/laneq/laneq/runtime/controller"
+)
+
+// Request is one claim for one executor shape.
+type Request struct {
+	Shape        string
+	QueueClasses []string
+	Preferred    []string
+	Max          int
+	StaleOnly    bool
+}
+
+// Backend is the durable queue a scheduler claims from and finishes into.
+type Backend[I any] interface {
+	// Claim claims up to req.Max items; items won are returned even with an
+	// error. With req.StaleOnly it must claim only expired leases.
+	Claim(ctx context.Context, req Request) ([]I, error)
+	// Renew extends the item's lease; an error ends the attempt.
+	Renew(ctx context.Context, item I) error
+	// Handle runs the item's work under the attempt's context.
+	Handle(ctx context.Context, item I) error
+	// Finish makes outcome durable through the lease-fenced path: nil
+	// completes; errors retry, release or fail by the backend's policy
+	// (ErrShutdown should release, a *PanicError or ErrHandlerDeadline
+	// retry). Its context outlives the attempt's cancellation.
+	Finish(ctx context.Context, item I, outcome error) error
+}
+
+var (
+	// ErrShutdown is the cause of an attempt cancelled because its
+	// scheduler stopped.
+	ErrShutdown = errors.New("scheduler: shutting down")
+	// ErrHandlerDeadline is the cause of an attempt that ran past the
+	// handler deadline.
+	ErrHandlerDeadline = errors.New("scheduler: handler deadline exceeded")
+	// ErrLeaseRenewal is the cause of an attempt whose lease could not be
+	// renewed; the item may already belong to another claimer.
+	ErrLeaseRenewal = errors.New("scheduler: lease renewal failed")
+	// ErrStopped reports a claim turn on a scheduler that is not running.
+	ErrStopped = errors.New("scheduler: not running")
+)
+
+// PanicError is the outcome of a handler that panicked.
+type PanicError struct {
+	Value any
+	Stack []byte
+}
+
+func (p *PanicError) Error() string { return fmt.Sprintf("scheduler: handler panicked: %T", p.Value) }
+
+// Config configures a Scheduler. Zero fields take the defaults.
+type Config struct {
+	// Executors is the number of execution slots. Default 4.
+	Executors int
+	// Profile allocates the slots to queue classes. Default ProfileReserved.
+	Profile Profile
+	// Classes names the latency and bulk classes of the profile.
+	Classes Classes
+	// MaxProcessingRows is the scope's processing budget across every
+	// queue class in this process (used when Limiter is nil). Default
+	// Executors.
+	MaxProcessingRows int
+	// Limiter admits claims. Default NewBudgetLimiter(MaxProcessingRows).
+	Limiter Limiter
+	// HandlerDeadline bounds one attempt. Default 5m.
+	HandlerDeadline time.Duration
+	// AbandonAfter is how long a handler may ignore its cancelled context
+	// (deadline or shutdown) before its slot gives up on it, finishes the
+	// item through the fenced path and takes new work. Default 5s.
+	AbandonAfter time.Duration
+	// HeartbeatEvery is the lease renewal period; keep it well below the
+	// lease. Default 10s.
+	HeartbeatEvery time.Duration
+	// FinishTimeout bounds each Finish call. Default 30s.
+	FinishTimeout time.Duration
+	// OnCapacityFreed is called after a slot or budget frees (wire it to
+	// controller.Controller.CapacityFreed).
+	OnCapacityFreed func()
+	Clock           clock.Clock
+	Logger          *slog.Logger
+}
+
+func (c Config) withDefaults() Config {
+	if c.Executors == 0 {
+		c.Executors = 4
+	}
+	if c.Profile == "" {
+		c.Profile = ProfileReserved
+	}
+	c.Classes = c.Classes.withDefaults()
+	if c.MaxProcessingRows == 0 {
+		c.MaxProcessingRows = c.Executors
+	}
+	if c.HandlerDeadline == 0 {
+		c.HandlerDeadline = 5 * time.Minute
+	}
+	if c.AbandonAfter == 0 {
+		c.AbandonAfter = 5 * time.Second
+	}
+	if c.HeartbeatEvery == 0 {
+		c.HeartbeatEvery = 10 * time.Second
+	}
+	if c.FinishTimeout == 0 {
+		c.FinishTimeout = 30 * time.Second
+	}
+	if c.OnCapacityFreed == nil {
+		c.OnCapacityFreed = func() {}
+	}
+	if c.Clock == nil {
+		c.Clock = clock.Real()
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	return c
+}
+
+// Fingerprint identifies the configuration a running scheduler was built
+// from: a supervisor rebuilds a scheduler only when it stopped or this
+// changed, never because rows are blocked or delayed.
+func (c Config) Fingerprint() string {
+	c = c.withDefaults()
+	h := fnv.New64a()
+	fmt.Fprintf(h, "%d|%s|%q|%q|%d|%t|%s|%s|%s|%s", c.Executors, c.Profile, c.Classes.Latency, c.Classes.Bulk,
+		c.MaxProcessingRows, c.Limiter != nil, c.HandlerDeadline, c.AbandonAfter, c.HeartbeatEvery, c.FinishTimeout)
+	return fmt.Sprintf("%016x", h.Sum64())
+}
+
+// Stats counts what a scheduler did.
+type Stats struct {
+	ClaimTurns        uint64
+	Claims            uint64 // backend claims (one per shape per turn)
+	Claimed           uint64 // items handed to slots
+	StaleOnlyClaims   uint64
+	LimiterDenials    uint64 // shapes with free slots the limiter gave nothing
+	Finished          uint64
+	FinishErrors      uint64
+	Panics            uint64
+	Abandoned         uint64 // handlers that ignored cancellation past AbandonAfter
+	HeartbeatFailures uint64
+	// MaxConcurrentClaims is the most backend claims ever in flight at
+	// once; one per scheduler by construction.
+	MaxConcurrentClaims int64
+}
+
+type shapeSlots[I any] struct {
+	Shape
+	work   chan I
+	free   int  // guarded by Scheduler.mu
+	hungry bool // its last claim filled every reserved slot
+}
+
+// Scheduler claims for one scope and runs the items on its executors.
+type Scheduler[I any] struct {
+	cfg     Config
+	backend Backend[I]
+	limiter Limiter
+	log     *slog.Logger
+
+	claimMu sync.Mutex // one claim at a time
+	next    int        // rotation start, guarded by claimMu
+
+	mu     sync.Mutex
+	shapes []*shapeSlots[I]
+
+	state  atomic.Int32 // 0 new, 1 running, 2 stopped
+	cancel context.CancelCauseFunc
+	wg     sync.WaitGroup
+	ctx    context.Context
+
+	inClaim, maxInClaim                                        atomic.Int64
+	turns, claims, claimed, staleOnly, denied                  atomic.Uint64
+	finished, finishErrs, panics, abandoned, heartbeatFailures atomic.Uint64
+}
+
+// New validates cfg and returns a stopped Scheduler.
+func New[I any](backend Backend[I], cfg Config) (*Scheduler[I], error) {
+	if backend == nil {
+		return nil, errors.New("scheduler: nil backend")
+	}
+	cfg = cfg.withDefaults()
+	switch {
+	case cfg.Executors < 1:
+		return nil, fmt.Errorf("scheduler: executors must be at least 1, got %d", cfg.Executors)
+	case cfg.HandlerDeadline < 0 || cfg.AbandonAfter < 0 || cfg.HeartbeatEvery < 0 || cfg.FinishTimeout < 0:
+		return nil, errors.New("scheduler: durations must not be negative")
+	}
+	shapes, err := Shapes(cfg.Profile, cfg.Executors, cfg.Classes)
+	if err != nil {
+		return nil, err
+	}
+	lim := cfg.Limiter
+	if lim == nil {
+		if lim, err = NewBudgetLimiter(cfg.MaxProcessingRows, nil); err != nil {
+			return nil, err
+		}
+	}
+	s := &Scheduler[I]{cfg: cfg, backend: backend, limiter: lim, log: cfg.Logger}
+	for _, sh := range shapes {
+		s.shapes = append(s.shapes, &shapeSlots[I]{Shape: sh, work: make(chan I, sh.Executors), free: sh.Executors, hungry: true})
+	}
+	return s, nil
+}
+
+// Shapes returns the executor shapes in claim rotation order.
+func (s *Scheduler[I]) Shapes() []Shape {
+	out := make([]Shape, len(s.shapes))
+	for i, sh := range s.shapes {
+		out[i] = sh.Shape
+	}
+	return out
+}
+
+// Start launches the executor slots; they run until Stop.
+func (s *Scheduler[I]) Start(ctx context.Context) error {
+	if !s.state.CompareAndSwap(0, 1) {
+		return errors.New("scheduler: Start called twice")
+	}
+	s.ctx, s.cancel = context.WithCancelCause(ctx)
+	for _, sh := range s.shapes {
+		for range sh.Executors {
+			s.wg.Add(1)
+			go s.slot(sh)
+		}
+	}
+	return nil
+}
+
+// Stop cancels running attempts (cause ErrShutdown), waits for every slot
+// to finish its item through Finish, and finishes items handed to slots
+// that never started them. Claims must have stopped first.
+func (s *Scheduler[I]) Stop() {
+	if !s.state.CompareAndSwap(1, 2) {
+		s.state.CompareAndSwap(0, 2)
+		return
+	}
+	s.cancel(ErrShutdown)
+	s.wg.Wait()
+	s.claimMu.Lock() // no claim is dispatching now
+	defer s.claimMu.Unlock()
+	for _, sh := range s.shapes {
+		for {
+			select {
+			case item := <-sh.work:
+				s.finish(item, ErrShutdown)
+				s.release(sh)
+				continue
+			default:
+			}
+			break
+		}
+	}
+}
+
+// Running reports whether the scheduler was started and not stopped.
+func (s *Scheduler[I]) Running() bool { return s.state.Load() == 1 }
+
+// Capacity is how many items a claim turn could start now; a continuation
+// counts only shapes whose last claim asked for more.
+func (s *Scheduler[I]) Capacity(continuation bool) int {
+	if !s.Running() {
+		return 0
+	}
+	s.mu.Lock()
+	free := 0
+	for _, sh := range s.shapes {
+		if !continuation || sh.hungry {
+			free += sh.free
+		}
+	}
+	s.mu.Unlock()
+	return min(free, s.limiter.Available())
+}
+
+// ClaimTurn runs one claim turn (see the package comment).
+func (s *Scheduler[I]) ClaimTurn(ctx context.Context, turn controller.Turn) (controller.ClaimBatch, error) {
+	if !s.Running() {
+		return controller.ClaimBatch{}, fmt.Errorf("%w: %w", ErrStopped, controller.ErrSourceOperationNotCommitted)
+	}
+	s.claimMu.Lock()
+	defer s.claimMu.Unlock()
+	s.turns.Add(1)
+	var batch controller.ClaimBatch
+	first := s.next
+	s.next = (s.next + 1) % len(s.shapes)
+	for i := range s.shapes {
+		sh := s.shapes[(first+i)%len(s.shapes)]
+		s.mu.Lock()
+		free, hungry := sh.free, sh.hungry
+		s.mu.Unlock()
+		if free == 0 || (turn.Continuation && !hungry) {
+			batch.More = batch.More || hungry
+			continue
+		}
+		started, err := s.claimShape(ctx, sh, free)
+		batch.Started += started
+		s.mu.Lock()
+		batch.More = batch.More || sh.hungry
+		s.mu.Unlock()
+		if err != nil {
+			return batch, err
+		}
+	}
+	return batch, nil
+}
+
+// claimShape reserves up to free slots of one shape, claims for them and
+// dispatches what it won.
+func (s *Scheduler[I]) claimShape(ctx context.Context, sh *shapeSlots[I], free int) (int, error) {
+	grant, err := s.limiter.Admit(ctx, free)
+	if err != nil {
+		return 0, fmt.Errorf("scheduler: claim limiter: %w: %w", err, controller.ErrSourceOperationNotCommitted)
+	}
+	if grant.Max <= 0 {
+		s.denied.Add(1)
+		return 0, nil
+	}
+	grant.Max = min(grant.Max, free)
+	s.mu.Lock()
+	sh.free -= grant.Max
+	s.mu.Unlock()
+	if grant.StaleOnly {
+		s.staleOnly.Add(1)
+	}
+	s.claims.Add(1)
+	if n := s.inClaim.Add(1); n > s.maxInClaim.Load() {
+		s.maxInClaim.Store(n)
+	}
+	items, err := s.backend.Claim(ctx, Request{
+		Shape: sh.Name, QueueClasses: sh.QueueClasses, Preferred: sh.Preferred, Max: grant.Max, StaleOnly: grant.StaleOnly,
+	})
+	s.inClaim.Add(-1)
+	if len(items) > grant.Max {
+		// A backend that overfills would run items without slots.
+		panic(fmt.Sprintf("scheduler: backend claimed %d items for %d slots", len(items), grant.Max))
+	}
+	unused := grant.Max - len(items)
+	s.mu.Lock()
+	sh.free += unused
+	sh.hungry = unused == 0
+	s.mu.Unlock()
+	if unused > 0 {
+		s.limiter.Release(unused)
+	}
+	for _, item := range items {
+		sh.work <- item // a reserved slot is waiting: never blocks
+	}
+	s.claimed.Add(uint64(len(items)))
+	return len(items), err
+}
+
+// Stats returns the counters.
+func (s *Scheduler[I]) Stats() Stats {
+	return Stats{
+		ClaimTurns: s.turns.Load(), Claims: s.claims.Load(), Claimed: s.claimed.Load(),
+		StaleOnlyClaims: s.staleOnly.Load(), LimiterDenials: s.denied.Load(), Finished: s.finished.Load(),
+		FinishErrors: s.finishErrs.Load(), Panics: s.panics.Load(), Abandoned: s.abandoned.Load(),
+		HeartbeatFailures: s.heartbeatFailures.Load(), MaxConcurrentClaims: s.maxInClaim.Load(),
+	}
+}
+
+// FreeSlots returns the free slots per shape name (diagnostics, tests).
+func (s *Scheduler[I]) FreeSlots() map[string]int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := map[string]int{}
+	for _, sh := range s.shapes {
+		out[sh.Name] = sh.free
+	}
+	return out
+}
+
+// release returns a slot and its budget row after an item finished.
+func (s *Scheduler[I]) release(sh *shapeSlots[I]) {
+	s.mu.Lock()
+	sh.free++
+	s.mu.Unlock()
+	s.limiter.Release(1)
+	s.cfg.OnCapacityFreed()
+}
