@@ -108,14 +108,20 @@ lint: ## go vet and a gofmt check (the tool modules hold no Go code).
 # --- the two jobs in README -----------------------------------------------------
 
 .PHONY: test
+# The controller, scheduler and crash-matrix suites are deterministic call
+# budgets; they also run 50 times plain and 20 times under -race.
+BUDGET_PKGS = ./runtime/controller/ ./runtime/scheduler/ ./runtime/crashmatrix/ ./runtime/clock/
 test: check-generate lint tidb tidb-image-if-docker ## Run every test (race detector on) against real TiDB.
 	$(GO) test -race -count=1 -timeout 30m $(TEST_FLAGS) ./...
+	$(GO) test -count=50 -timeout 10m $(BUDGET_PKGS)
+	$(GO) test -race -count=20 -timeout 10m $(BUDGET_PKGS)
 
 # Benchmarks on the embedded TiDB: laneq's claim path against the naive loop
 # (BenchmarkClaimComplete) and the MVCC-churn proof (BenchmarkChurn).
 BENCH_FLAGS ?= -benchtime=2000x
 .PHONY: bench
 bench: tidb ## Claim throughput and churn benchmarks on the embedded TiDB.
+	$(GO) test -run '^$$' -bench . -benchmem -count 3 ./runtime/controller/ ./runtime/scheduler/
 	LANEQ_TIDB=embedded $(GO) test -run '^$$' -bench 'ClaimComplete' $(BENCH_FLAGS) -timeout 60m ./runtime/workqueue/
 	LANEQ_TIDB=embedded $(GO) test -run '^$$' -bench 'Churn' -benchtime=1x -timeout 30m -v ./runtime/workqueue/
 

@@ -39,6 +39,9 @@ type Querier interface {
 	// The rows ClaimBatchCAS won, with the lease tokens it set: batch point gets
 	// on the primary key, filtered by the claim turn's reference.
 	ClaimedByRef(ctx context.Context, arg ClaimedByRefParams) ([]ClaimedByRefRow, error)
+	// The database clock. Due times and leases are judged by NOW(6), so a worker
+	// converts them to its own clock with the offset this measures.
+	DatabaseNow(ctx context.Context) (time.Time, error)
 	// Idempotent creation. ON DUPLICATE KEY keeps an existing row untouched (its
 	// generation and ordinal counter must never be reset by a late writer).
 	EnsureScope(ctx context.Context, arg EnsureScopeParams) error

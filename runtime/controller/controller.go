@@ -52,6 +52,9 @@ type Turn struct {
 	// the turn only continues that claim's More, so the source should claim
 	// only for whatever asked for more.
 	Continuation bool
+	// DueFired says the exact due timer fired since the previous claim:
+	// something scheduled (a retry, a lease expiry) is due now.
+	DueFired bool
 }
 
 // ClaimBatch is what one claim turn did.
@@ -154,6 +157,7 @@ type Controller struct {
 
 	// Loop state, touched only by Run's goroutine.
 	external   bool // an event arrived since the last claim
+	dueFired   bool // the due timer fired since the last claim
 	more       bool // the last claim said More
 	generation uint64
 	due        clock.Timer
@@ -334,7 +338,7 @@ func (c *Controller) handleNext(ctx context.Context, probe, backstop clock.Timer
 func (c *Controller) onDue() {
 	c.dueFires.Add(1)
 	c.dueAt = time.Time{}
-	c.external = true
+	c.external, c.dueFired = true, true
 }
 
 // drainOne handles one already-ready event without blocking.
@@ -435,7 +439,7 @@ func (c *Controller) step(ctx context.Context) error {
 
 func (c *Controller) noteDue(at time.Time) {
 	if !at.After(c.cfg.Clock.Now()) {
-		c.external = true
+		c.external, c.dueFired = true, true
 		return
 	}
 	if c.dueAt.IsZero() || at.Before(c.dueAt) {
@@ -449,8 +453,8 @@ func (c *Controller) armDue(at time.Time) {
 }
 
 func (c *Controller) claim(ctx context.Context) error {
-	turn := Turn{Continuation: !c.external}
-	c.external = false
+	turn := Turn{Continuation: !c.external, DueFired: c.dueFired}
+	c.external, c.dueFired = false, false
 	c.claims.Add(1)
 	batch, err := c.src.Claim(ctx, turn)
 	if batch.Started == 0 {

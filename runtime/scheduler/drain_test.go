@@ -20,9 +20,11 @@ func (schedSource) Reconcile(context.Context) error { return nil }
 func (x schedSource) Claim(ctx context.Context, t controller.Turn) (controller.ClaimBatch, error) {
 	return x.s.ClaimTurn(ctx, t)
 }
-func (schedSource) NextWorkAt(context.Context) (time.Time, bool, error) { return time.Time{}, false, nil }
-func (schedSource) Generation(context.Context) (uint64, error)         { return 0, nil }
-func (x schedSource) Capacity(c bool) int                               { return x.s.Capacity(c) }
+func (schedSource) NextWorkAt(context.Context) (time.Time, bool, error) {
+	return time.Time{}, false, nil
+}
+func (schedSource) Generation(context.Context) (uint64, error) { return 0, nil }
+func (x schedSource) Capacity(c bool) int                      { return x.s.Capacity(c) }
 
 type drainResult struct {
 	claims, turns       uint64

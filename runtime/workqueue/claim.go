@@ -212,6 +212,8 @@ type ClaimStats struct {
 // Claim claims up to req.Max items: expired leases first (when a stale scan
 // is due, or always with StaleOnly), then fresh due lane heads, preferred
 // classes first. Losing a CAS to another claimer is normal and only counted.
+// Items won are returned even with an error; an error wrapping
+// ErrNothingCommitted came from a read before any write of its step.
 func (c *Claimer) Claim(ctx context.Context, req ClaimRequest) ([]Claimed, ClaimStats, error) {
 	var stats ClaimStats
 	if err := req.validate(); err != nil {
@@ -300,7 +302,7 @@ func (c *Claimer) scanClass(ctx context.Context, sc gen.Scope, class string, wor
 			Limit:          int32(want),
 		})
 		if err != nil {
-			return nil, rewinds, fmt.Errorf("workqueue: claim candidates (scope %q, class %q): %w", c.scope, class, err)
+			return nil, rewinds, nothingCommitted(fmt.Errorf("workqueue: claim candidates (scope %q, class %q): %w", c.scope, class, err))
 		}
 		stats.Scanned += len(rows)
 		stats.Windows++
@@ -324,10 +326,10 @@ func (c *Claimer) claimTier(ctx context.Context, classes, workTypes []string, wa
 	// next enqueue ordinal, where window walks stop.
 	sc, err := c.qu.q.GetScope(ctx, c.scope)
 	if errors.Is(err, sql.ErrNoRows) {
-		return nil, fmt.Errorf("%w: %q", ErrUnknownScope, c.scope)
+		return nil, nothingCommitted(fmt.Errorf("%w: %q", ErrUnknownScope, c.scope))
 	}
 	if err != nil {
-		return nil, fmt.Errorf("workqueue: read scope %q: %w", c.scope, err)
+		return nil, nothingCommitted(fmt.Errorf("workqueue: read scope %q: %w", c.scope, err))
 	}
 	var cands []candidate
 	for _, class := range classes {
@@ -387,7 +389,7 @@ func (c *Claimer) reclaim(ctx context.Context, req ClaimRequest, want int, stats
 		Limit:        int32(want),
 	})
 	if err != nil {
-		return nil, fmt.Errorf("workqueue: stale candidates (scope %q): %w", c.scope, err)
+		return nil, nothingCommitted(fmt.Errorf("workqueue: stale candidates (scope %q): %w", c.scope, err))
 	}
 	stats.Scanned += len(rows)
 	var out []Claimed

@@ -33,14 +33,21 @@ func (cl *Claimer) Dead(ctx context.Context, c Claimed, f Failure) (Finished, er
 	return fin, err
 }
 
+// FailOutcome is what Claimer.Fail did.
+type FailOutcome struct {
+	Dead     bool
+	Finished Finished      // followers promoted by a dead item
+	RetryIn  time.Duration // the backoff of a safe retry
+}
+
 // Fail records a failed attempt of c, dead or safe retry; see Queue.Fail.
-func (cl *Claimer) Fail(ctx context.Context, c Claimed, f Failure, cause error) (bool, error) {
+func (cl *Claimer) Fail(ctx context.Context, c Claimed, f Failure, cause error) (FailOutcome, error) {
 	if cl.qu.failsForGood(c, cause) {
-		_, err := cl.Dead(ctx, c, f)
-		return true, err
+		fin, err := cl.Dead(ctx, c, f)
+		return FailOutcome{Dead: true, Finished: fin}, err
 	}
-	_, err := cl.Retry(ctx, c, f)
-	return false, err
+	delay, err := cl.Retry(ctx, c, f)
+	return FailOutcome{RetryIn: delay}, err
 }
 
 // Release hands c back unexecuted, due now; see Queue.Release.

@@ -20,7 +20,14 @@ var (
 	// ErrConflict reports that a unique key was taken by a writer that did
 	// not go through Enqueue's locks; the whole enqueue rolled back.
 	ErrConflict = errors.New("workqueue: conflicting writer")
+	// ErrNothingCommitted marks a Claim error raised before the claim wrote
+	// anything (reading the scope or scanning candidates failed): the
+	// caller knows ownership did not change. A claim error without it may
+	// have committed (a CAS whose reply was lost).
+	ErrNothingCommitted = errors.New("workqueue: nothing committed")
 )
+
+func nothingCommitted(err error) error { return fmt.Errorf("%w: %w", ErrNothingCommitted, err) }
 
 func invalidf(format string, args ...any) error {
 	return fmt.Errorf("%w: "+format, append([]any{ErrInvalid}, args...)...)

@@ -457,11 +457,14 @@ func TestFailSendsPermanentAndExhaustedToDead(t *testing.T) {
 		if len(got) != 1 {
 			t.Fatalf("attempt %d: claimed %v", attempt, ids(got))
 		}
-		dead, err := c.Fail(f.ctx, got[0], workqueue.Failure{Class: "transient"}, errors.New("timeout"))
+		out, err := c.Fail(f.ctx, got[0], workqueue.Failure{Class: "transient"}, errors.New("timeout"))
 		if err != nil {
 			t.Fatal(err)
 		}
-		if dead {
+		if !out.Dead && out.RetryIn <= 0 {
+			t.Fatalf("attempt %d: a safe retry without a backoff", attempt)
+		}
+		if out.Dead {
 			// Two safe retries (MaxSafeRetries), then the third failure is final.
 			if attempt != 3 || got[0].SafeRetries != 2 {
 				t.Fatalf("dead on attempt %d after %d safe retries, want attempt 3 after 2", attempt, got[0].SafeRetries)

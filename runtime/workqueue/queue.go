@@ -195,3 +195,6 @@ func validScope(scope string) error {
 }
 
 func nullString(s string) sql.NullString { return sql.NullString{String: s, Valid: s != ""} }
+
+// Lease is the configured lease duration.
+func (qu *Queue) Lease() time.Duration { return qu.cfg.Lease }

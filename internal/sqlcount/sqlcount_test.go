@@ -1,0 +1,47 @@
+package sqlcount_test
+
+import (
+	"context"
+	"os"
+	"testing"
+
+	"github.com/laneq/laneq/internal/sqlcount"
+	"github.com/laneq/laneq/internal/tidbtest"
+)
+
+func TestMain(m *testing.M) { os.Exit(tidbtest.Main(m)) }
+
+func TestCountsEveryStatement(t *testing.T) {
+	_, dsn := tidbtest.NewDBWithDSN(t)
+	db, c, err := sqlcount.Open(dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	ctx := context.Background()
+	if err := db.PingContext(ctx); err != nil {
+		t.Fatal(err)
+	}
+	base := c.Statements()
+	var one int
+	if err := db.QueryRowContext(ctx, "SELECT 1").Scan(&one); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.ExecContext(ctx, "DO 1"); err != nil {
+		t.Fatal(err)
+	}
+	tx, err := db.BeginTx(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tx.ExecContext(ctx, "DO ?", 2); err != nil {
+		t.Fatal(err)
+	}
+	if err := tx.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	// SELECT, DO, BEGIN, DO, COMMIT.
+	if got := c.Statements() - base; got != 5 {
+		t.Fatalf("counted %d statements, want 5", got)
+	}
+}

@@ -1,0 +1,127 @@
+package worker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/laneq/laneq/runtime/scheduler"
+	"github.com/laneq/laneq/runtime/workqueue"
+)
+
+// backend is the work-item queue as the scheduler sees it.
+type backend struct{ w *Worker }
+
+func (b backend) Claim(ctx context.Context, req scheduler.Request) ([]*workqueue.Claimed, error) {
+	w := b.w
+	start := time.Now()
+	items, stats, err := w.claimer.Claim(ctx, workqueue.ClaimRequest{
+		QueueClasses: req.QueueClasses, Preferred: req.Preferred, WorkTypes: w.types,
+		Max: req.Max, StaleOnly: req.StaleOnly,
+	})
+	w.metrics.claimed(ctx, req, items, stats, time.Since(start))
+	if h := w.cfg.Hooks; h != nil && h.AfterClaim != nil {
+		for _, c := range items {
+			h.AfterClaim(c)
+		}
+	}
+	out := make([]*workqueue.Claimed, len(items))
+	for i := range items {
+		out[i] = &items[i]
+	}
+	return out, w.claimError(len(items), err)
+}
+
+func (b backend) Renew(ctx context.Context, c *workqueue.Claimed) error {
+	return b.w.q.Renew(ctx, c.Lease)
+}
+
+func (b backend) Handle(ctx context.Context, c *workqueue.Claimed) error {
+	w := b.w
+	start := time.Now()
+	ev, err := w.q.LoadEvent(ctx, c.EventID)
+	if err != nil {
+		return err
+	}
+	loaded := time.Now()
+	err = w.handlers[c.WorkType](ctx, &Job{Item: *c, Event: ev, q: w.q, owned: c})
+	if w.cfg.StageTiming {
+		w.log.Info("stage timing", "work_id", c.WorkID, "work_type", c.WorkType, "queue_class", c.QueueClass,
+			"attempt", c.Attempt, "load_event", loaded.Sub(start), "handle", time.Since(loaded), "ok", err == nil)
+	}
+	return err
+}
+
+// Finish makes the attempt's outcome durable through the lease-fenced
+// queue calls and tells the controller about work that became claimable.
+func (b backend) Finish(ctx context.Context, cp *workqueue.Claimed, outcome error) error {
+	w := b.w
+	c := *cp // as RecordProgress left it
+	if h := w.cfg.Hooks; h != nil && h.BeforeFinish != nil {
+		h.BeforeFinish(c, outcome)
+	}
+	var (
+		fin  workqueue.Finished
+		err  error
+		kind string
+	)
+	switch {
+	case outcome == nil:
+		kind = "completed"
+		fin, err = w.claimer.Complete(ctx, c)
+	case errors.Is(outcome, ErrSkip):
+		kind = "skipped"
+		fin, err = w.claimer.Skip(ctx, c)
+	case errors.Is(outcome, scheduler.ErrShutdown):
+		kind = "released"
+		err = w.claimer.Release(ctx, c)
+	default:
+		var out workqueue.FailOutcome
+		out, err = w.claimer.Fail(ctx, c, failureOf(outcome), outcome)
+		fin = out.Finished
+		kind = "retried"
+		if out.Dead {
+			kind = "dead"
+		} else if err == nil {
+			w.ctrl.NotifyDue(w.clock.Now().Add(out.RetryIn))
+		}
+	}
+	w.metrics.finished(ctx, c, kind, err)
+	if err != nil {
+		return fmt.Errorf("worker: %s work %d: %w", kind, c.WorkID, err)
+	}
+	if len(fin.PromotedOrdinals) > 0 || kind == "released" {
+		w.ctrl.Wake()
+	}
+	return nil
+}
+
+// failureOf describes an outcome for the item row: a class and a bounded
+// summary. The summary is the error text; handlers must keep payloads and
+// secrets out of their errors.
+func failureOf(outcome error) workqueue.Failure {
+	class := "handler_error"
+	var p *scheduler.PanicError
+	var fc FailureClass
+	switch {
+	case errors.As(outcome, &p):
+		class = "panic"
+	case errors.Is(outcome, scheduler.ErrHandlerDeadline):
+		class = "deadline"
+	case errors.Is(outcome, scheduler.ErrLeaseRenewal):
+		class = "lease_renewal"
+	case errors.Is(outcome, workqueue.ErrPermanent):
+		class = "permanent"
+	case errors.As(outcome, &fc) && fc.FailureClass() != "":
+		class = fc.FailureClass()
+	}
+	if len(class) > 64 {
+		class = class[:64]
+	}
+	summary := []rune(outcome.Error())
+	if len(summary) > 1024 {
+		summary = summary[:1024]
+	}
+	return workqueue.Failure{Class: class, Summary: string(summary)}
+}

@@ -1,0 +1,166 @@
+package worker
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"strconv"
+	"time"
+
+	"go.opentelemetry.io/otel/metric"
+
+	"github.com/laneq/laneq/runtime/controller"
+	"github.com/laneq/laneq/runtime/scheduler"
+	"github.com/laneq/laneq/runtime/workqueue"
+)
+
+// Environment variables read by Config.FromEnv. Each overrides the field
+// named beside it; unset variables leave the field as it is.
+const (
+	EnvExecutors            = "LANEQ_EXECUTORS"              // Scheduler.Executors
+	EnvMaxProcessingRows    = "LANEQ_MAX_PROCESSING_ROWS"    // Scheduler.MaxProcessingRows
+	EnvQueueProfile         = "LANEQ_QUEUE_PROFILE"          // Scheduler.Profile: reserved | default-heavy
+	EnvStageTiming          = "LANEQ_STAGE_TIMING"           // StageTiming: true | false
+	EnvHandlerDeadline      = "LANEQ_HANDLER_DEADLINE"       // Scheduler.HandlerDeadline, a Go duration
+	EnvGenerationProbeEvery = "LANEQ_GENERATION_PROBE_EVERY" // Controller.GenerationProbeEvery
+	EnvReconcileEvery       = "LANEQ_RECONCILE_EVERY"        // Controller.ReconcileEvery
+)
+
+// ConservativeExecutors is the executor count above which New logs the
+// configuration as unsafe: every executor holds a lease and a connection.
+const ConservativeExecutors = 16
+
+// Config configures a Worker for one scope.
+type Config struct {
+	// Scope to work on (it must exist; see workqueue.Queue.EnsureScope).
+	Scope string
+	// Owner names this process in lease rows. Default "<hostname>:<pid>".
+	Owner string
+	// Scheduler: executors, queue profile, processing budget, deadlines.
+	Scheduler scheduler.Config
+	// Controller: generation probe and reconciliation periods, clock.
+	Controller controller.Config
+	// Claimer: scan windows and rescans (see workqueue.ClaimerConfig).
+	Claimer workqueue.ClaimerConfig
+	// StageTiming logs each attempt's stage durations (no payloads).
+	StageTiming bool
+	// Logger for the worker and its parts. Default slog.Default().
+	Logger *slog.Logger
+	// MeterProvider receives the worker's metrics (OpenTelemetry). Default:
+	// none recorded.
+	MeterProvider metric.MeterProvider
+	// Hooks are fault-injection points for crash tests; leave nil.
+	Hooks *Hooks
+}
+
+// Hooks are called at the lifecycle boundaries the crash matrix kills a
+// worker at (see runtime/crashmatrix). Nil fields are skipped.
+type Hooks struct {
+	// AfterClaim runs once the claim committed, before the item is handed
+	// to an executor.
+	AfterClaim func(workqueue.Claimed)
+	// BeforeFinish runs after the handler returned, before its outcome is
+	// made durable.
+	BeforeFinish func(c workqueue.Claimed, outcome error)
+}
+
+// ConfigError reports an invalid setting.
+type ConfigError struct {
+	Setting string // field or environment variable
+	Value   string
+	Reason  string
+}
+
+func (e *ConfigError) Error() string {
+	return fmt.Sprintf("worker: invalid %s=%q: %s", e.Setting, e.Value, e.Reason)
+}
+
+// ErrConfig is matched (errors.Is) by every *ConfigError.
+var ErrConfig = errors.New("worker: invalid configuration")
+
+func (e *ConfigError) Is(target error) bool { return target == ErrConfig }
+
+// FromEnv returns c with the LANEQ_* environment variables applied.
+func (c Config) FromEnv() (Config, error) { return c.fromLookup(os.LookupEnv) }
+
+func (c Config) fromLookup(lookup func(string) (string, bool)) (Config, error) {
+	positive := func(name string, dst *int) error {
+		v, ok := lookup(name)
+		if !ok {
+			return nil
+		}
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 {
+			return &ConfigError{name, v, "want a positive integer"}
+		}
+		*dst = n
+		return nil
+	}
+	duration := func(name string, dst *time.Duration, allowNegative bool) error {
+		v, ok := lookup(name)
+		if !ok {
+			return nil
+		}
+		d, err := time.ParseDuration(v)
+		if err != nil || d == 0 || (d < 0 && !allowNegative) {
+			reason := "want a positive Go duration such as 30s or 5m"
+			if allowNegative {
+				reason = "want a Go duration such as 15s (negative disables)"
+			}
+			return &ConfigError{name, v, reason}
+		}
+		*dst = d
+		return nil
+	}
+	errs := []error{
+		positive(EnvExecutors, &c.Scheduler.Executors),
+		positive(EnvMaxProcessingRows, &c.Scheduler.MaxProcessingRows),
+		duration(EnvHandlerDeadline, &c.Scheduler.HandlerDeadline, false),
+		duration(EnvGenerationProbeEvery, &c.Controller.GenerationProbeEvery, true),
+		duration(EnvReconcileEvery, &c.Controller.ReconcileEvery, true),
+	}
+	if v, ok := lookup(EnvQueueProfile); ok {
+		switch p := scheduler.Profile(v); p {
+		case scheduler.ProfileReserved, scheduler.ProfileDefaultHeavy:
+			c.Scheduler.Profile = p
+		default:
+			errs = append(errs, &ConfigError{EnvQueueProfile, v, "want reserved or default-heavy"})
+		}
+	}
+	if v, ok := lookup(EnvStageTiming); ok {
+		b, err := strconv.ParseBool(v)
+		if err != nil {
+			errs = append(errs, &ConfigError{EnvStageTiming, v, "want true or false"})
+		}
+		c.StageTiming = b
+	}
+	return c, errors.Join(errs...)
+}
+
+// Unsafe lists settings that are valid but risky; New logs each one.
+func (c Config) Unsafe(lease time.Duration) []string {
+	var out []string
+	s := c.Scheduler
+	executors := s.Executors
+	if executors == 0 {
+		executors = 4
+	}
+	if executors > ConservativeExecutors {
+		out = append(out, fmt.Sprintf("%d executors is above the conservative %d: each holds a lease and a connection while it runs", executors, ConservativeExecutors))
+	}
+	if s.MaxProcessingRows > 0 && s.MaxProcessingRows < executors {
+		out = append(out, fmt.Sprintf("max processing rows %d is below the executor count %d: some executors can never run", s.MaxProcessingRows, executors))
+	}
+	hb := s.HeartbeatEvery
+	if hb == 0 {
+		hb = lease / 3
+	}
+	if hb >= lease {
+		out = append(out, fmt.Sprintf("heartbeat every %s does not renew a %s lease in time: items will be reclaimed while running", hb, lease))
+	}
+	if p := c.Controller.ReconcileEvery; p < 0 {
+		out = append(out, "the reconciliation backstop is disabled: work no event announces waits for a restart")
+	}
+	return out
+}

@@ -1,0 +1,266 @@
+package worker_test
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/laneq/laneq/internal/sqlcount"
+	"github.com/laneq/laneq/runtime/worker"
+	"github.com/laneq/laneq/runtime/workqueue"
+)
+
+// The end-to-end test re-runs this test binary as worker processes; the
+// environment tells TestMain to run one instead of the tests.
+const (
+	helperEnv      = "LANEQ_WORKER_HELPER"
+	helperDSNEnv   = "LANEQ_WORKER_HELPER_DSN"
+	helperScopeEnv = "LANEQ_WORKER_HELPER_SCOPE"
+)
+
+// helperReport is what a worker process prints after an idle window.
+type helperReport struct {
+	IdleStatements int64
+	Stats          worker.Stats
+}
+
+// runHelperProcess is one worker process. It reads its configuration from
+// the LANEQ_* environment, counts every SQL statement its driver sends,
+// and follows commands on stdin: "go" starts the worker; "idle MS" settles
+// it, counts statements over MS milliseconds and prints a helperReport;
+// "stop" stops it. Every executed work id is printed as "ran ID".
+func runHelperProcess() int {
+	fail := func(err error) int { fmt.Fprintln(os.Stderr, "helper:", err); return 1 }
+	db, counter, err := sqlcount.Open(os.Getenv(helperDSNEnv))
+	if err != nil {
+		return fail(err)
+	}
+	defer db.Close()
+	qu, err := workqueue.New(db, workqueue.Config{})
+	if err != nil {
+		return fail(err)
+	}
+	cfg, err := worker.Config{Scope: os.Getenv(helperScopeEnv), Owner: os.Getenv(helperEnv), Logger: quiet}.FromEnv()
+	if err != nil {
+		return fail(err)
+	}
+	var outMu sync.Mutex
+	out := bufio.NewWriter(os.Stdout)
+	say := func(format string, args ...any) {
+		outMu.Lock()
+		defer outMu.Unlock()
+		fmt.Fprintf(out, format+"\n", args...)
+		out.Flush()
+	}
+	w, err := worker.New(qu, cfg, map[string]worker.Handler{"deliver": func(ctx context.Context, job *worker.Job) error {
+		say("ran %d", job.Item.WorkID)
+		return nil
+	}})
+	if err != nil {
+		return fail(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan error, 1)
+	in := bufio.NewScanner(os.Stdin)
+	for in.Scan() {
+		cmd := strings.Fields(in.Text())
+		switch {
+		case len(cmd) == 1 && cmd[0] == "go":
+			go func() { done <- w.Run(ctx) }()
+		case len(cmd) == 2 && cmd[0] == "idle":
+			ms, err := strconv.Atoi(cmd[1])
+			if err != nil {
+				return fail(err)
+			}
+			if err := w.Settle(ctx); err != nil {
+				return fail(err)
+			}
+			before := counter.Statements()
+			time.Sleep(time.Duration(ms) * time.Millisecond) // the idle window being measured
+			if err := w.Settle(ctx); err != nil {
+				return fail(err)
+			}
+			b, _ := json.Marshal(helperReport{IdleStatements: counter.Statements() - before, Stats: w.Stats()})
+			say("report %s", b)
+		case len(cmd) == 1 && cmd[0] == "stop":
+			cancel()
+			if err := <-done; err != nil {
+				return fail(err)
+			}
+			say("bye")
+			return 0
+		default:
+			return fail(fmt.Errorf("unknown command %q", in.Text()))
+		}
+	}
+	return fail(fmt.Errorf("stdin closed: %v", in.Err()))
+}
+
+type helperProc struct {
+	name   string
+	cmd    *exec.Cmd
+	stdin  io.WriteCloser
+	lines  chan string
+	stderr strings.Builder
+}
+
+func startHelper(t *testing.T, name, dsn string, env ...string) *helperProc {
+	t.Helper()
+	h := &helperProc{name: name, lines: make(chan string, 10_000)}
+	h.cmd = exec.Command(os.Args[0], "-test.run=^$")
+	h.cmd.Env = append(append(os.Environ(), helperEnv+"="+name, helperDSNEnv+"="+dsn, helperScopeEnv+"="+scope), env...)
+	h.cmd.Stderr = &h.stderr
+	var err error
+	if h.stdin, err = h.cmd.StdinPipe(); err != nil {
+		t.Fatal(err)
+	}
+	stdout, err := h.cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := h.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		sc := bufio.NewScanner(stdout)
+		for sc.Scan() {
+			h.lines <- sc.Text()
+		}
+		close(h.lines)
+	}()
+	t.Cleanup(func() {
+		_ = h.cmd.Process.Kill()
+		_ = h.cmd.Wait()
+	})
+	return h
+}
+
+func (h *helperProc) send(t *testing.T, cmd string) {
+	t.Helper()
+	if _, err := fmt.Fprintln(h.stdin, cmd); err != nil {
+		t.Fatalf("%s: send %q: %v (stderr: %s)", h.name, cmd, err, h.stderr.String())
+	}
+}
+
+// TestTwoProcessesDrainThenIdleWithZeroSQL: two worker processes with 16
+// executors each drain 5,000 items with no item executed twice, then sit
+// idle without sending a single SQL statement.
+func TestTwoProcessesDrainThenIdleWithZeroSQL(t *testing.T) {
+	const items = 5000
+	f := newFixture(t, workqueue.Config{})
+	f.enqueue(items, 5, "deliver", "interactive", "default", "bulk")
+	env := []string{
+		worker.EnvExecutors + "=16", worker.EnvQueueProfile + "=default-heavy",
+		// Probe and backstop periods longer than the measured idle window;
+		// the controller tests prove a probe reads nothing else.
+		worker.EnvGenerationProbeEvery + "=1m", worker.EnvReconcileEvery + "=5m",
+	}
+	procs := []*helperProc{startHelper(t, "worker-a", f.dsn, env...), startHelper(t, "worker-b", f.dsn, env...)}
+	start := time.Now()
+	for _, p := range procs {
+		p.send(t, "go")
+	}
+	ranBy := map[int64][]string{}
+	perProc := map[string]int{}
+	total := 0
+	timeout := time.After(10 * time.Minute)
+	var reports = map[string]helperReport{}
+	read := func(p *helperProc) string {
+		select {
+		case line, ok := <-p.lines:
+			if !ok {
+				t.Fatalf("%s exited: %s", p.name, p.stderr.String())
+			}
+			return line
+		case <-timeout:
+			t.Fatalf("timed out after %d of %d items", total, items)
+		}
+		return ""
+	}
+	// Drain: read both processes' "ran" lines until every item ran.
+	drainTimeout := time.After(5 * time.Minute)
+	for total < items {
+		var line string
+		var p *helperProc
+		var ok bool
+		select {
+		case line, ok = <-procs[0].lines:
+			p = procs[0]
+		case line, ok = <-procs[1].lines:
+			p = procs[1]
+		case <-drainTimeout:
+			t.Fatalf("drained %d of %d items (stderr a: %s b: %s)", total, items, procs[0].stderr.String(), procs[1].stderr.String())
+		}
+		if !ok {
+			t.Fatalf("%s exited after %d items: %s", p.name, total, p.stderr.String())
+		}
+		id, err := strconv.ParseInt(strings.TrimPrefix(line, "ran "), 10, 64)
+		if err != nil {
+			t.Fatalf("%s: unexpected line %q", p.name, line)
+		}
+		ranBy[id] = append(ranBy[id], p.name)
+		perProc[p.name]++
+		total++
+	}
+	drained := time.Since(start)
+	if total != items || len(ranBy) != items {
+		t.Fatalf("%d executions of %d distinct items, want %d each (stderr a: %s b: %s)", total, len(ranBy), items,
+			procs[0].stderr.String(), procs[1].stderr.String())
+	}
+	for id, who := range ranBy {
+		if len(who) != 1 {
+			t.Fatalf("work %d ran %d times: %v", id, len(who), who)
+		}
+	}
+	// Wait for the last finishes to commit.
+	for deadline := time.Now().Add(time.Minute); ; time.Sleep(50 * time.Millisecond) {
+		if st := f.states(); st["completed"] == items {
+			break
+		} else if time.Now().After(deadline) {
+			t.Fatalf("states %v", st)
+		}
+	}
+	// Idle: a 3-second window in both processes at once.
+	for _, p := range procs {
+		p.send(t, "idle 3000")
+	}
+	for _, p := range procs {
+		line := read(p)
+		var r helperReport
+		if err := json.Unmarshal([]byte(strings.TrimPrefix(line, "report ")), &r); err != nil {
+			t.Fatalf("%s: %q: %v", p.name, line, err)
+		}
+		reports[p.name] = r
+		if r.IdleStatements != 0 {
+			t.Errorf("%s sent %d SQL statements while idle", p.name, r.IdleStatements)
+		}
+		if r.Stats.Scheduler.MaxConcurrentClaims != 1 {
+			t.Errorf("%s had %d concurrent claims", p.name, r.Stats.Scheduler.MaxConcurrentClaims)
+		}
+	}
+	for _, p := range procs {
+		p.send(t, "stop")
+		if line := read(p); line != "bye" {
+			t.Fatalf("%s: %q", p.name, line)
+		}
+	}
+	if perProc["worker-a"] == 0 || perProc["worker-b"] == 0 {
+		t.Errorf("one process did all the work: %v", perProc)
+	}
+	for name, r := range reports {
+		c, s := r.Stats.Controller, r.Stats.Scheduler
+		t.Logf("%s: ran %d; claim turns %d, claims %d (empty %d), next-work lookups %d, wakes queued %d coalesced %d",
+			name, perProc[name], c.Claims, s.Claims, c.EmptyClaims, c.NextWorkLookups, c.WakesQueued, c.WakesCoalesced)
+	}
+	t.Logf("drained %d items in %s (%.0f items/s)", items, drained.Round(time.Millisecond), float64(items)/drained.Seconds())
+}

@@ -1,0 +1,125 @@
+package worker
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/metric/noop"
+
+	"github.com/laneq/laneq/runtime/scheduler"
+	"github.com/laneq/laneq/runtime/workqueue"
+)
+
+// Metric names. Attributes are low-cardinality only: executor shape, queue
+// class, outcome. Scope, owner and item ids are never attributes.
+const (
+	MetricClaims              = "laneq.worker.claims"               // counter; shape
+	MetricClaimed             = "laneq.worker.claimed_items"        // counter; shape
+	MetricLostCAS             = "laneq.worker.claim_lost_cas"       // counter; shape
+	MetricClaimDuration       = "laneq.worker.claim.duration"       // histogram, seconds; shape
+	MetricStaleReclaims       = "laneq.worker.stale_reclaims"       // counter; shape
+	MetricFinished            = "laneq.worker.finished"             // counter; queue_class, outcome
+	MetricFinishErrors        = "laneq.worker.finish_errors"        // counter; outcome
+	MetricProcessingRows      = "laneq.worker.processing_rows"      // gauge
+	MetricWakesCoalesced      = "laneq.worker.wakes_coalesced"      // observable counter
+	MetricOverdueSuppressions = "laneq.worker.overdue_suppressions" // observable counter
+	MetricPanics              = "laneq.worker.panics"               // observable counter
+)
+
+// metrics holds the worker's OpenTelemetry instruments. OpenTelemetry's
+// metric API is a small interface-only module, so importing laneq adds no
+// exporter or SDK: the application passes its MeterProvider (for example the
+// SDK with a Prometheus or OTLP exporter), and without one nothing is
+// recorded. Prometheus client_golang would instead pin one exposition
+// format and its dependency tree on every importer.
+type metrics struct {
+	claims, claimedItems, lostCAS, stale, finishedN, finishErrs metric.Int64Counter
+	claimDuration                                               metric.Float64Histogram
+	reg                                                         metric.Registration
+}
+
+func newMetrics(mp metric.MeterProvider, w *Worker) (*metrics, error) {
+	if mp == nil {
+		mp = noop.NewMeterProvider()
+	}
+	m := mp.Meter("github.com/laneq/laneq/runtime/worker")
+	var out metrics
+	var errs []error
+	counter := func(name, desc string) metric.Int64Counter {
+		c, err := m.Int64Counter(name, metric.WithDescription(desc))
+		errs = append(errs, err)
+		return c
+	}
+	out.claims = counter(MetricClaims, "Claim statements issued, one per executor shape per claim turn.")
+	out.claimedItems = counter(MetricClaimed, "Items claimed.")
+	out.lostCAS = counter(MetricLostCAS, "Claim candidates another claimer won first.")
+	out.stale = counter(MetricStaleReclaims, "Items reclaimed from an expired lease.")
+	out.finishedN = counter(MetricFinished, "Attempts finished, by outcome.")
+	out.finishErrs = counter(MetricFinishErrors, "Finish calls that failed (a lost lease, a database error).")
+	var err error
+	out.claimDuration, err = m.Float64Histogram(MetricClaimDuration, metric.WithUnit("s"),
+		metric.WithDescription("Duration of one claim (scan, CAS and read-back)."))
+	errs = append(errs, err)
+	processing, err := m.Int64ObservableGauge(MetricProcessingRows, metric.WithDescription("Items this worker is running."))
+	errs = append(errs, err)
+	wakes, err := m.Int64ObservableCounter(MetricWakesCoalesced, metric.WithDescription("Wakes absorbed by one already queued."))
+	errs = append(errs, err)
+	overdue, err := m.Int64ObservableCounter(MetricOverdueSuppressions,
+		metric.WithDescription("Past next-work times after an empty claim, left disarmed instead of spinning."))
+	errs = append(errs, err)
+	panics, err := m.Int64ObservableCounter(MetricPanics, metric.WithDescription("Handler panics recovered by executors."))
+	errs = append(errs, err)
+	if err := errors.Join(errs...); err != nil {
+		return nil, err
+	}
+	out.reg, err = m.RegisterCallback(func(_ context.Context, o metric.Observer) error {
+		st := w.Stats()
+		o.ObserveInt64(processing, int64(w.processing()))
+		o.ObserveInt64(wakes, int64(st.Controller.WakesCoalesced))
+		o.ObserveInt64(overdue, int64(st.Controller.OverdueSuppressions))
+		o.ObserveInt64(panics, int64(st.Scheduler.Panics))
+		return nil
+	}, processing, wakes, overdue, panics)
+	if err != nil {
+		return nil, err
+	}
+	return &out, nil
+}
+
+func (m *metrics) claimed(ctx context.Context, req scheduler.Request, items []workqueue.Claimed, st workqueue.ClaimStats, took time.Duration) {
+	shape := metric.WithAttributes(attribute.String("shape", req.Shape))
+	m.claims.Add(ctx, 1, shape)
+	m.claimedItems.Add(ctx, int64(len(items)), shape)
+	m.lostCAS.Add(ctx, int64(st.LostCAS), shape)
+	m.claimDuration.Record(ctx, took.Seconds(), shape)
+	var stale int64
+	for _, c := range items {
+		if c.Reclaimed {
+			stale++
+		}
+	}
+	if stale > 0 {
+		m.stale.Add(ctx, stale, shape)
+	}
+}
+
+func (m *metrics) finished(ctx context.Context, c workqueue.Claimed, outcome string, err error) {
+	if err != nil {
+		m.finishErrs.Add(ctx, 1, metric.WithAttributes(attribute.String("outcome", outcome)))
+		return
+	}
+	m.finishedN.Add(ctx, 1, metric.WithAttributes(attribute.String("queue_class", c.QueueClass), attribute.String("outcome", outcome)))
+}
+
+// processing is the number of items claimed and not yet finished.
+func (w *Worker) processing() int {
+	busy := 0
+	free := w.sched.FreeSlots()
+	for _, sh := range w.sched.Shapes() {
+		busy += sh.Executors - free[sh.Name]
+	}
+	return busy
+}

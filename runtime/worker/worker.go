@@ -1,0 +1,240 @@
+// Package worker assembles laneq's runtime for one scope in one process: a
+// controller (when to read), a scheduler (how to claim, on which executors)
+// and the work-item queue (what a claim, a heartbeat and a finish are). It
+// is the piece a backend team runs.
+//
+//	w, err := worker.New(queue, cfg, map[string]worker.Handler{"deliver": deliver})
+//	err = w.Run(ctx) // until ctx ends or the controller fails
+//
+// A handler returns nil to complete its item, ErrSkip to skip it, an error
+// wrapping workqueue.ErrPermanent to send it to dead, and any other error to
+// retry it with the queue's backoff (dead once the retry budget is spent).
+// A panic or a blown deadline is a retry too. On shutdown running items are
+// released, due at once.
+package worker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"maps"
+	"os"
+	"slices"
+	"sync/atomic"
+	"time"
+
+	"github.com/laneq/laneq/runtime/clock"
+	"github.com/laneq/laneq/runtime/controller"
+	"github.com/laneq/laneq/runtime/scheduler"
+	"github.com/laneq/laneq/runtime/workqueue"
+)
+
+// Handler runs one work item. Its context ends at the handler deadline, on
+// shutdown, or when the lease could not be renewed.
+type Handler func(ctx context.Context, job *Job) error
+
+// ErrSkip makes a handler's item finish as skipped (nothing to do).
+var ErrSkip = errors.New("worker: skip")
+
+// Job is a claimed work item and its immutable event.
+type Job struct {
+	Item  workqueue.Claimed
+	Event workqueue.StoredEvent
+	q     *workqueue.Queue
+	owned *workqueue.Claimed // the executor's copy, which Finish uses
+}
+
+// RecordProgress marks durable forward progress: a later failure of this
+// attempt starts a fresh retry series.
+func (j *Job) RecordProgress(ctx context.Context) error {
+	if err := j.q.RecordProgress(ctx, j.owned); err != nil {
+		return err
+	}
+	j.Item.SafeRetries = j.owned.SafeRetries
+	return nil
+}
+
+// FailureClass lets a handler's error name its failure class (stored on the
+// item, low-cardinality, no payloads); otherwise "handler_error".
+type FailureClass interface{ FailureClass() string }
+
+// Worker runs one scope's work in this process.
+type Worker struct {
+	cfg      Config
+	q        *workqueue.Queue
+	claimer  *workqueue.Claimer
+	sched    *scheduler.Scheduler[*workqueue.Claimed]
+	ctrl     *controller.Controller
+	handlers map[string]Handler
+	types    []string // handlers' work types, sorted
+	log      *slog.Logger
+	metrics  *metrics
+	clock    clock.Clock
+
+	offset   atomic.Int64 // database clock minus local clock, nanoseconds
+	restarts atomic.Uint64
+	running  atomic.Bool
+	ran      atomic.Bool
+}
+
+// New builds a Worker; handlers maps each work type this process runs to
+// its handler.
+func New(q *workqueue.Queue, cfg Config, handlers map[string]Handler) (*Worker, error) {
+	if q == nil {
+		return nil, errors.New("worker: nil queue")
+	}
+	if len(handlers) == 0 {
+		return nil, &ConfigError{"handlers", "", "at least one work type handler is required"}
+	}
+	for wt, h := range handlers {
+		if h == nil {
+			return nil, &ConfigError{"handlers", wt, "nil handler"}
+		}
+	}
+	if cfg.Owner == "" {
+		host, _ := os.Hostname()
+		cfg.Owner = fmt.Sprintf("%.80s:%d", host, os.Getpid())
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	log := cfg.Logger.With("scope", cfg.Scope)
+	if cfg.Controller.Clock == nil {
+		cfg.Controller.Clock = clock.Real()
+	}
+	if cfg.Scheduler.Clock == nil {
+		cfg.Scheduler.Clock = cfg.Controller.Clock
+	}
+	if cfg.Scheduler.HeartbeatEvery == 0 {
+		cfg.Scheduler.HeartbeatEvery = q.Lease() / 3
+	}
+	cfg.Scheduler.Logger, cfg.Controller.Logger = log, log
+	w := &Worker{cfg: cfg, q: q, handlers: maps.Clone(handlers), types: sortedKeys(handlers), log: log, clock: cfg.Controller.Clock}
+	var err error
+	if w.claimer, err = q.NewClaimer(cfg.Scope, cfg.Owner, cfg.Claimer); err != nil {
+		return nil, err
+	}
+	cfg.Scheduler.OnCapacityFreed = func() { w.ctrl.CapacityFreed() }
+	if w.sched, err = scheduler.New[*workqueue.Claimed](backend{w}, cfg.Scheduler); err != nil {
+		return nil, err
+	}
+	if w.ctrl, err = controller.New(source{w}, cfg.Controller); err != nil {
+		return nil, err
+	}
+	if w.metrics, err = newMetrics(cfg.MeterProvider, w); err != nil {
+		return nil, err
+	}
+	w.cfg = cfg
+	for _, msg := range cfg.Unsafe(q.Lease()) {
+		log.Warn("unsafe worker configuration", "detail", msg)
+	}
+	return w, nil
+}
+
+// Fingerprint identifies the configuration: a Supervisor rebuilds a worker
+// only when it stopped or this changed.
+func (c Config) Fingerprint(workTypes []string) string {
+	return fmt.Sprintf("%s|%s|%q|%s|%s|%t", c.Scope, c.Owner, workTypes, c.Scheduler.Fingerprint(),
+		fmt.Sprint(c.Controller.GenerationProbeEvery, c.Controller.ReconcileEvery), c.StageTiming)
+}
+
+// WorkTypes returns the work types this worker claims, sorted.
+func (w *Worker) WorkTypes() []string { return slices.Clone(w.types) }
+
+func sortedKeys(m map[string]Handler) []string { return slices.Sorted(maps.Keys(m)) }
+
+// Run starts the executors and the controller and returns when ctx ends or
+// the controller fails; running items are then finished (released on
+// shutdown) before it returns. A Worker runs once.
+func (w *Worker) Run(ctx context.Context) error {
+	if !w.ran.CompareAndSwap(false, true) {
+		return errors.New("worker: Run called twice; build a new Worker")
+	}
+	w.running.Store(true)
+	defer w.running.Store(false)
+	if err := w.sched.Start(ctx); err != nil {
+		return err
+	}
+	execs := w.sched.Shapes()
+	w.log.Info("worker started", "owner", w.cfg.Owner, "executors", w.cfg.Scheduler.Executors,
+		"profile", w.cfg.Scheduler.Profile, "shapes", len(execs), "work_types", w.WorkTypes())
+	err := w.runController(ctx)
+	w.sched.Stop()
+	if err == nil {
+		w.log.Info("worker stopped")
+		return nil
+	}
+	w.log.Error("worker stopped on error", "err", err, "controller_usable", w.ctrl.Usable())
+	return err
+}
+
+// Controller restarts after errors that leave it usable (a failed read, a
+// claim proven not to have committed) back off from RestartBackoffMin,
+// doubling up to RestartBackoffMax. Executors keep running meanwhile.
+const (
+	RestartBackoffMin = time.Second
+	RestartBackoffMax = 30 * time.Second
+)
+
+// runController runs the controller until ctx ends (nil) or it fails with
+// an outcome it cannot vouch for (the error).
+func (w *Worker) runController(ctx context.Context) error {
+	backoff := RestartBackoffMin
+	timer := w.clock.NewTimer()
+	defer timer.Stop()
+	for {
+		err := w.ctrl.Run(ctx)
+		if ctx.Err() != nil {
+			return nil
+		}
+		if !w.ctrl.Usable() {
+			return err
+		}
+		w.restarts.Add(1)
+		w.log.Warn("controller stopped on an error that changed nothing durable; restarting", "err", err, "after", backoff)
+		timer.Reset(backoff)
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-timer.C():
+		}
+		backoff = min(2*backoff, RestartBackoffMax)
+	}
+}
+
+// Running reports whether Run is active.
+func (w *Worker) Running() bool { return w.running.Load() }
+
+// Wake tells the worker new work may be claimable (call it after enqueueing
+// in this process; other processes see the enqueue on their next
+// generation probe).
+func (w *Worker) Wake() { w.ctrl.Wake() }
+
+// Stats reports what the worker's parts did.
+type Stats struct {
+	Controller controller.Stats
+	Scheduler  scheduler.Stats
+	// ControllerRestarts counts restarts after errors that left the
+	// controller usable.
+	ControllerRestarts uint64
+}
+
+func (w *Worker) Stats() Stats {
+	return Stats{Controller: w.ctrl.Stats(), Scheduler: w.sched.Stats(), ControllerRestarts: w.restarts.Load()}
+}
+
+// Settle waits until the controller handled every signal sent so far (for
+// tests and tools).
+func (w *Worker) Settle(ctx context.Context) error { return w.ctrl.Settle(ctx) }
+
+func (w *Worker) dbToLocal(t time.Time) time.Time { return t.Add(-time.Duration(w.offset.Load())) }
+
+func (w *Worker) syncClock(ctx context.Context) error {
+	off, err := w.q.ClockOffset(ctx, w.clock.Now)
+	if err != nil {
+		return err
+	}
+	w.offset.Store(int64(off))
+	return nil
+}

@@ -1,0 +1,69 @@
+package workqueue
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"time"
+)
+
+// StoredEvent is an event as executors read it: the immutable input of its
+// work items.
+type StoredEvent struct {
+	EventID          int64
+	ReceiptID        int64
+	RouteID          string
+	RouteVersion     int64
+	EventKind        string
+	SourceKind       string
+	SourceID         string
+	DeliverySequence int64
+	IdempotencyKey   string
+	Payload          []byte
+	CreatedAt        time.Time
+}
+
+// LoadEvent reads an event by id (a primary-key point read).
+func (qu *Queue) LoadEvent(ctx context.Context, eventID int64) (StoredEvent, error) {
+	e, err := qu.q.GetEvent(ctx, eventID)
+	if err != nil {
+		return StoredEvent{}, fmt.Errorf("workqueue: load event %d: %w", eventID, err)
+	}
+	return StoredEvent{
+		EventID: e.EventID, ReceiptID: e.ReceiptID.Int64, RouteID: e.RouteID, RouteVersion: e.RouteVersion,
+		EventKind: e.EventKind, SourceKind: e.SourceKind, SourceID: e.SourceID,
+		DeliverySequence: e.DeliverySequence, IdempotencyKey: e.IdempotencyKey, Payload: e.Payload, CreatedAt: e.CreatedAt,
+	}, nil
+}
+
+// Generation is a value that changes whenever the scope's admission state
+// does: a new active generation or any enqueue (which advances the next
+// enqueue ordinal). One primary-key point read; a controller probes it to
+// learn about work other processes enqueued without scanning for it.
+func (qu *Queue) Generation(ctx context.Context, scope string) (uint64, error) {
+	sc, err := qu.q.GetScope(ctx, scope)
+	if errors.Is(err, sql.ErrNoRows) {
+		return 0, fmt.Errorf("%w: %q", ErrUnknownScope, scope)
+	}
+	if err != nil {
+		return 0, fmt.Errorf("workqueue: probe scope %q: %w", scope, err)
+	}
+	h := fnv.New64a()
+	fmt.Fprintf(h, "%d/%d", sc.ActiveGeneration, sc.NextEnqueueOrdinal)
+	return h.Sum64(), nil
+}
+
+// ClockOffset measures how far the database clock is ahead of the local
+// one (negative: behind), to within half the round trip.
+func (qu *Queue) ClockOffset(ctx context.Context, now func() time.Time) (time.Duration, error) {
+	before := now()
+	db, err := qu.q.DatabaseNow(ctx)
+	if err != nil {
+		return 0, fmt.Errorf("workqueue: read the database clock: %w", err)
+	}
+	after := now()
+	mid := before.Add(after.Sub(before) / 2)
+	return db.Sub(mid), nil
+}
