@@ -296,7 +296,7 @@ func (q *Queries) HasDueWork(ctx context.Context, arg HasDueWorkParams) ([]int64
 }
 
 const nextWorkAt = `-- name: NextWorkAt :many
-(SELECT w.run_after AS due_at
+(SELECT w.run_after AS due_at, CAST(TIMESTAMPDIFF(MICROSECOND, NOW(6), w.run_after) AS SIGNED) AS delay_micros
  FROM work_item w
  WHERE w.scope_id = ?
    AND w.generation = (SELECT s.active_generation FROM scope s WHERE s.scope_id = ?)
@@ -305,7 +305,7 @@ const nextWorkAt = `-- name: NextWorkAt :many
  ORDER BY w.run_after
  LIMIT 1)
 UNION ALL
-(SELECT CAST(l.lease_until AS DATETIME(6)) AS due_at
+(SELECT CAST(l.lease_until AS DATETIME(6)) AS due_at, CAST(TIMESTAMPDIFF(MICROSECOND, NOW(6), l.lease_until) AS SIGNED) AS delay_micros
  FROM work_item l
  WHERE l.scope_id = ?
    AND l.generation = (SELECT s.active_generation FROM scope s WHERE s.scope_id = ?)
@@ -319,12 +319,19 @@ type NextWorkAtParams struct {
 	ScopeID string
 }
 
+type NextWorkAtRow struct {
+	DueAt       time.Time
+	DelayMicros int64
+}
+
 // The earliest strictly-future due time of the scope: a pending row's
 // run_after or a processing row's lease expiry. Two ordered LIMIT 1 branches,
 // each starting its index range at NOW(6) (after every consumed key); the
 // caller takes the smaller. Returning rows instead of MIN() keeps "no future
 // work" an empty result rather than a NULL that cannot scan into time.Time.
-func (q *Queries) NextWorkAt(ctx context.Context, arg NextWorkAtParams) ([]time.Time, error) {
+// delay_micros is the same instant measured from the database clock, so a
+// worker can arm a local timer without trusting its own wall clock.
+func (q *Queries) NextWorkAt(ctx context.Context, arg NextWorkAtParams) ([]NextWorkAtRow, error) {
 	rows, err := q.db.QueryContext(ctx, nextWorkAt,
 		arg.ScopeID,
 		arg.ScopeID,
@@ -335,13 +342,13 @@ func (q *Queries) NextWorkAt(ctx context.Context, arg NextWorkAtParams) ([]time.
 		return nil, err
 	}
 	defer rows.Close()
-	items := []time.Time{}
+	items := []NextWorkAtRow{}
 	for rows.Next() {
-		var due_at time.Time
-		if err := rows.Scan(&due_at); err != nil {
+		var i NextWorkAtRow
+		if err := rows.Scan(&i.DueAt, &i.DelayMicros); err != nil {
 			return nil, err
 		}
-		items = append(items, due_at)
+		items = append(items, i)
 	}
 	if err := rows.Close(); err != nil {
 		return nil, err

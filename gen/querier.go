@@ -6,7 +6,6 @@ package gen
 
 import (
 	"context"
-	"time"
 )
 
 type Querier interface {
@@ -39,9 +38,6 @@ type Querier interface {
 	// The rows ClaimBatchCAS won, with the lease tokens it set: batch point gets
 	// on the primary key, filtered by the claim turn's reference.
 	ClaimedByRef(ctx context.Context, arg ClaimedByRefParams) ([]ClaimedByRefRow, error)
-	// The database clock. Due times and leases are judged by NOW(6), so a worker
-	// converts them to its own clock with the offset this measures.
-	DatabaseNow(ctx context.Context) (time.Time, error)
 	// Idempotent creation. ON DUPLICATE KEY keeps an existing row untouched (its
 	// generation and ordinal counter must never be reset by a late writer).
 	EnsureScope(ctx context.Context, arg EnsureScopeParams) error
@@ -119,7 +115,9 @@ type Querier interface {
 	// each starting its index range at NOW(6) (after every consumed key); the
 	// caller takes the smaller. Returning rows instead of MIN() keeps "no future
 	// work" an empty result rather than a NULL that cannot scan into time.Time.
-	NextWorkAt(ctx context.Context, arg NextWorkAtParams) ([]time.Time, error)
+	// delay_micros is the same instant measured from the database clock, so a
+	// worker can arm a local timer without trusting its own wall clock.
+	NextWorkAt(ctx context.Context, arg NextWorkAtParams) ([]NextWorkAtRow, error)
 	// blocked -> pending once the row heads both of its lanes. Primary-key CAS on
 	// the row version read by NextBlocked*.
 	PromoteBlocked(ctx context.Context, arg PromoteBlockedParams) (int64, error)

@@ -7,7 +7,6 @@ package gen
 
 import (
 	"context"
-	"time"
 )
 
 const advanceEnqueueOrdinal = `-- name: AdvanceEnqueueOrdinal :exec
@@ -27,19 +26,6 @@ type AdvanceEnqueueOrdinalParams struct {
 func (q *Queries) AdvanceEnqueueOrdinal(ctx context.Context, arg AdvanceEnqueueOrdinalParams) error {
 	_, err := q.db.ExecContext(ctx, advanceEnqueueOrdinal, arg.Reserved, arg.ScopeID)
 	return err
-}
-
-const databaseNow = `-- name: DatabaseNow :one
-SELECT CAST(NOW(6) AS DATETIME(6)) AS now
-`
-
-// The database clock. Due times and leases are judged by NOW(6), so a worker
-// converts them to its own clock with the offset this measures.
-func (q *Queries) DatabaseNow(ctx context.Context) (time.Time, error) {
-	row := q.db.QueryRowContext(ctx, databaseNow)
-	var now time.Time
-	err := row.Scan(&now)
-	return now, err
 }
 
 const ensureScope = `-- name: EnsureScope :exec

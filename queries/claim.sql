@@ -95,7 +95,9 @@ WHERE w.work_id = sqlc.arg(work_id)
 -- each starting its index range at NOW(6) (after every consumed key); the
 -- caller takes the smaller. Returning rows instead of MIN() keeps "no future
 -- work" an empty result rather than a NULL that cannot scan into time.Time.
-(SELECT w.run_after AS due_at
+-- delay_micros is the same instant measured from the database clock, so a
+-- worker can arm a local timer without trusting its own wall clock.
+(SELECT w.run_after AS due_at, CAST(TIMESTAMPDIFF(MICROSECOND, NOW(6), w.run_after) AS SIGNED) AS delay_micros
  FROM work_item w
  WHERE w.scope_id = sqlc.arg(scope_id)
    AND w.generation = (SELECT s.active_generation FROM scope s WHERE s.scope_id = sqlc.arg(scope_id))
@@ -104,7 +106,7 @@ WHERE w.work_id = sqlc.arg(work_id)
  ORDER BY w.run_after
  LIMIT 1)
 UNION ALL
-(SELECT CAST(l.lease_until AS DATETIME(6)) AS due_at
+(SELECT CAST(l.lease_until AS DATETIME(6)) AS due_at, CAST(TIMESTAMPDIFF(MICROSECOND, NOW(6), l.lease_until) AS SIGNED) AS delay_micros
  FROM work_item l
  WHERE l.scope_id = sqlc.arg(scope_id)
    AND l.generation = (SELECT s.active_generation FROM scope s WHERE s.scope_id = sqlc.arg(scope_id))

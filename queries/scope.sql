@@ -34,8 +34,3 @@ WHERE scope_id = sqlc.arg(scope_id);
 -- pessimistic READ COMMITTED, which TiDB honors only in pessimistic mode (in
 -- optimistic mode it silently runs REPEATABLE READ), so Queue checks it.
 SELECT CAST(@@tidb_txn_mode AS CHAR(16)) AS txn_mode;
-
--- name: DatabaseNow :one
--- The database clock. Due times and leases are judged by NOW(6), so a worker
--- converts them to its own clock with the offset this measures.
-SELECT CAST(NOW(6) AS DATETIME(6)) AS now;

@@ -44,4 +44,8 @@ func TestCountsEveryStatement(t *testing.T) {
 	if got := c.Statements() - base; got != 5 {
 		t.Fatalf("counted %d statements, want 5", got)
 	}
+	by := c.ByStatement()
+	if by["SELECT 1"] != 1 || by["DO 1"] != 1 || by["BEGIN"] != 1 || by["COMMIT"] != 1 {
+		t.Fatalf("by statement %v", by)
+	}
 }

@@ -51,18 +51,19 @@ func (b Boundary) String() string {
 
 // Injector is handed to every worker the harness builds. The worker calls
 // Reached at each boundary; at the armed boundary of a worker that is to
-// crash, Reached blocks until the harness killed the worker. Recovery
-// workers get an unarmed injector whose Reached never blocks.
+// crash, Reached never returns: the goroutine that reached it is the
+// crashed process's, and a crashed process does nothing more. (Its other
+// goroutines are cut off by Kill.) Recovery workers get an unarmed
+// injector whose Reached always returns.
 type Injector struct {
 	armed   Boundary
 	crash   bool
 	once    sync.Once
 	reached chan struct{}
-	killed  chan struct{}
 }
 
 func newInjector(b Boundary, crash bool) *Injector {
-	return &Injector{armed: b, crash: crash, reached: make(chan struct{}), killed: make(chan struct{})}
+	return &Injector{armed: b, crash: crash, reached: make(chan struct{})}
 }
 
 // Reached marks boundary b.
@@ -73,7 +74,7 @@ func (in *Injector) Reached(b Boundary) {
 	first := false
 	in.once.Do(func() { first = true; close(in.reached) })
 	if first {
-		<-in.killed // a killed worker never gets past its crash point
+		select {} // the crash: this goroutine never proceeds
 	}
 }
 
@@ -152,8 +153,7 @@ func Check[S, W any](ctx context.Context, c Case[S, W], b Boundary) error {
 	if err := bounded(ctx, timeout, "Kill", func(context.Context) error { c.Kill(first); return nil }); err != nil {
 		return err
 	}
-	close(inj.killed)
-	stopFirst()
+	stopFirst() // the crashed worker's Run may never return; it is abandoned
 
 	// A fresh worker on the same store.
 	second, err := build(ctx, c, timeout, newInjector(b, false))

@@ -2,6 +2,8 @@ package scheduler_test
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"runtime"
 	"sync/atomic"
 	"testing"
@@ -109,4 +111,87 @@ func BenchmarkSchedulerDrain16Executors(b *testing.B) {
 	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*items), "ns/item")
 	b.ReportMetric(float64(last.claims)/items, "claims/item")
 	b.ReportMetric(float64(last.maxConcurrentClaims), "max-concurrent-claims")
+}
+
+// TestOverloadedPressureDoesNotSpin: claims the limiter denies for pressure
+// end the turn; only the next event claims again.
+func TestOverloadedPressureDoesNotSpin(t *testing.T) {
+	b := newFakeBackend(classItems("default", 0, 10)...)
+	var probes atomic.Int64
+	lim, err := scheduler.NewBudgetLimiter(16, func(context.Context) scheduler.Pressure {
+		probes.Add(1)
+		return scheduler.PressureOverloaded
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ctrl *controller.Controller
+	s, err := scheduler.New[item](b, scheduler.Config{Executors: 16, Profile: scheduler.ProfileDefaultHeavy, Limiter: lim, Logger: quiet,
+		OnCapacityFreed: func() { ctrl.CapacityFreed() }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctrl, err = controller.New(schedSource{s}, controller.Config{GenerationProbeEvery: -1, ReconcileEvery: -1, Logger: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	if err := s.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	defer s.Stop()
+	done := make(chan error, 1)
+	go func() { done <- ctrl.Run(ctx) }()
+	if err := ctrl.Settle(ctx); err != nil {
+		t.Fatal(err)
+	}
+	ctrl.Wake()
+	if err := ctrl.Settle(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if st := s.Stats(); st.ClaimTurns != 2 || st.Claims != 0 || probes.Load() != 6 {
+		t.Fatalf("turns %d claims %d probes %d: want 2 turns (start-up, wake), no claim, one probe per shape per turn",
+			st.ClaimTurns, st.Claims, probes.Load())
+	}
+	cancel()
+	<-done
+}
+
+// failingBackend fails the claim of one shape with a proven no-commit read
+// error after another shape already won items.
+type failingBackend struct {
+	*fakeBackend
+	failShape string
+}
+
+func (f failingBackend) Claim(ctx context.Context, req scheduler.Request) ([]item, error) {
+	if req.Shape == f.failShape {
+		return nil, fmt.Errorf("scan: connection refused: %w", controller.ErrSourceOperationNotCommitted)
+	}
+	return f.fakeBackend.Claim(ctx, req)
+}
+
+func TestReadErrorAfterItemsWereWonEndsTheTurnCleanly(t *testing.T) {
+	b := failingBackend{fakeBackend: newFakeBackend(classItems("default", 0, 3)...), failShape: "shared"}
+	s, err := scheduler.New[item](b, scheduler.Config{Executors: 8, Logger: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	defer s.Stop()
+	batch, err := s.ClaimTurn(context.Background(), controller.Turn{})
+	if err != nil || batch.Started != 2 {
+		t.Fatalf("batch %+v err %v: want the latency shape's 2 items and no error", batch, err)
+	}
+	waitFinished(t, b.fakeBackend, 2)
+	// With nothing won, the same error goes up as a proven no-commit.
+	s2, _ := scheduler.New[item](failingBackend{fakeBackend: newFakeBackend(), failShape: "latency"}, scheduler.Config{Executors: 8, Logger: quiet})
+	_ = s2.Start(context.Background())
+	defer s2.Stop()
+	if _, err := s2.ClaimTurn(context.Background(), controller.Turn{}); !errors.Is(err, controller.ErrSourceOperationNotCommitted) {
+		t.Fatalf("error %v", err)
+	}
 }

@@ -17,7 +17,11 @@ func (s *Scheduler[I]) slot(sh *shapeSlots[I]) {
 		case <-s.ctx.Done():
 			return
 		case item := <-sh.work:
-			s.finish(item, s.attempt(item))
+			if s.ctx.Err() != nil { // stopping: do not start it
+				s.finish(item, ErrShutdown)
+			} else {
+				s.finish(item, s.attempt(item))
+			}
 			s.release(sh)
 		}
 	}
@@ -63,7 +67,11 @@ func (s *Scheduler[I]) attempt(item I) error {
 			}
 			return err
 		case <-heartbeat.C():
-			if err := s.backend.Renew(ctx, item); err != nil {
+			// Bounded: a hung renew must not hold up the deadline timers.
+			rctx, rcancel := context.WithTimeout(ctx, s.cfg.HeartbeatEvery)
+			err := s.backend.Renew(rctx, item)
+			rcancel()
+			if err != nil {
 				s.heartbeatFailures.Add(1)
 				cancel(errors.Join(ErrLeaseRenewal, err))
 				continue

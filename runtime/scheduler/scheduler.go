@@ -87,12 +87,17 @@ type Config struct {
 	// Executors.
 	MaxProcessingRows int
 	// Limiter admits claims. Default NewBudgetLimiter(MaxProcessingRows).
+	// A limiter belongs to one scheduler: budget it frees wakes only that
+	// scheduler's controller, so sharing one across schedulers can leave a
+	// scope waiting for its backstop.
 	Limiter Limiter
 	// HandlerDeadline bounds one attempt. Default 5m.
 	HandlerDeadline time.Duration
 	// AbandonAfter is how long a handler may ignore its cancelled context
 	// (deadline or shutdown) before its slot gives up on it, finishes the
-	// item through the fenced path and takes new work. Default 5s.
+	// item through the fenced path and takes new work. Default 5s. An
+	// abandoned handler's goroutine may still be running, outside the
+	// processing budget.
 	AbandonAfter time.Duration
 	// HeartbeatEvery is the lease renewal period; keep it well below the
 	// lease. Default 10s.
@@ -237,12 +242,15 @@ func (s *Scheduler[I]) Shapes() []Shape {
 	return out
 }
 
-// Start launches the executor slots; they run until Stop.
+// Start launches the executor slots; they run until Stop. Cancelling ctx
+// does not stop them (its values are kept): only Stop ends attempts, with
+// the cause ErrShutdown, so a shutdown releases items instead of failing
+// them.
 func (s *Scheduler[I]) Start(ctx context.Context) error {
 	if !s.state.CompareAndSwap(0, 1) {
 		return errors.New("scheduler: Start called twice")
 	}
-	s.ctx, s.cancel = context.WithCancelCause(ctx)
+	s.ctx, s.cancel = context.WithCancelCause(context.WithoutCancel(ctx))
 	for _, sh := range s.shapes {
 		for range sh.Executors {
 			s.wg.Add(1)
@@ -305,6 +313,9 @@ func (s *Scheduler[I]) ClaimTurn(ctx context.Context, turn controller.Turn) (con
 	}
 	s.claimMu.Lock()
 	defer s.claimMu.Unlock()
+	if !s.Running() { // Stop won the lock: nothing would run the items
+		return controller.ClaimBatch{}, fmt.Errorf("%w: %w", ErrStopped, controller.ErrSourceOperationNotCommitted)
+	}
 	s.turns.Add(1)
 	var batch controller.ClaimBatch
 	first := s.next
@@ -323,6 +334,12 @@ func (s *Scheduler[I]) ClaimTurn(ctx context.Context, turn controller.Turn) (con
 		s.mu.Lock()
 		batch.More = batch.More || sh.hungry
 		s.mu.Unlock()
+		if err != nil && batch.Started > 0 && errors.Is(err, controller.ErrSourceOperationNotCommitted) {
+			// Items already won this turn are running; this shape's failed
+			// read changed nothing. End the turn with what it has.
+			s.log.Warn("claim read failed after items were won this turn", "shape", sh.Name, "won", batch.Started, "err", err)
+			return batch, nil
+		}
 		if err != nil {
 			return batch, err
 		}
@@ -339,6 +356,14 @@ func (s *Scheduler[I]) claimShape(ctx context.Context, sh *shapeSlots[I], free i
 	}
 	if grant.Max <= 0 {
 		s.denied.Add(1)
+		if s.limiter.Available() > 0 {
+			// Denied by pressure, not by budget: this shape asks for no
+			// continuation (a budget denial ends when capacity frees; a
+			// pressure denial waits for the next event).
+			s.mu.Lock()
+			sh.hungry = false
+			s.mu.Unlock()
+		}
 		return 0, nil
 	}
 	grant.Max = min(grant.Max, free)

@@ -29,8 +29,9 @@ const (
 
 // helperReport is what a worker process prints after an idle window.
 type helperReport struct {
-	IdleStatements int64
-	Stats          worker.Stats
+	IdleStatements  int64
+	IdleByStatement map[string]int64
+	Stats           worker.Stats
 }
 
 // runHelperProcess is one worker process. It reads its configuration from
@@ -85,12 +86,18 @@ func runHelperProcess() int {
 			if err := w.Settle(ctx); err != nil {
 				return fail(err)
 			}
-			before := counter.Statements()
+			before, beforeBy := counter.Statements(), counter.ByStatement()
 			time.Sleep(time.Duration(ms) * time.Millisecond) // the idle window being measured
 			if err := w.Settle(ctx); err != nil {
 				return fail(err)
 			}
-			b, _ := json.Marshal(helperReport{IdleStatements: counter.Statements() - before, Stats: w.Stats()})
+			idleBy := map[string]int64{}
+			for k, v := range counter.ByStatement() {
+				if d := v - beforeBy[k]; d != 0 {
+					idleBy[k] = d
+				}
+			}
+			b, _ := json.Marshal(helperReport{IdleStatements: counter.Statements() - before, IdleByStatement: idleBy, Stats: w.Stats()})
 			say("report %s", b)
 		case len(cmd) == 1 && cmd[0] == "stop":
 			cancel()
@@ -242,7 +249,7 @@ func TestTwoProcessesDrainThenIdleWithZeroSQL(t *testing.T) {
 		}
 		reports[p.name] = r
 		if r.IdleStatements != 0 {
-			t.Errorf("%s sent %d SQL statements while idle", p.name, r.IdleStatements)
+			t.Errorf("%s sent %d SQL statements while idle: %v", p.name, r.IdleStatements, r.IdleByStatement)
 		}
 		if r.Stats.Scheduler.MaxConcurrentClaims != 1 {
 			t.Errorf("%s had %d concurrent claims", p.name, r.Stats.Scheduler.MaxConcurrentClaims)

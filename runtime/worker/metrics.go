@@ -89,6 +89,10 @@ func newMetrics(mp metric.MeterProvider, w *Worker) (*metrics, error) {
 	return &out, nil
 }
 
+// close unregisters the observable callbacks, so a stopped worker is
+// neither observed nor kept alive by its MeterProvider.
+func (m *metrics) close() { _ = m.reg.Unregister() }
+
 func (m *metrics) claimed(ctx context.Context, req scheduler.Request, items []workqueue.Claimed, st workqueue.ClaimStats, took time.Duration) {
 	shape := metric.WithAttributes(attribute.String("shape", req.Shape))
 	m.claims.Add(ctx, 1, shape)

@@ -13,23 +13,19 @@ import (
 // source is the work-item queue as the controller sees it.
 type source struct{ w *Worker }
 
-// Ready checks the scope exists and measures the database clock offset.
+// Ready checks that the scope exists.
 func (s source) Ready(ctx context.Context) error {
-	if _, err := s.w.q.Generation(ctx, s.w.cfg.Scope); err != nil {
-		return err
-	}
-	return s.w.syncClock(ctx)
+	_, err := s.w.q.Generation(ctx, s.w.cfg.Scope)
+	return err
 }
 
 // Reconcile makes the next claim rescan every class from the front of its
-// range (picking up anything that became claimable behind a scan floor
-// without an event this process saw) and re-measures the clock offset. It
-// writes nothing, so any error is a proven no-commit.
-func (s source) Reconcile(ctx context.Context) error {
+// range, picking up anything that became claimable behind a scan floor
+// without an event this process saw (another process's release, say). It
+// reads and writes nothing itself. (Ingress-receipt routing will hook in
+// here when it lands.)
+func (s source) Reconcile(context.Context) error {
 	s.w.claimer.Rewind(0)
-	if err := s.w.syncClock(ctx); err != nil {
-		return fmt.Errorf("%w: %w", controller.ErrSourceOperationNotCommitted, err)
-	}
 	return nil
 }
 
@@ -44,22 +40,16 @@ func (s source) Claim(ctx context.Context, turn controller.Turn) (controller.Cla
 	return s.w.sched.ClaimTurn(ctx, turn)
 }
 
-// minDueDelay keeps a time the database called strictly future strictly
-// future on the local clock, whatever the error of the measured offset.
-const minDueDelay = time.Millisecond
-
-// NextWorkAt converts the queue's next due time from the database clock to
-// the local one.
+// NextWorkAt places the queue's next due time on the local clock by its
+// delay from the database's NOW(6): no two wall clocks are compared, so
+// skew between this host and TiDB neither fires the timer early nor makes
+// a future time look overdue.
 func (s source) NextWorkAt(ctx context.Context) (time.Time, bool, error) {
-	at, ok, err := s.w.q.NextWorkAt(ctx, s.w.cfg.Scope)
+	in, ok, err := s.w.q.NextWorkIn(ctx, s.w.cfg.Scope)
 	if err != nil || !ok {
 		return time.Time{}, false, err
 	}
-	local, earliest := s.w.dbToLocal(at), s.w.clock.Now().Add(minDueDelay)
-	if local.Before(earliest) {
-		local = earliest
-	}
-	return local, true, nil
+	return s.w.clock.Now().Add(in), true, nil
 }
 
 func (s source) Generation(ctx context.Context) (uint64, error) {

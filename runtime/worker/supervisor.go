@@ -19,7 +19,8 @@ type Supervisor struct {
 	q        *workqueue.Queue
 	handlers map[string]Handler
 
-	mu     sync.Mutex
+	op     sync.Mutex // serializes Apply and Stop end to end
+	mu     sync.Mutex // guards the fields below
 	cur    *Worker
 	fp     string
 	cancel context.CancelFunc
@@ -36,6 +37,8 @@ func NewSupervisor(base context.Context, q *workqueue.Queue, handlers map[string
 // Apply makes cfg the running configuration; rebuilt says whether a new
 // worker was started.
 func (s *Supervisor) Apply(cfg Config) (rebuilt bool, err error) {
+	s.op.Lock()
+	defer s.op.Unlock()
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	fp := cfg.Fingerprint(sortedKeys(s.handlers))
@@ -79,12 +82,17 @@ func (s *Supervisor) Builds() int {
 
 // Stop stops the running worker and returns the error its Run returned.
 func (s *Supervisor) Stop() error {
+	s.op.Lock()
+	defer s.op.Unlock()
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.stopLocked()
 	return s.err
 }
 
+// stopLocked stops the current worker; the caller holds op (so no other
+// Apply or Stop interleaves) and mu (released while waiting, so the
+// worker's goroutine can record its result).
 func (s *Supervisor) stopLocked() {
 	if s.cur == nil {
 		return

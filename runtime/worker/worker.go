@@ -72,7 +72,6 @@ type Worker struct {
 	metrics  *metrics
 	clock    clock.Clock
 
-	offset   atomic.Int64 // database clock minus local clock, nanoseconds
 	restarts atomic.Uint64
 	running  atomic.Bool
 	ran      atomic.Bool
@@ -133,10 +132,14 @@ func New(q *workqueue.Queue, cfg Config, handlers map[string]Handler) (*Worker, 
 }
 
 // Fingerprint identifies the configuration: a Supervisor rebuilds a worker
-// only when it stopped or this changed.
+// only when it stopped or this changed. Functions and instances (Hooks,
+// clocks, Logger, MeterProvider, a custom Limiter) are not part of it:
+// changing only those does not rebuild a running worker.
 func (c Config) Fingerprint(workTypes []string) string {
-	return fmt.Sprintf("%s|%s|%q|%s|%s|%t", c.Scope, c.Owner, workTypes, c.Scheduler.Fingerprint(),
-		fmt.Sprint(c.Controller.GenerationProbeEvery, c.Controller.ReconcileEvery), c.StageTiming)
+	cl := c.Claimer
+	return fmt.Sprintf("%s|%s|%q|%s|%s|%t|%s", c.Scope, c.Owner, workTypes, c.Scheduler.Fingerprint(),
+		fmt.Sprint(c.Controller.GenerationProbeEvery, c.Controller.ReconcileEvery), c.StageTiming,
+		fmt.Sprint(cl.RescanEvery, cl.StaleScanEvery, cl.ScanWindow))
 }
 
 // WorkTypes returns the work types this worker claims, sorted.
@@ -161,6 +164,7 @@ func (w *Worker) Run(ctx context.Context) error {
 		"profile", w.cfg.Scheduler.Profile, "shapes", len(execs), "work_types", w.WorkTypes())
 	err := w.runController(ctx)
 	w.sched.Stop()
+	w.metrics.close()
 	if err == nil {
 		w.log.Info("worker stopped")
 		return nil
@@ -184,9 +188,13 @@ func (w *Worker) runController(ctx context.Context) error {
 	timer := w.clock.NewTimer()
 	defer timer.Stop()
 	for {
+		started := w.clock.Now()
 		err := w.ctrl.Run(ctx)
 		if ctx.Err() != nil {
 			return nil
+		}
+		if w.clock.Now().Sub(started) > RestartBackoffMax {
+			backoff = RestartBackoffMin // it ran healthily for a while
 		}
 		if !w.ctrl.Usable() {
 			return err
@@ -227,14 +235,3 @@ func (w *Worker) Stats() Stats {
 // Settle waits until the controller handled every signal sent so far (for
 // tests and tools).
 func (w *Worker) Settle(ctx context.Context) error { return w.ctrl.Settle(ctx) }
-
-func (w *Worker) dbToLocal(t time.Time) time.Time { return t.Add(-time.Duration(w.offset.Load())) }
-
-func (w *Worker) syncClock(ctx context.Context) error {
-	off, err := w.q.ClockOffset(ctx, w.clock.Now)
-	if err != nil {
-		return err
-	}
-	w.offset.Store(int64(off))
-	return nil
-}

@@ -212,7 +212,7 @@ func TestDrainsLanesThroughWakesWithoutPeriodicReads(t *testing.T) {
 }
 
 func TestOutcomes(t *testing.T) {
-	f := newFixture(t, workqueue.Config{Retry: workqueue.RetryPolicy{Initial: 50 * time.Millisecond, Max: time.Second, MaxSafeRetries: 3}})
+	f := newFixture(t, workqueue.Config{Retry: workqueue.RetryPolicy{Initial: 500 * time.Millisecond, Max: time.Second, MaxSafeRetries: 3}})
 	f.enqueue(4, 0, "deliver")
 	// Item order by work id: 1 fails once then succeeds (retry through the
 	// exact due timer), 2 panics once, 3 skips, 4 fails permanently.
@@ -288,6 +288,15 @@ func TestShutdownReleasesRunningItems(t *testing.T) {
 	}
 	if got := f.states(); got["pending"] != 2 {
 		t.Fatalf("after shutdown: %v, want both released to pending", got)
+	}
+	// Released, not retried: no failure recorded, no backoff, due now.
+	var failed, notDue int
+	if err := f.db.QueryRow(`SELECT COUNT(failure_class), COALESCE(SUM(safe_retry_count), 0) + SUM(run_after > NOW(6))
+		FROM work_item WHERE scope_id = ?`, scope).Scan(&failed, &notDue); err != nil {
+		t.Fatal(err)
+	}
+	if failed != 0 || notDue != 0 {
+		t.Fatalf("shutdown failed %d items and delayed %d: it must release them", failed, notDue)
 	}
 }
 
@@ -411,5 +420,47 @@ func TestConfigValidation(t *testing.T) {
 	bad.Scope = ""
 	if _, err := worker.New(f.qu, bad, map[string]worker.Handler{"x": func(context.Context, *worker.Job) error { return nil }}); !errors.Is(err, workqueue.ErrInvalid) {
 		t.Fatalf("empty scope: %v", err)
+	}
+}
+
+func TestRecordProgressRestartsTheRetrySeries(t *testing.T) {
+	f := newFixture(t, workqueue.Config{Retry: workqueue.RetryPolicy{Initial: 20 * time.Millisecond, Max: time.Second}})
+	f.enqueue(1, 0, "deliver")
+	// Attempt 1 fails (series 1); attempt 2 makes progress, then fails: the
+	// series restarts, so the count is 1 again, not 2; attempt 3 completes.
+	c := newCollector(func(job *worker.Job, attempt int) error {
+		switch attempt {
+		case 1:
+			return errors.New("transient")
+		case 2:
+			if err := job.RecordProgress(context.Background()); err != nil {
+				return err
+			}
+			if job.Item.SafeRetries != 0 {
+				return fmt.Errorf("job still shows %d safe retries", job.Item.SafeRetries)
+			}
+			return errors.New("transient after progress")
+		}
+		return nil
+	})
+	var seen []int32
+	var mu sync.Mutex
+	wrapped := func(ctx context.Context, job *worker.Job) error {
+		mu.Lock()
+		seen = append(seen, job.Item.SafeRetries)
+		mu.Unlock()
+		return c.handle(ctx, job)
+	}
+	w, err := worker.New(f.qu, quietCfg(1), map[string]worker.Handler{"deliver": wrapped})
+	if err != nil {
+		t.Fatal(err)
+	}
+	run(t, w)
+	c.wait(t, 3)
+	settled(t, f, w, map[string]int{"completed": 1})
+	mu.Lock()
+	defer mu.Unlock()
+	if fmt.Sprint(seen) != "[0 1 1]" {
+		t.Fatalf("safe retries seen by attempts: %v, want [0 1 1]", seen)
 	}
 }

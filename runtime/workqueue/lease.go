@@ -265,19 +265,31 @@ func promoteAfter(ctx context.Context, q *gen.Queries, finished *laneIdentity) (
 // coming due or a lease expiring), by the database clock; ok is false when
 // nothing is scheduled.
 func (qu *Queue) NextWorkAt(ctx context.Context, scope string) (at time.Time, ok bool, err error) {
+	next, ok, err := qu.nextWork(ctx, scope)
+	return next.DueAt, ok, err
+}
+
+// NextWorkIn is NextWorkAt measured as a delay from the database's NOW(6),
+// for arming a local timer without comparing two hosts' wall clocks.
+func (qu *Queue) NextWorkIn(ctx context.Context, scope string) (in time.Duration, ok bool, err error) {
+	next, ok, err := qu.nextWork(ctx, scope)
+	return time.Duration(next.DelayMicros) * time.Microsecond, ok, err
+}
+
+func (qu *Queue) nextWork(ctx context.Context, scope string) (next gen.NextWorkAtRow, ok bool, err error) {
 	if err := validScope(scope); err != nil {
-		return time.Time{}, false, err
+		return next, false, err
 	}
-	times, err := qu.q.NextWorkAt(ctx, gen.NextWorkAtParams{ScopeID: scope})
+	rows, err := qu.q.NextWorkAt(ctx, gen.NextWorkAtParams{ScopeID: scope})
 	if err != nil {
-		return time.Time{}, false, fmt.Errorf("workqueue: next work time of scope %q: %w", scope, err)
+		return next, false, fmt.Errorf("workqueue: next work time of scope %q: %w", scope, err)
 	}
-	for _, t := range times {
-		if !ok || t.Before(at) {
-			at, ok = t, true
+	for _, r := range rows {
+		if !ok || r.DueAt.Before(next.DueAt) {
+			next, ok = r, true
 		}
 	}
-	return at, ok, nil
+	return next, ok, nil
 }
 
 // HasDueWork reports whether anything in the scope is claimable now: a due

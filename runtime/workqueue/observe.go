@@ -54,16 +54,3 @@ func (qu *Queue) Generation(ctx context.Context, scope string) (uint64, error) {
 	fmt.Fprintf(h, "%d/%d", sc.ActiveGeneration, sc.NextEnqueueOrdinal)
 	return h.Sum64(), nil
 }
-
-// ClockOffset measures how far the database clock is ahead of the local
-// one (negative: behind), to within half the round trip.
-func (qu *Queue) ClockOffset(ctx context.Context, now func() time.Time) (time.Duration, error) {
-	before := now()
-	db, err := qu.q.DatabaseNow(ctx)
-	if err != nil {
-		return 0, fmt.Errorf("workqueue: read the database clock: %w", err)
-	}
-	after := now()
-	mid := before.Add(after.Sub(before) / 2)
-	return db.Sub(mid), nil
-}
