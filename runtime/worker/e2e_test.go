@@ -170,7 +170,7 @@ func TestTwoProcessesDrainThenIdleWithZeroSQL(t *testing.T) {
 		worker.EnvExecutors + "=16", worker.EnvQueueProfile + "=default-heavy",
 		// Probe and backstop periods longer than the measured idle window;
 		// the controller tests prove a probe reads nothing else.
-		worker.EnvGenerationProbeEvery + "=1m", worker.EnvReconcileEvery + "=5m",
+		worker.EnvGenerationProbeEvery + "=10m", worker.EnvReconcileEvery + "=10m",
 	}
 	procs := []*helperProc{startHelper(t, "worker-a", f.dsn, env...), startHelper(t, "worker-b", f.dsn, env...)}
 	start := time.Now()
