@@ -186,23 +186,22 @@ func New(src Source, cfg Config) (*Controller, error) {
 // Wake says durable work may be claimable now (an enqueue, a release, a
 // promotion in this process). Wakes coalesce: however many arrive before
 // the loop looks, they cause one claim turn.
-func (c *Controller) Wake() {
-	if c.wake.Load() || !c.wake.CompareAndSwap(false, true) {
-		c.wakesCoalesced.Add(1)
-		return
-	}
-	c.wakesQueued.Add(1)
-	c.poke()
-}
+func (c *Controller) Wake() { c.signal(&c.wake, &c.wakesQueued, &c.wakesCoalesced) }
 
 // RequestReconcile asks for a reconciliation before the next claim.
 // Requests coalesce like wakes.
 func (c *Controller) RequestReconcile() {
-	if c.reconcile.Load() || !c.reconcile.CompareAndSwap(false, true) {
-		c.reconCoalesce.Add(1)
+	c.signal(&c.reconcile, &c.reconQueued, &c.reconCoalesce)
+}
+
+// signal raises flag, or counts the call as coalesced into a flag already
+// raised: the loop handles a raised flag once however often it was raised.
+func (c *Controller) signal(flag *atomic.Bool, queued, coalesced *atomic.Uint64) {
+	if flag.Load() || !flag.CompareAndSwap(false, true) {
+		coalesced.Add(1)
 		return
 	}
-	c.reconQueued.Add(1)
+	queued.Add(1)
 	c.poke()
 }
 
@@ -312,13 +311,11 @@ func (c *Controller) handleNext(ctx context.Context, probe, backstop clock.Timer
 	case <-c.due.C():
 		c.onDue()
 	case <-probe.C():
-		c.arm(probe, c.cfg.GenerationProbeEvery)
-		if err := c.probe(ctx); err != nil {
+		if err := c.onProbe(ctx, probe); err != nil {
 			return err
 		}
 	case <-backstop.C():
-		c.arm(backstop, c.cfg.ReconcileEvery)
-		c.reconcile.Store(true)
+		c.onBackstop(backstop)
 	case ack := <-c.settleReq:
 		defer close(ack)
 		// Handle everything already pending before acknowledging.
@@ -341,18 +338,27 @@ func (c *Controller) onDue() {
 	c.external, c.dueFired = true, true
 }
 
-// drainOne handles one already-ready event without blocking.
+func (c *Controller) onProbe(ctx context.Context, probe clock.Timer) error {
+	c.arm(probe, c.cfg.GenerationProbeEvery)
+	return c.probe(ctx)
+}
+
+func (c *Controller) onBackstop(backstop clock.Timer) {
+	c.arm(backstop, c.cfg.ReconcileEvery)
+	c.reconcile.Store(true)
+}
+
+// drainOne handles one already-ready event without blocking (the same
+// cases as handleNext, which must block instead).
 func (c *Controller) drainOne(ctx context.Context, probe, backstop clock.Timer) (bool, error) {
 	select {
 	case <-c.notify:
 	case <-c.due.C():
 		c.onDue()
 	case <-probe.C():
-		c.arm(probe, c.cfg.GenerationProbeEvery)
-		return true, c.probe(ctx)
+		return true, c.onProbe(ctx, probe)
 	case <-backstop.C():
-		c.arm(backstop, c.cfg.ReconcileEvery)
-		c.reconcile.Store(true)
+		c.onBackstop(backstop)
 	default:
 		return false, nil
 	}

@@ -33,6 +33,47 @@ type drainResult struct {
 	maxConcurrentClaims int64
 }
 
+// driven is a started scheduler behind a running controller, as the
+// worker wires them.
+type driven struct {
+	s      *scheduler.Scheduler[item]
+	ctrl   *controller.Controller
+	cancel context.CancelFunc
+	runErr chan error
+}
+
+// drive starts a 16-executor default-heavy scheduler over b (with lim, if
+// not nil) and a controller without periodic reads; stop ends both.
+func drive(tb testing.TB, b *fakeBackend, lim scheduler.Limiter) *driven {
+	tb.Helper()
+	d := &driven{runErr: make(chan error, 1)}
+	var err error
+	d.s, err = scheduler.New[item](b, scheduler.Config{
+		Executors: 16, Profile: scheduler.ProfileDefaultHeavy, Limiter: lim, Logger: quiet,
+		OnCapacityFreed: func() { d.ctrl.CapacityFreed() },
+	})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	d.ctrl, err = controller.New(schedSource{d.s}, controller.Config{GenerationProbeEvery: -1, ReconcileEvery: -1, Logger: quiet})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	var ctx context.Context
+	ctx, d.cancel = context.WithCancel(context.Background())
+	if err := d.s.Start(ctx); err != nil {
+		tb.Fatal(err)
+	}
+	go func() { d.runErr <- d.ctrl.Run(ctx) }()
+	return d
+}
+
+func (d *driven) stop() {
+	d.cancel()
+	<-d.runErr
+	d.s.Stop()
+}
+
 // drain runs n items of mixed classes through 16 default-heavy executors
 // driven by a controller and returns what the claim side did.
 func drain(tb testing.TB, n int) drainResult {
@@ -53,36 +94,16 @@ func drain(tb testing.TB, n int) drainResult {
 		}
 		return nil
 	}
-	var ctrl *controller.Controller
-	s, err := scheduler.New[item](b, scheduler.Config{
-		Executors: 16, Profile: scheduler.ProfileDefaultHeavy, Logger: quiet,
-		OnCapacityFreed: func() { ctrl.CapacityFreed() },
-	})
-	if err != nil {
-		tb.Fatal(err)
-	}
-	ctrl, err = controller.New(schedSource{s}, controller.Config{GenerationProbeEvery: -1, ReconcileEvery: -1, Logger: quiet})
-	if err != nil {
-		tb.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	if err := s.Start(ctx); err != nil {
-		tb.Fatal(err)
-	}
-	defer s.Stop()
-	runErr := make(chan error, 1)
-	go func() { runErr <- ctrl.Run(ctx) }()
+	d := drive(tb, b, nil)
 	select {
 	case <-all:
-	case err := <-runErr:
+	case err := <-d.runErr:
 		tb.Fatalf("controller stopped: %v", err)
 	case <-time.After(time.Minute):
 		tb.Fatalf("drained %d of %d", done.Load(), n)
 	}
-	cancel()
-	<-runErr
-	st := s.Stats()
+	d.stop()
+	st := d.s.Stats()
 	return drainResult{claims: st.Claims, turns: st.ClaimTurns, maxConcurrentClaims: b.maxInClaim.Load()}
 }
 
@@ -125,37 +146,20 @@ func TestOverloadedPressureDoesNotSpin(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var ctrl *controller.Controller
-	s, err := scheduler.New[item](b, scheduler.Config{Executors: 16, Profile: scheduler.ProfileDefaultHeavy, Limiter: lim, Logger: quiet,
-		OnCapacityFreed: func() { ctrl.CapacityFreed() }})
-	if err != nil {
+	d := drive(t, b, lim)
+	defer d.stop()
+	ctx := context.Background()
+	if err := d.ctrl.Settle(ctx); err != nil {
 		t.Fatal(err)
 	}
-	ctrl, err = controller.New(schedSource{s}, controller.Config{GenerationProbeEvery: -1, ReconcileEvery: -1, Logger: quiet})
-	if err != nil {
+	d.ctrl.Wake()
+	if err := d.ctrl.Settle(ctx); err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	if err := s.Start(ctx); err != nil {
-		t.Fatal(err)
-	}
-	defer s.Stop()
-	done := make(chan error, 1)
-	go func() { done <- ctrl.Run(ctx) }()
-	if err := ctrl.Settle(ctx); err != nil {
-		t.Fatal(err)
-	}
-	ctrl.Wake()
-	if err := ctrl.Settle(ctx); err != nil {
-		t.Fatal(err)
-	}
-	if st := s.Stats(); st.ClaimTurns != 2 || st.Claims != 0 || probes.Load() != 6 {
+	if st := d.s.Stats(); st.ClaimTurns != 2 || st.Claims != 0 || probes.Load() != 6 {
 		t.Fatalf("turns %d claims %d probes %d: want 2 turns (start-up, wake), no claim, one probe per shape per turn",
 			st.ClaimTurns, st.Claims, probes.Load())
 	}
-	cancel()
-	<-done
 }
 
 // failingBackend fails the claim of one shape with a proven no-commit read

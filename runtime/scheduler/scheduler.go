@@ -74,9 +74,12 @@ type PanicError struct {
 
 func (p *PanicError) Error() string { return fmt.Sprintf("scheduler: handler panicked: %T", p.Value) }
 
+// DefaultExecutors is the executor count when Config.Executors is zero.
+const DefaultExecutors = 4
+
 // Config configures a Scheduler. Zero fields take the defaults.
 type Config struct {
-	// Executors is the number of execution slots. Default 4.
+	// Executors is the number of execution slots. Default DefaultExecutors.
 	Executors int
 	// Profile allocates the slots to queue classes. Default ProfileReserved.
 	Profile Profile
@@ -113,7 +116,7 @@ type Config struct {
 
 func (c Config) withDefaults() Config {
 	if c.Executors == 0 {
-		c.Executors = 4
+		c.Executors = DefaultExecutors
 	}
 	if c.Profile == "" {
 		c.Profile = ProfileReserved

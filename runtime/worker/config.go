@@ -144,7 +144,7 @@ func (c Config) Unsafe(lease time.Duration) []string {
 	s := c.Scheduler
 	executors := s.Executors
 	if executors == 0 {
-		executors = 4
+		executors = scheduler.DefaultExecutors
 	}
 	if executors > ConservativeExecutors {
 		out = append(out, fmt.Sprintf("%d executors is above the conservative %d: each holds a lease and a connection while it runs", executors, ConservativeExecutors))

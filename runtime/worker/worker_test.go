@@ -15,6 +15,7 @@ import (
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 
+	"github.com/laneq/laneq/internal/queuetest"
 	"github.com/laneq/laneq/internal/tidbtest"
 	"github.com/laneq/laneq/runtime/worker"
 	"github.com/laneq/laneq/runtime/workqueue"
@@ -42,16 +43,8 @@ type fixture struct {
 
 func newFixture(t *testing.T, cfg workqueue.Config) *fixture {
 	t.Helper()
-	db, dsn := tidbtest.NewDBWithDSN(t)
-	qu, err := workqueue.New(db, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	f := &fixture{t: t, db: db, dsn: dsn, qu: qu, ctx: context.Background()}
-	if err := qu.EnsureScope(f.ctx, scope, 1); err != nil {
-		t.Fatal(err)
-	}
-	return f
+	qu, db, dsn := queuetest.New(t, cfg, scope)
+	return &fixture{t: t, db: db, dsn: dsn, qu: qu, ctx: context.Background()}
 }
 
 // enqueue adds n events with one work item each, in lanes of laneSize

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/laneq/laneq/internal/queuetest"
 	"github.com/laneq/laneq/internal/tidbtest"
 	"github.com/laneq/laneq/runtime/workqueue"
 )
@@ -33,16 +34,8 @@ type fixture struct {
 
 func newFixture(t *testing.T, cfg workqueue.Config) *fixture {
 	t.Helper()
-	db, dsn := tidbtest.NewDBWithDSN(t)
-	qu, err := workqueue.New(db, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	f := &fixture{t: t, db: db, dsn: dsn, qu: qu, ctx: context.Background()}
-	if err := qu.EnsureScope(f.ctx, scope, 1); err != nil {
-		t.Fatal(err)
-	}
-	return f
+	qu, db, dsn := queuetest.New(t, cfg, scope)
+	return &fixture{t: t, db: db, dsn: dsn, qu: qu, ctx: context.Background()}
 }
 
 // add enqueues one event carrying the given work and returns the work ids.
