@@ -86,13 +86,13 @@ const insertEvent = `-- name: InsertEvent :execlastid
 INSERT INTO event (
     receipt_id, scope_id, generation, route_id, route_version, event_kind,
     source_kind, source_id, delivery_sequence, enqueue_ordinal,
-    idempotency_key, payload_hash, payload
+    idempotency_key, payload_hash, payload, created_at
 ) VALUES (
     ?, ?, ?,
     ?, ?, ?,
     ?, ?, ?,
     ?, ?,
-    ?, ?
+    ?, ?, NOW(6)
 )
 `
 

@@ -8,37 +8,50 @@ package gen
 import (
 	"context"
 	"database/sql"
+	"strings"
 )
 
-const liveBeforeInSourceLane = `-- name: LiveBeforeInSourceLane :many
-SELECT work_id
-FROM work_item
-WHERE scope_id = ?
-  AND generation = ?
-  AND source_lane_key = ?
-  AND state IN ('pending', 'blocked', 'processing', 'waiting_dependency')
-  AND lane_ordinal < ?
-LIMIT 1
+const blockedBefore = `-- name: BlockedBefore :many
+(SELECT w.work_id
+ FROM work_item w
+ WHERE w.scope_id = ?
+   AND w.generation = ?
+   AND w.source_lane_key = ?
+   AND w.state = 'blocked'
+   AND w.lane_ordinal < ?
+ LIMIT 1)
+UNION ALL
+(SELECT t.work_id
+ FROM work_item t
+ WHERE t.scope_id = ?
+   AND t.generation = ?
+   AND t.target_lane_key = ?
+   AND t.state = 'blocked'
+   AND t.lane_ordinal < ?
+ LIMIT 1)
 `
 
-type LiveBeforeInSourceLaneParams struct {
+type BlockedBeforeParams struct {
 	ScopeID       string
 	Generation    int64
-	LaneKey       sql.NullString
+	SourceLane    sql.NullString
 	BeforeOrdinal int64
+	TargetLane    sql.NullString
 }
 
-// Promotion: does a follower still have a live predecessor in its other
-// lane? Deliberately not locking, and run in a READ COMMITTED finish
-// transaction so it still reads the latest commit: two finishers of a
-// follower's two predecessors serialize on the follower's lock, and the
-// second one's read sees the first's commit. A locking read here would lock
-// the other finisher's row while it waits for the follower: a deadlock.
-func (q *Queries) LiveBeforeInSourceLane(ctx context.Context, arg LiveBeforeInSourceLaneParams) ([]int64, error) {
-	rows, err := q.db.QueryContext(ctx, liveBeforeInSourceLane,
+// Promotion, when HeadBefore found no head: is a blocked row ahead of the
+// follower in those lanes? Only a lane without a head can hold one (its rows
+// all wait for their other lanes), so this range is that rare lane's rows.
+// Not locking, for the reason HeadBefore gives.
+func (q *Queries) BlockedBefore(ctx context.Context, arg BlockedBeforeParams) ([]int64, error) {
+	rows, err := q.db.QueryContext(ctx, blockedBefore,
 		arg.ScopeID,
 		arg.Generation,
-		arg.LaneKey,
+		arg.SourceLane,
+		arg.BeforeOrdinal,
+		arg.ScopeID,
+		arg.Generation,
+		arg.TargetLane,
 		arg.BeforeOrdinal,
 	)
 	if err != nil {
@@ -62,30 +75,139 @@ func (q *Queries) LiveBeforeInSourceLane(ctx context.Context, arg LiveBeforeInSo
 	return items, nil
 }
 
-const liveBeforeInTargetLane = `-- name: LiveBeforeInTargetLane :many
-SELECT work_id
-FROM work_item
-WHERE scope_id = ?
-  AND generation = ?
-  AND target_lane_key = ?
-  AND state IN ('pending', 'blocked', 'processing', 'waiting_dependency')
-  AND lane_ordinal < ?
-LIMIT 1
+const blockedInHeadlessLanes = `-- name: BlockedInHeadlessLanes :many
+(SELECT w.work_id, w.lane_ordinal, 'source' AS lane_kind, w.source_lane_key AS lane_key
+ FROM work_item w
+ WHERE w.scope_id = ?
+   AND w.generation = ?
+   AND w.source_lane_key IN (/*SLICE:source_lanes*/?)
+   AND w.state = 'blocked'
+   AND w.lane_ordinal < ?)
+UNION ALL
+(SELECT t.work_id, t.lane_ordinal, 'target' AS lane_kind, t.target_lane_key AS lane_key
+ FROM work_item t
+ WHERE t.scope_id = ?
+   AND t.generation = ?
+   AND t.target_lane_key IN (/*SLICE:target_lanes*/?)
+   AND t.state = 'blocked'
+   AND t.lane_ordinal < ?)
 `
 
-type LiveBeforeInTargetLaneParams struct {
+type BlockedInHeadlessLanesParams struct {
 	ScopeID       string
 	Generation    int64
-	LaneKey       sql.NullString
+	SourceLanes   []sql.NullString
 	BeforeOrdinal int64
+	TargetLanes   []sql.NullString
 }
 
-// LiveBeforeInSourceLane for the target lane.
-func (q *Queries) LiveBeforeInTargetLane(ctx context.Context, arg LiveBeforeInTargetLaneParams) ([]int64, error) {
-	rows, err := q.db.QueryContext(ctx, liveBeforeInTargetLane,
+type BlockedInHeadlessLanesRow struct {
+	WorkID      int64
+	LaneOrdinal int64
+	LaneKind    string
+	LaneKey     sql.NullString
+}
+
+// Enqueue: the blocked rows of lanes that have no head (every row of such a
+// lane waits for its other lane). Only lanes LaneHeads found no head in are
+// asked, and a lane seen for the first time has no rows at all, so this
+// reads what it returns; the enqueue locks the first of each lane.
+func (q *Queries) BlockedInHeadlessLanes(ctx context.Context, arg BlockedInHeadlessLanesParams) ([]BlockedInHeadlessLanesRow, error) {
+	query := blockedInHeadlessLanes
+	var queryParams []interface{}
+	queryParams = append(queryParams, arg.ScopeID)
+	queryParams = append(queryParams, arg.Generation)
+	if len(arg.SourceLanes) > 0 {
+		for _, v := range arg.SourceLanes {
+			queryParams = append(queryParams, v)
+		}
+		query = strings.Replace(query, "/*SLICE:source_lanes*/?", strings.Repeat(",?", len(arg.SourceLanes))[1:], 1)
+	} else {
+		query = strings.Replace(query, "/*SLICE:source_lanes*/?", "NULL", 1)
+	}
+	queryParams = append(queryParams, arg.BeforeOrdinal)
+	queryParams = append(queryParams, arg.ScopeID)
+	queryParams = append(queryParams, arg.Generation)
+	if len(arg.TargetLanes) > 0 {
+		for _, v := range arg.TargetLanes {
+			queryParams = append(queryParams, v)
+		}
+		query = strings.Replace(query, "/*SLICE:target_lanes*/?", strings.Repeat(",?", len(arg.TargetLanes))[1:], 1)
+	} else {
+		query = strings.Replace(query, "/*SLICE:target_lanes*/?", "NULL", 1)
+	}
+	queryParams = append(queryParams, arg.BeforeOrdinal)
+	rows, err := q.db.QueryContext(ctx, query, queryParams...)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []BlockedInHeadlessLanesRow{}
+	for rows.Next() {
+		var i BlockedInHeadlessLanesRow
+		if err := rows.Scan(
+			&i.WorkID,
+			&i.LaneOrdinal,
+			&i.LaneKind,
+			&i.LaneKey,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Close(); err != nil {
+		return nil, err
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const headBefore = `-- name: HeadBefore :many
+(SELECT w.work_id
+ FROM work_item w
+ WHERE w.scope_id = ?
+   AND w.generation = ?
+   AND w.source_lane_key = ?
+   AND w.state IN ('pending', 'processing', 'waiting_dependency')
+   AND w.lane_ordinal < ?
+ LIMIT 1)
+UNION ALL
+(SELECT t.work_id
+ FROM work_item t
+ WHERE t.scope_id = ?
+   AND t.generation = ?
+   AND t.target_lane_key = ?
+   AND t.state IN ('pending', 'processing', 'waiting_dependency')
+   AND t.lane_ordinal < ?
+ LIMIT 1)
+`
+
+type HeadBeforeParams struct {
+	ScopeID       string
+	Generation    int64
+	SourceLane    sql.NullString
+	BeforeOrdinal int64
+	TargetLane    sql.NullString
+}
+
+// Promotion: does a follower still have a live head ahead of it in its
+// source or target lane (pass NULL for a lane not to look at)? Deliberately
+// not locking, and run in a READ COMMITTED finish transaction so it reads
+// the latest commit: two finishers of a follower's two predecessors
+// serialize on the follower's lock, and the second one's read sees the
+// first's commit. A locking read here would lock the other finisher's row
+// while it waits for the follower: a deadlock.
+func (q *Queries) HeadBefore(ctx context.Context, arg HeadBeforeParams) ([]int64, error) {
+	rows, err := q.db.QueryContext(ctx, headBefore,
 		arg.ScopeID,
 		arg.Generation,
-		arg.LaneKey,
+		arg.SourceLane,
+		arg.BeforeOrdinal,
+		arg.ScopeID,
+		arg.Generation,
+		arg.TargetLane,
 		arg.BeforeOrdinal,
 	)
 	if err != nil {
@@ -109,98 +231,98 @@ func (q *Queries) LiveBeforeInTargetLane(ctx context.Context, arg LiveBeforeInTa
 	return items, nil
 }
 
-const lockLiveBeforeInSourceLane = `-- name: LockLiveBeforeInSourceLane :many
-SELECT work_id
-FROM work_item
-WHERE scope_id = ?
-  AND generation = ?
-  AND source_lane_key = ?
-  AND state IN ('pending', 'blocked', 'processing', 'waiting_dependency')
-  AND lane_ordinal < ?
-LIMIT 1
-FOR UPDATE
+const laneHeads = `-- name: LaneHeads :many
+
+(SELECT w.work_id, w.state, w.lane_ordinal, 'source' AS lane_kind, w.source_lane_key AS lane_key
+ FROM work_item w
+ WHERE w.scope_id = ?
+   AND w.generation = ?
+   AND w.source_lane_key IN (/*SLICE:source_lanes*/?)
+   AND w.state IN ('pending', 'processing', 'waiting_dependency')
+   AND w.lane_ordinal < ?)
+UNION ALL
+(SELECT t.work_id, t.state, t.lane_ordinal, 'target' AS lane_kind, t.target_lane_key AS lane_key
+ FROM work_item t
+ WHERE t.scope_id = ?
+   AND t.generation = ?
+   AND t.target_lane_key IN (/*SLICE:target_lanes*/?)
+   AND t.state IN ('pending', 'processing', 'waiting_dependency')
+   AND t.lane_ordinal < ?)
 `
 
-type LockLiveBeforeInSourceLaneParams struct {
+type LaneHeadsParams struct {
 	ScopeID       string
 	Generation    int64
-	LaneKey       sql.NullString
+	SourceLanes   []sql.NullString
 	BeforeOrdinal int64
+	TargetLanes   []sql.NullString
 }
 
-// Enqueue: is any live row ahead of before_ordinal in this source lane (then
-// the new item is blocked)? A locking read: current, and the row it finds
-// stays live until the enqueue commits, so a finisher of that row waits and
-// then sees the new follower. Without the lock, a finisher committing between
-// this read and the enqueue's commit would miss the follower and strand it.
-// Source and target lanes are separate statements so each rides its own
-// index; an OR over both columns reads the whole scope prefix instead.
-func (q *Queries) LockLiveBeforeInSourceLane(ctx context.Context, arg LockLiveBeforeInSourceLaneParams) ([]int64, error) {
-	rows, err := q.db.QueryContext(ctx, lockLiveBeforeInSourceLane,
-		arg.ScopeID,
-		arg.Generation,
-		arg.LaneKey,
-		arg.BeforeOrdinal,
-	)
+type LaneHeadsRow struct {
+	WorkID      int64
+	State       string
+	LaneOrdinal int64
+	LaneKind    string
+	LaneKey     sql.NullString
+}
+
+// Lanes. A lane is the live rows of one source or target lane key of one
+// generation, in lane_ordinal order. At most one of them is not blocked: the
+// lane's head (pending, processing or waiting_dependency); every live row
+// after it is blocked. The lane indexes put state before the ordinal, so the
+// head is a range of its own: a probe for it reads one entry however many
+// followers the lane has. Source and target lanes are disjoint UNION ALL
+// branches, each on its own index: an OR over both columns reads the whole
+// scope prefix instead (seed 002's measured falsification).
+// Enqueue: the heads of the lanes a batch appends to, all lanes in one
+// statement (a point range per lane and head state). Not locking: enqueue
+// runs in READ COMMITTED, so this reads the latest commit; the heads found
+// are locked afterwards by primary key (LockWorkItems), at the end of the
+// batch, so a running head's lease renewal waits for a few statements, not
+// for the whole batch.
+func (q *Queries) LaneHeads(ctx context.Context, arg LaneHeadsParams) ([]LaneHeadsRow, error) {
+	query := laneHeads
+	var queryParams []interface{}
+	queryParams = append(queryParams, arg.ScopeID)
+	queryParams = append(queryParams, arg.Generation)
+	if len(arg.SourceLanes) > 0 {
+		for _, v := range arg.SourceLanes {
+			queryParams = append(queryParams, v)
+		}
+		query = strings.Replace(query, "/*SLICE:source_lanes*/?", strings.Repeat(",?", len(arg.SourceLanes))[1:], 1)
+	} else {
+		query = strings.Replace(query, "/*SLICE:source_lanes*/?", "NULL", 1)
+	}
+	queryParams = append(queryParams, arg.BeforeOrdinal)
+	queryParams = append(queryParams, arg.ScopeID)
+	queryParams = append(queryParams, arg.Generation)
+	if len(arg.TargetLanes) > 0 {
+		for _, v := range arg.TargetLanes {
+			queryParams = append(queryParams, v)
+		}
+		query = strings.Replace(query, "/*SLICE:target_lanes*/?", strings.Repeat(",?", len(arg.TargetLanes))[1:], 1)
+	} else {
+		query = strings.Replace(query, "/*SLICE:target_lanes*/?", "NULL", 1)
+	}
+	queryParams = append(queryParams, arg.BeforeOrdinal)
+	rows, err := q.db.QueryContext(ctx, query, queryParams...)
 	if err != nil {
 		return nil, err
 	}
 	defer rows.Close()
-	items := []int64{}
+	items := []LaneHeadsRow{}
 	for rows.Next() {
-		var work_id int64
-		if err := rows.Scan(&work_id); err != nil {
+		var i LaneHeadsRow
+		if err := rows.Scan(
+			&i.WorkID,
+			&i.State,
+			&i.LaneOrdinal,
+			&i.LaneKind,
+			&i.LaneKey,
+		); err != nil {
 			return nil, err
 		}
-		items = append(items, work_id)
-	}
-	if err := rows.Close(); err != nil {
-		return nil, err
-	}
-	if err := rows.Err(); err != nil {
-		return nil, err
-	}
-	return items, nil
-}
-
-const lockLiveBeforeInTargetLane = `-- name: LockLiveBeforeInTargetLane :many
-SELECT work_id
-FROM work_item
-WHERE scope_id = ?
-  AND generation = ?
-  AND target_lane_key = ?
-  AND state IN ('pending', 'blocked', 'processing', 'waiting_dependency')
-  AND lane_ordinal < ?
-LIMIT 1
-FOR UPDATE
-`
-
-type LockLiveBeforeInTargetLaneParams struct {
-	ScopeID       string
-	Generation    int64
-	LaneKey       sql.NullString
-	BeforeOrdinal int64
-}
-
-// LockLiveBeforeInSourceLane for the target lane, on idx_work_item_target_lane.
-func (q *Queries) LockLiveBeforeInTargetLane(ctx context.Context, arg LockLiveBeforeInTargetLaneParams) ([]int64, error) {
-	rows, err := q.db.QueryContext(ctx, lockLiveBeforeInTargetLane,
-		arg.ScopeID,
-		arg.Generation,
-		arg.LaneKey,
-		arg.BeforeOrdinal,
-	)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	items := []int64{}
-	for rows.Next() {
-		var work_id int64
-		if err := rows.Scan(&work_id); err != nil {
-			return nil, err
-		}
-		items = append(items, work_id)
+		items = append(items, i)
 	}
 	if err := rows.Close(); err != nil {
 		return nil, err
@@ -219,6 +341,7 @@ WHERE scope_id = ?
   AND source_lane_key = ?
   AND state = 'blocked'
   AND lane_ordinal > ?
+  AND lane_ordinal <= ?
 ORDER BY lane_ordinal, work_id
 LIMIT 1
 FOR UPDATE
@@ -229,6 +352,7 @@ type NextBlockedInSourceLaneParams struct {
 	Generation   int64
 	LaneKey      sql.NullString
 	AfterOrdinal int64
+	UntilOrdinal int64
 }
 
 type NextBlockedInSourceLaneRow struct {
@@ -240,15 +364,21 @@ type NextBlockedInSourceLaneRow struct {
 }
 
 // The follower to consider for promotion after the row at after_ordinal left
-// the lane. The range starts after that row, past the delete markers the
-// lane's finished rows left behind. Locked so two finishers of the same
-// follower's two lanes serialize on it and the second sees the first.
+// the lane, looked for in the ordinal window (after_ordinal, until_ordinal]:
+// the caller widens the window until it finds one or passes the scope's last
+// ordinal, so a lane with thousands of followers costs a window's worth of
+// entries, not the lane's length. The range starts after the finished row,
+// past the delete markers the lane's finished rows left behind. Locked so two
+// finishers of the same follower's two lanes serialize on it and the second
+// sees the first. (A locking read cannot be a UNION ALL branch: source and
+// target are two statements.)
 func (q *Queries) NextBlockedInSourceLane(ctx context.Context, arg NextBlockedInSourceLaneParams) ([]NextBlockedInSourceLaneRow, error) {
 	rows, err := q.db.QueryContext(ctx, nextBlockedInSourceLane,
 		arg.ScopeID,
 		arg.Generation,
 		arg.LaneKey,
 		arg.AfterOrdinal,
+		arg.UntilOrdinal,
 	)
 	if err != nil {
 		return nil, err
@@ -285,6 +415,7 @@ WHERE scope_id = ?
   AND target_lane_key = ?
   AND state = 'blocked'
   AND lane_ordinal > ?
+  AND lane_ordinal <= ?
 ORDER BY lane_ordinal, work_id
 LIMIT 1
 FOR UPDATE
@@ -295,6 +426,7 @@ type NextBlockedInTargetLaneParams struct {
 	Generation   int64
 	LaneKey      sql.NullString
 	AfterOrdinal int64
+	UntilOrdinal int64
 }
 
 type NextBlockedInTargetLaneRow struct {
@@ -305,13 +437,14 @@ type NextBlockedInTargetLaneRow struct {
 	TargetLaneKey sql.NullString
 }
 
-// NextBlockedInSourceLane for the target lane.
+// NextBlockedInSourceLane for the target lane, on idx_work_item_target_lane.
 func (q *Queries) NextBlockedInTargetLane(ctx context.Context, arg NextBlockedInTargetLaneParams) ([]NextBlockedInTargetLaneRow, error) {
 	rows, err := q.db.QueryContext(ctx, nextBlockedInTargetLane,
 		arg.ScopeID,
 		arg.Generation,
 		arg.LaneKey,
 		arg.AfterOrdinal,
+		arg.UntilOrdinal,
 	)
 	if err != nil {
 		return nil, err
@@ -343,6 +476,7 @@ func (q *Queries) NextBlockedInTargetLane(ctx context.Context, arg NextBlockedIn
 const promoteBlocked = `-- name: PromoteBlocked :execrows
 UPDATE work_item
 SET state = 'pending',
+    run_after = GREATEST(run_after, NOW(6)),
     lease_token = lease_token + 1,
     updated_at = NOW(6)
 WHERE work_id = ?
@@ -356,9 +490,44 @@ type PromoteBlockedParams struct {
 }
 
 // blocked -> pending once the row heads both of its lanes. Primary-key CAS on
-// the row version read by NextBlocked*.
+// the row version read by NextBlocked*. run_after moves up to the database's
+// current time (a delayed item keeps its later time): a row that becomes
+// claimable now must sort after what claimers already consumed, or their
+// scan floors would pass it (see ClaimCandidates).
 func (q *Queries) PromoteBlocked(ctx context.Context, arg PromoteBlockedParams) (int64, error) {
 	result, err := q.db.ExecContext(ctx, promoteBlocked, arg.WorkID, arg.LeaseToken)
+	if err != nil {
+		return 0, err
+	}
+	return result.RowsAffected()
+}
+
+const promoteEnqueued = `-- name: PromoteEnqueued :execrows
+UPDATE work_item
+SET state = 'pending',
+    run_after = GREATEST(run_after, NOW(6)),
+    lease_token = lease_token + 1,
+    updated_at = NOW(6)
+WHERE work_id IN (/*SLICE:work_ids*/?)
+  AND state = 'blocked'
+`
+
+// Enqueue: the batch's first row of each lane becomes pending when none of
+// its lanes has a live row ahead of it (checked under locks just before). All
+// such rows of the batch in one statement, by primary key; run_after as in
+// PromoteBlocked.
+func (q *Queries) PromoteEnqueued(ctx context.Context, workIds []int64) (int64, error) {
+	query := promoteEnqueued
+	var queryParams []interface{}
+	if len(workIds) > 0 {
+		for _, v := range workIds {
+			queryParams = append(queryParams, v)
+		}
+		query = strings.Replace(query, "/*SLICE:work_ids*/?", strings.Repeat(",?", len(workIds))[1:], 1)
+	} else {
+		query = strings.Replace(query, "/*SLICE:work_ids*/?", "NULL", 1)
+	}
+	result, err := q.db.ExecContext(ctx, query, queryParams...)
 	if err != nil {
 		return 0, err
 	}

@@ -18,7 +18,6 @@ SET state = ?,
     failure_summary = ?,
     projection_active_key = NULL,
     lease_owner = NULL,
-    lease_until = NULL,
     lease_token = lease_token + 1,
     updated_at = NOW(6)
 WHERE work_id = ?
@@ -40,6 +39,47 @@ type FinishParams struct {
 func (q *Queries) Finish(ctx context.Context, arg FinishParams) (int64, error) {
 	result, err := q.db.ExecContext(ctx, finish,
 		arg.TerminalState,
+		arg.FailureClass,
+		arg.FailureSummary,
+		arg.WorkID,
+		arg.LeaseToken,
+	)
+	if err != nil {
+		return 0, err
+	}
+	return result.RowsAffected()
+}
+
+const finishExpired = `-- name: FinishExpired :execrows
+UPDATE work_item
+SET state = 'dead',
+    terminal_at = NOW(6),
+    failure_class = ?,
+    failure_summary = ?,
+    projection_active_key = NULL,
+    lease_owner = NULL,
+    lease_token = lease_token + 1,
+    updated_at = NOW(6)
+WHERE work_id = ?
+  AND lease_token = ?
+  AND state = 'processing'
+  AND run_after < NOW(6)
+`
+
+type FinishExpiredParams struct {
+	FailureClass   sql.NullString
+	FailureSummary sql.NullString
+	WorkID         int64
+	LeaseToken     int64
+}
+
+// An item whose lease expired with its attempt budget spent (its process
+// died in every attempt, say) goes to dead instead of being reclaimed again:
+// a CAS on the token the stale scan saw, as ReclaimCAS, and the same
+// terminal columns as Finish. The caller promotes lane followers in the same
+// transaction, as for every terminal transition.
+func (q *Queries) FinishExpired(ctx context.Context, arg FinishExpiredParams) (int64, error) {
+	result, err := q.db.ExecContext(ctx, finishExpired,
 		arg.FailureClass,
 		arg.FailureSummary,
 		arg.WorkID,
@@ -80,6 +120,29 @@ func (q *Queries) GetLaneIdentity(ctx context.Context, workID int64) (GetLaneIde
 	return i, err
 }
 
+const getLeaseState = `-- name: GetLeaseState :one
+SELECT state, lease_token, safe_retry_count
+FROM work_item
+WHERE work_id = ?
+`
+
+type GetLeaseStateRow struct {
+	State          string
+	LeaseToken     int64
+	SafeRetryCount int32
+}
+
+// A row's state and token by primary key: after a lease-fenced write whose
+// reply was lost, the holder reads this to learn whether its write
+// committed (its token plus one, in the state it wrote) or another owner
+// moved the row on.
+func (q *Queries) GetLeaseState(ctx context.Context, workID int64) (GetLeaseStateRow, error) {
+	row := q.db.QueryRowContext(ctx, getLeaseState, workID)
+	var i GetLeaseStateRow
+	err := row.Scan(&i.State, &i.LeaseToken, &i.SafeRetryCount)
+	return i, err
+}
+
 const recordProgress = `-- name: RecordProgress :execrows
 UPDATE work_item
 SET safe_retry_count = 0,
@@ -108,8 +171,8 @@ const releaseLease = `-- name: ReleaseLease :execrows
 UPDATE work_item
 SET state = 'pending',
     run_after = NOW(6),
+    attempt_count = GREATEST(attempt_count - 1, 0),
     lease_owner = NULL,
-    lease_until = NULL,
     lease_token = lease_token + 1,
     updated_at = NOW(6)
 WHERE work_id = ?
@@ -122,8 +185,10 @@ type ReleaseLeaseParams struct {
 	LeaseToken int64
 }
 
-// Gives the item back unexecuted (shutdown, drain): pending and due now. It
-// stays its lanes' head, so followers remain blocked.
+// Gives the item back unexecuted (shutdown, drain): pending and due now, and
+// the attempt is not counted against the item's budget. It stays its lanes'
+// head, so followers remain blocked. run_after = now keeps claimers' floors
+// valid (see ClaimCandidates).
 func (q *Queries) ReleaseLease(ctx context.Context, arg ReleaseLeaseParams) (int64, error) {
 	result, err := q.db.ExecContext(ctx, releaseLease, arg.WorkID, arg.LeaseToken)
 	if err != nil {
@@ -134,7 +199,7 @@ func (q *Queries) ReleaseLease(ctx context.Context, arg ReleaseLeaseParams) (int
 
 const renewLease = `-- name: RenewLease :execrows
 UPDATE work_item
-SET lease_until = DATE_ADD(NOW(6), INTERVAL CAST(? AS SIGNED) MICROSECOND),
+SET run_after = DATE_ADD(NOW(6), INTERVAL CAST(? AS SIGNED) MICROSECOND),
     updated_at = NOW(6)
 WHERE work_id = ?
   AND lease_token = ?
@@ -147,8 +212,8 @@ type RenewLeaseParams struct {
 	LeaseToken  int64
 }
 
-// Heartbeat: extends the lease from the database clock. Keeps the token, so
-// the holder's later calls stay valid.
+// Heartbeat: moves the lease expiry (run_after, while processing) from the
+// database clock. Keeps the token, so the holder's later calls stay valid.
 func (q *Queries) RenewLease(ctx context.Context, arg RenewLeaseParams) (int64, error) {
 	result, err := q.db.ExecContext(ctx, renewLease, arg.LeaseMicros, arg.WorkID, arg.LeaseToken)
 	if err != nil {
@@ -165,7 +230,6 @@ SET state = 'pending',
     failure_class = ?,
     failure_summary = ?,
     lease_owner = NULL,
-    lease_until = NULL,
     lease_token = lease_token + 1,
     updated_at = NOW(6)
 WHERE work_id = ?

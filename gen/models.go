@@ -63,8 +63,16 @@ type Scope struct {
 	ScopeID            string
 	ActiveGeneration   int64
 	NextEnqueueOrdinal int64
+	AdmittedAt         time.Time
 	CreatedAt          time.Time
 	UpdatedAt          time.Time
+}
+
+type ScopeWorkKind struct {
+	ScopeID     string
+	QueueClass  string
+	WorkType    string
+	FirstSeenAt time.Time
 }
 
 type WorkItem struct {
@@ -81,7 +89,6 @@ type WorkItem struct {
 	SafeRetryCount       int32
 	LeaseOwner           sql.NullString
 	LeaseToken           int64
-	LeaseUntil           sql.NullTime
 	SourceLaneKey        sql.NullString
 	TargetLaneKey        sql.NullString
 	LaneOrdinal          int64

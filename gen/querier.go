@@ -10,33 +10,55 @@ import (
 
 type Querier interface {
 	// Reserves a block of ordinals [next_enqueue_ordinal, + reserved) for the
-	// events of one enqueue batch; called under LockScopeForEnqueue's lock.
+	// items of one enqueue batch; called under LockScopeForEnqueue's lock as the
+	// batch's last statement. admitted_at records the database time just before
+	// the commit: every later enqueue takes the scope lock after this commit, so
+	// its items are due no earlier than admitted_at (claimers rely on that; see
+	// ClaimCandidates).
 	AdvanceEnqueueOrdinal(ctx context.Context, arg AdvanceEnqueueOrdinalParams) error
+	// Promotion, when HeadBefore found no head: is a blocked row ahead of the
+	// follower in those lanes? Only a lane without a head can hold one (its rows
+	// all wait for their other lanes), so this range is that rare lane's rows.
+	// Not locking, for the reason HeadBefore gives.
+	BlockedBefore(ctx context.Context, arg BlockedBeforeParams) ([]int64, error)
+	// Enqueue: the blocked rows of lanes that have no head (every row of such a
+	// lane waits for its other lane). Only lanes LaneHeads found no head in are
+	// asked, and a lane seen for the first time has no rows at all, so this
+	// reads what it returns; the enqueue locks the first of each lane.
+	BlockedInHeadlessLanes(ctx context.Context, arg BlockedInHeadlessLanesParams) ([]BlockedInHeadlessLanesRow, error)
 	// The claim itself: one compare-and-swap over the candidates of a claim
 	// turn, by primary key. Each row flips only if it is still a pending, due
 	// row of the active generation (pending means lane head, so no lane probe);
 	// rows another claimer took first are simply not matched, a normal outcome.
 	// claim_ref (unique per claim turn) marks the rows this statement won, for
-	// ClaimedByRef to read back. Lease times come from the database clock.
+	// ClaimedByRef to read back. run_after becomes the lease expiry, from the
+	// database clock.
 	ClaimBatchCAS(ctx context.Context, arg ClaimBatchCASParams) (int64, error)
-	// Due lane heads of one queue class in claim order (lane_ordinal, run_after,
-	// work_id), read straight off idx_work_item_claim: no sort, and rows read are
-	// bounded by the limit plus heads that are not due yet. Only lane heads are
-	// pending (followers are blocked), so no per-candidate lane probe is needed.
-	// floor_ordinal lets a claimer start past keys it already consumed: each
-	// claim leaves an MVCC delete marker at the head of this range until GC, and
-	// a scan from the start would step over all of them. ceiling_ordinal bounds
-	// the window from above, so no statement's range grows with the backlog (on
-	// the embedded unistore engine a LIMIT scan costs time in proportion to the
-	// live entries up to the end of its range; the claimer walks windows).
-	// work_type is the index's last column, so every filter runs on the index and
-	// LIMIT is pushed down. The generation comes from the claimer's read of the
-	// scope row for this claim; the fence itself is enforced by ClaimBatchCAS. (A
-	// scalar subquery here is re-planned on every execution and cost about as
-	// much as the scan.)
+	// Due lane heads of one queue class in claim order (run_after, lane_ordinal,
+	// work_id), read straight off idx_work_item_claim: no sort, and every filter
+	// runs on the index so LIMIT is pushed down. Only lane heads are pending
+	// (followers are blocked), so no per-candidate lane probe is needed.
+	//
+	// The range is one window [from_time, until_time] of the pending range, and
+	// until_time is at most the database's current time (from GetScope): rows not
+	// yet due (retries in backoff, delayed items), however many, lie past its
+	// end and are never read. from_time is the claimer's floor: every transition
+	// into pending sets run_after to at least the database's current time, so
+	// what becomes claimable later sorts after what the claimer consumed, and the
+	// MVCC delete markers its earlier claims left lie before the floor. The
+	// claimer sizes the window to what the range yields, because on the embedded
+	// engine a scan costs time for every live entry in its range, LIMIT or not.
+	// The generation comes from the claimer's read of the scope row for this
+	// turn; the fence itself is enforced by ClaimBatchCAS and ClaimedByRef.
 	ClaimCandidates(ctx context.Context, arg ClaimCandidatesParams) ([]ClaimCandidatesRow, error)
 	// The rows ClaimBatchCAS won, with the lease tokens it set: batch point gets
-	// on the primary key, filtered by the claim turn's reference.
+	// on the primary key, filtered by the claim turn's reference, and the scope's
+	// active generation read again. A CAS that read the old generation just
+	// before SetGeneration committed can still win rows; this read starts after
+	// the CAS returned, so it sees any generation change that committed before
+	// then, and the claimer releases such rows unrun. Idempotent: a claimer that
+	// lost the reply of the CAS or of this read runs it again with the same
+	// reference to learn what it owns.
 	ClaimedByRef(ctx context.Context, arg ClaimedByRefParams) ([]ClaimedByRefRow, error)
 	// Idempotent creation. ON DUPLICATE KEY keeps an existing row untouched (its
 	// generation and ordinal counter must never be reset by a late writer).
@@ -45,6 +67,12 @@ type Querier interface {
 	// Clears the projection's active key so a successor may activate. The caller
 	// promotes lane followers in the same transaction.
 	Finish(ctx context.Context, arg FinishParams) (int64, error)
+	// An item whose lease expired with its attempt budget spent (its process
+	// died in every attempt, say) goes to dead instead of being reclaimed again:
+	// a CAS on the token the stale scan saw, as ReclaimCAS, and the same
+	// terminal columns as Finish. The caller promotes lane followers in the same
+	// transaction, as for every terminal transition.
+	FinishExpired(ctx context.Context, arg FinishExpiredParams) (int64, error)
 	// Primary-key point read.
 	GetEvent(ctx context.Context, eventID int64) (Event, error)
 	// Point read on uk_event_idempotency: resolves a duplicate delivery to the
@@ -53,15 +81,27 @@ type Querier interface {
 	// What a finisher needs to promote followers: the row's lanes and position.
 	// Point read inside the finishing transaction, after Finish locked the row.
 	GetLaneIdentity(ctx context.Context, workID int64) (GetLaneIdentityRow, error)
-	// Primary-key point read.
-	GetScope(ctx context.Context, scopeID string) (Scope, error)
+	// A row's state and token by primary key: after a lease-fenced write whose
+	// reply was lost, the holder reads this to learn whether its write
+	// committed (its token plus one, in the state it wrote) or another owner
+	// moved the row on.
+	GetLeaseState(ctx context.Context, workID int64) (GetLeaseStateRow, error)
+	// Primary-key point read, once per claim turn and per generation probe. It
+	// also returns the database's clock: a claim turn bounds every scan by
+	// this instant, so scan windows are measured on one clock, never a host's.
+	GetScope(ctx context.Context, scopeID string) (GetScopeRow, error)
 	// Primary-key point read.
 	GetWorkItem(ctx context.Context, workID int64) (WorkItem, error)
 	// Point read on uk_work_item_event_type.
 	GetWorkItemByEventAndType(ctx context.Context, arg GetWorkItemByEventAndTypeParams) (WorkItem, error)
-	// Is anything claimable now (a due pending head, or an expired lease)? Cheap
-	// hint for wake decisions; the claim path stays the authority.
-	HasDueWork(ctx context.Context, arg HasDueWorkParams) ([]int64, error)
+	// Promotion: does a follower still have a live head ahead of it in its
+	// source or target lane (pass NULL for a lane not to look at)? Deliberately
+	// not locking, and run in a READ COMMITTED finish transaction so it reads
+	// the latest commit: two finishers of a follower's two predecessors
+	// serialize on the follower's lock, and the second one's read sees the
+	// first's commit. A locking read here would lock the other finisher's row
+	// while it waits for the follower: a deadlock.
+	HeadBefore(ctx context.Context, arg HeadBeforeParams) ([]int64, error)
 	// event_id is AUTO_RANDOM (no write hot spot on the primary key); the driver
 	// returns the generated id.
 	InsertEvent(ctx context.Context, arg InsertEventParams) (int64, error)
@@ -70,83 +110,124 @@ type Querier interface {
 	// duplicates with current reads first (LockWorkItemsByEvents), so
 	// uk_work_item_event_type only fires for a writer that bypassed it.
 	InsertWorkItem(ctx context.Context, arg InsertWorkItemParams) (int64, error)
-	// Promotion: does a follower still have a live predecessor in its other
-	// lane? Deliberately not locking, and run in a READ COMMITTED finish
-	// transaction so it still reads the latest commit: two finishers of a
-	// follower's two predecessors serialize on the follower's lock, and the
-	// second one's read sees the first's commit. A locking read here would lock
-	// the other finisher's row while it waits for the follower: a deadlock.
-	LiveBeforeInSourceLane(ctx context.Context, arg LiveBeforeInSourceLaneParams) ([]int64, error)
-	// LiveBeforeInSourceLane for the target lane.
-	LiveBeforeInTargetLane(ctx context.Context, arg LiveBeforeInTargetLaneParams) ([]int64, error)
+	// Lanes. A lane is the live rows of one source or target lane key of one
+	// generation, in lane_ordinal order. At most one of them is not blocked: the
+	// lane's head (pending, processing or waiting_dependency); every live row
+	// after it is blocked. The lane indexes put state before the ordinal, so the
+	// head is a range of its own: a probe for it reads one entry however many
+	// followers the lane has. Source and target lanes are disjoint UNION ALL
+	// branches, each on its own index: an OR over both columns reads the whole
+	// scope prefix instead (seed 002's measured falsification).
+	// Enqueue: the heads of the lanes a batch appends to, all lanes in one
+	// statement (a point range per lane and head state). Not locking: enqueue
+	// runs in READ COMMITTED, so this reads the latest commit; the heads found
+	// are locked afterwards by primary key (LockWorkItems), at the end of the
+	// batch, so a running head's lease renewal waits for a few statements, not
+	// for the whole batch.
+	LaneHeads(ctx context.Context, arg LaneHeadsParams) ([]LaneHeadsRow, error)
+	// The pairs a scope has work of: a primary-key prefix range, as small as the
+	// number of distinct pairs. Workers read it at start-up and reconciliation.
+	ListWorkKinds(ctx context.Context, scopeID string) ([]ListWorkKindsRow, error)
 	// Duplicate detection for an enqueue batch. A locking read is a current read
 	// in a TiDB pessimistic transaction: it sees events committed while this
 	// transaction waited for the scope lock, which a plain SELECT (reading the
 	// transaction's start snapshot) would miss and then fail on 1062.
 	// Batch point gets on uk_event_idempotency.
 	LockEventsByIdempotencyKeys(ctx context.Context, arg LockEventsByIdempotencyKeysParams) ([]LockEventsByIdempotencyKeysRow, error)
-	// Enqueue: is any live row ahead of before_ordinal in this source lane (then
-	// the new item is blocked)? A locking read: current, and the row it finds
-	// stays live until the enqueue commits, so a finisher of that row waits and
-	// then sees the new follower. Without the lock, a finisher committing between
-	// this read and the enqueue's commit would miss the follower and strand it.
-	// Source and target lanes are separate statements so each rides its own
-	// index; an OR over both columns reads the whole scope prefix instead.
-	LockLiveBeforeInSourceLane(ctx context.Context, arg LockLiveBeforeInSourceLaneParams) ([]int64, error)
-	// LockLiveBeforeInSourceLane for the target lane, on idx_work_item_target_lane.
-	LockLiveBeforeInTargetLane(ctx context.Context, arg LockLiveBeforeInTargetLaneParams) ([]int64, error)
 	// Current read under a row lock. Enqueue takes this lock first, then writes
-	// events, then work items: one lock order for every admission path, and the
-	// locking read sees rows committed while it waited (TiDB keeps the snapshot of
-	// a transaction's first read otherwise).
+	// events, then work items: one lock order for every admission path.
 	LockScopeForEnqueue(ctx context.Context, scopeID string) (LockScopeForEnqueueRow, error)
+	// Rows by primary key under a lock (batch point gets), with their current
+	// state: enqueue locks the lane rows it appends behind this way, last, so
+	// the locks are held for the batch's final statements only.
+	LockWorkItems(ctx context.Context, workIds []int64) ([]LockWorkItemsRow, error)
 	// Existing work of duplicate events, read current and locked for the same
 	// reason as LockEventsByIdempotencyKeys. Rides uk_work_item_event_type.
 	LockWorkItemsByEvents(ctx context.Context, eventIds []int64) ([]LockWorkItemsByEventsRow, error)
 	// The follower to consider for promotion after the row at after_ordinal left
-	// the lane. The range starts after that row, past the delete markers the
-	// lane's finished rows left behind. Locked so two finishers of the same
-	// follower's two lanes serialize on it and the second sees the first.
+	// the lane, looked for in the ordinal window (after_ordinal, until_ordinal]:
+	// the caller widens the window until it finds one or passes the scope's last
+	// ordinal, so a lane with thousands of followers costs a window's worth of
+	// entries, not the lane's length. The range starts after the finished row,
+	// past the delete markers the lane's finished rows left behind. Locked so two
+	// finishers of the same follower's two lanes serialize on it and the second
+	// sees the first. (A locking read cannot be a UNION ALL branch: source and
+	// target are two statements.)
 	NextBlockedInSourceLane(ctx context.Context, arg NextBlockedInSourceLaneParams) ([]NextBlockedInSourceLaneRow, error)
-	// NextBlockedInSourceLane for the target lane.
+	// NextBlockedInSourceLane for the target lane, on idx_work_item_target_lane.
 	NextBlockedInTargetLane(ctx context.Context, arg NextBlockedInTargetLaneParams) ([]NextBlockedInTargetLaneRow, error)
-	// The earliest strictly-future due time of the scope: a pending row's
-	// run_after or a processing row's lease expiry. Two ordered LIMIT 1 branches,
-	// each starting its index range at NOW(6) (after every consumed key); the
-	// caller takes the smaller. Returning rows instead of MIN() keeps "no future
-	// work" an empty result rather than a NULL that cannot scan into time.Time.
-	// delay_micros is the same instant measured from the database clock, so a
-	// worker can arm a local timer without trusting its own wall clock.
+	// The earliest due time in one span (now + from_micros, now + until_micros]
+	// of the scope: a pending row's run_after (a retry or delayed item coming
+	// due) or a processing row's lease expiry. Two ordered LIMIT 1 branches on
+	// idx_work_item_due; the caller takes the smaller and walks spans of growing
+	// width, nearest first, so no statement's range holds more than one span of
+	// the not-due backlog (the embedded engine reads every live entry of a
+	// range). Rows instead of MIN() keep "nothing in this span" an empty result
+	// rather than a NULL that cannot scan into time.Time. delay_micros is the
+	// same instant measured from the database clock, so a worker arms a local
+	// timer without comparing two hosts' wall clocks.
 	NextWorkAt(ctx context.Context, arg NextWorkAtParams) ([]NextWorkAtRow, error)
 	// blocked -> pending once the row heads both of its lanes. Primary-key CAS on
-	// the row version read by NextBlocked*.
+	// the row version read by NextBlocked*. run_after moves up to the database's
+	// current time (a delayed item keeps its later time): a row that becomes
+	// claimable now must sort after what claimers already consumed, or their
+	// scan floors would pass it (see ClaimCandidates).
 	PromoteBlocked(ctx context.Context, arg PromoteBlockedParams) (int64, error)
+	// Enqueue: the batch's first row of each lane becomes pending when none of
+	// its lanes has a live row ahead of it (checked under locks just before). All
+	// such rows of the batch in one statement, by primary key; run_after as in
+	// PromoteBlocked.
+	PromoteEnqueued(ctx context.Context, workIds []int64) (int64, error)
 	// Takes over an expired lease: a CAS on the token the candidate read saw.
 	// The new token fences the old holder: no call it makes matches any more.
+	// Only while attempts remain; an item at its attempt budget goes to dead
+	// through FinishExpired instead.
 	ReclaimCAS(ctx context.Context, arg ReclaimCASParams) (int64, error)
 	// Durable forward progress inside a long attempt: ends the consecutive
 	// safe-retry series so the next failure backs off from the start.
 	RecordProgress(ctx context.Context, arg RecordProgressParams) (int64, error)
-	// Gives the item back unexecuted (shutdown, drain): pending and due now. It
-	// stays its lanes' head, so followers remain blocked.
+	// Enqueue records each (queue class, work type) pair of a scope once, in the
+	// batch's transaction; a process skips pairs it registered before. Primary
+	// key upsert that keeps the first sighting.
+	RegisterWorkKind(ctx context.Context, arg RegisterWorkKindParams) error
+	// Gives the item back unexecuted (shutdown, drain): pending and due now, and
+	// the attempt is not counted against the item's budget. It stays its lanes'
+	// head, so followers remain blocked. run_after = now keeps claimers' floors
+	// valid (see ClaimCandidates).
 	ReleaseLease(ctx context.Context, arg ReleaseLeaseParams) (int64, error)
-	// Heartbeat: extends the lease from the database clock. Keeps the token, so
-	// the holder's later calls stay valid.
+	// Heartbeat: moves the lease expiry (run_after, while processing) from the
+	// database clock. Keeps the token, so the holder's later calls stay valid.
 	RenewLease(ctx context.Context, arg RenewLeaseParams) (int64, error)
 	// A safe retry: pending again after a backoff computed from the consecutive
 	// safe-retry count, which this increments. Still its lanes' head.
 	RetryLater(ctx context.Context, arg RetryLaterParams) (int64, error)
+	// Sets a scope row to its own values. workqueue.New runs it inside a
+	// rolled-back transaction to check the connection's clientFoundRows setting:
+	// every compare-and-swap needs RowsAffected to count matched rows, and
+	// without clientFoundRows this statement reports 0.
+	RewriteScopeUnchanged(ctx context.Context, scopeID string) (int64, error)
+	// What workqueue.New checks about a session before trusting it: the
+	// transaction mode (laneq's finish and enqueue transactions rely on
+	// pessimistic READ COMMITTED, which TiDB honors only in pessimistic mode; in
+	// optimistic mode it silently runs REPEATABLE READ); the session time zone
+	// (every stored time is NOW(6), so it must be UTC on every session), with
+	// the server's system zone behind SYSTEM and the measured offset of NOW()
+	// from UTC_TIMESTAMP(); and the database clock (scanning it shows whether
+	// the driver parses DATETIME into UTC times).
+	SessionSettings(ctx context.Context) (SessionSettingsRow, error)
 	// Moves the generation fence. Work of older generations stops being
-	// claimable at once: every claim re-reads active_generation in its CAS.
+	// claimable at once: every claim CAS compares with active_generation, and a
+	// claim CAS already in flight is caught by ClaimedByRef's generation check.
 	SetScopeGeneration(ctx context.Context, arg SetScopeGenerationParams) (int64, error)
-	// Processing rows whose lease expired by the database clock, oldest expiry
-	// first, on idx_work_item_lease. Stale reclaim ignores queue-class
-	// preference and keeps this order.
+	// Processing rows of one queue class whose lease expired by the database
+	// clock, oldest expiry first, on idx_work_item_claim: the class leads the
+	// expiry, so expired leases of other classes are outside the range. For a
+	// processing row run_after is the lease expiry; live leases lie past
+	// until_time (the database's current time). from_time is the claimer's stale
+	// floor: a lease expires only by time passing, never by a write that places
+	// it in the past, so expiries the claimer's last complete scan saw need not
+	// be read again (the MVCC delete markers of renewals and finishes lie there).
 	StaleCandidates(ctx context.Context, arg StaleCandidatesParams) ([]StaleCandidatesRow, error)
-	// The session's transaction mode. laneq's finish transaction relies on
-	// pessimistic READ COMMITTED, which TiDB honors only in pessimistic mode (in
-	// optimistic mode it silently runs REPEATABLE READ), so Queue checks it.
-	TxnMode(ctx context.Context) (interface{}, error)
 }
 
 var _ Querier = (*Queries)(nil)

@@ -7,11 +7,13 @@ package gen
 
 import (
 	"context"
+	"time"
 )
 
 const advanceEnqueueOrdinal = `-- name: AdvanceEnqueueOrdinal :exec
 UPDATE scope
 SET next_enqueue_ordinal = next_enqueue_ordinal + ?,
+    admitted_at = NOW(6),
     updated_at = NOW(6)
 WHERE scope_id = ?
 `
@@ -22,15 +24,19 @@ type AdvanceEnqueueOrdinalParams struct {
 }
 
 // Reserves a block of ordinals [next_enqueue_ordinal, + reserved) for the
-// events of one enqueue batch; called under LockScopeForEnqueue's lock.
+// items of one enqueue batch; called under LockScopeForEnqueue's lock as the
+// batch's last statement. admitted_at records the database time just before
+// the commit: every later enqueue takes the scope lock after this commit, so
+// its items are due no earlier than admitted_at (claimers rely on that; see
+// ClaimCandidates).
 func (q *Queries) AdvanceEnqueueOrdinal(ctx context.Context, arg AdvanceEnqueueOrdinalParams) error {
 	_, err := q.db.ExecContext(ctx, advanceEnqueueOrdinal, arg.Reserved, arg.ScopeID)
 	return err
 }
 
 const ensureScope = `-- name: EnsureScope :exec
-INSERT INTO scope (scope_id, active_generation)
-VALUES (?, ?)
+INSERT INTO scope (scope_id, active_generation, created_at, updated_at)
+VALUES (?, ?, NOW(6), NOW(6))
 ON DUPLICATE KEY UPDATE scope_id = scope_id
 `
 
@@ -47,23 +53,71 @@ func (q *Queries) EnsureScope(ctx context.Context, arg EnsureScopeParams) error 
 }
 
 const getScope = `-- name: GetScope :one
-SELECT scope_id, active_generation, next_enqueue_ordinal, created_at, updated_at
+SELECT scope_id, active_generation, next_enqueue_ordinal, admitted_at,
+       CAST(NOW(6) AS DATETIME(6)) AS db_now
 FROM scope
 WHERE scope_id = ?
 `
 
-// Primary-key point read.
-func (q *Queries) GetScope(ctx context.Context, scopeID string) (Scope, error) {
+type GetScopeRow struct {
+	ScopeID            string
+	ActiveGeneration   int64
+	NextEnqueueOrdinal int64
+	AdmittedAt         time.Time
+	DbNow              time.Time
+}
+
+// Primary-key point read, once per claim turn and per generation probe. It
+// also returns the database's clock: a claim turn bounds every scan by
+// this instant, so scan windows are measured on one clock, never a host's.
+func (q *Queries) GetScope(ctx context.Context, scopeID string) (GetScopeRow, error) {
 	row := q.db.QueryRowContext(ctx, getScope, scopeID)
-	var i Scope
+	var i GetScopeRow
 	err := row.Scan(
 		&i.ScopeID,
 		&i.ActiveGeneration,
 		&i.NextEnqueueOrdinal,
-		&i.CreatedAt,
-		&i.UpdatedAt,
+		&i.AdmittedAt,
+		&i.DbNow,
 	)
 	return i, err
+}
+
+const listWorkKinds = `-- name: ListWorkKinds :many
+SELECT queue_class, work_type
+FROM scope_work_kind
+WHERE scope_id = ?
+ORDER BY queue_class, work_type
+`
+
+type ListWorkKindsRow struct {
+	QueueClass string
+	WorkType   string
+}
+
+// The pairs a scope has work of: a primary-key prefix range, as small as the
+// number of distinct pairs. Workers read it at start-up and reconciliation.
+func (q *Queries) ListWorkKinds(ctx context.Context, scopeID string) ([]ListWorkKindsRow, error) {
+	rows, err := q.db.QueryContext(ctx, listWorkKinds, scopeID)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []ListWorkKindsRow{}
+	for rows.Next() {
+		var i ListWorkKindsRow
+		if err := rows.Scan(&i.QueueClass, &i.WorkType); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Close(); err != nil {
+		return nil, err
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
 }
 
 const lockScopeForEnqueue = `-- name: LockScopeForEnqueue :one
@@ -79,9 +133,7 @@ type LockScopeForEnqueueRow struct {
 }
 
 // Current read under a row lock. Enqueue takes this lock first, then writes
-// events, then work items: one lock order for every admission path, and the
-// locking read sees rows committed while it waited (TiDB keeps the snapshot of
-// a transaction's first read otherwise).
+// events, then work items: one lock order for every admission path.
 func (q *Queries) LockScopeForEnqueue(ctx context.Context, scopeID string) (LockScopeForEnqueueRow, error) {
 	row := q.db.QueryRowContext(ctx, lockScopeForEnqueue, scopeID)
 	var i LockScopeForEnqueueRow
@@ -89,16 +141,100 @@ func (q *Queries) LockScopeForEnqueue(ctx context.Context, scopeID string) (Lock
 	return i, err
 }
 
-const txnMode = `-- name: TxnMode :one
-SELECT CAST(@@tidb_txn_mode AS CHAR(16)) AS txn_mode
+const registerWorkKind = `-- name: RegisterWorkKind :exec
+INSERT INTO scope_work_kind (scope_id, queue_class, work_type, first_seen_at)
+VALUES (?, ?, ?, NOW(6))
+ON DUPLICATE KEY UPDATE scope_id = scope_id
 `
 
-// The session's transaction mode. laneq's finish transaction relies on
-// pessimistic READ COMMITTED, which TiDB honors only in pessimistic mode (in
-// optimistic mode it silently runs REPEATABLE READ), so Queue checks it.
-func (q *Queries) TxnMode(ctx context.Context) (interface{}, error) {
-	row := q.db.QueryRowContext(ctx, txnMode)
-	var txn_mode interface{}
-	err := row.Scan(&txn_mode)
-	return txn_mode, err
+type RegisterWorkKindParams struct {
+	ScopeID    string
+	QueueClass string
+	WorkType   string
+}
+
+// Enqueue records each (queue class, work type) pair of a scope once, in the
+// batch's transaction; a process skips pairs it registered before. Primary
+// key upsert that keeps the first sighting.
+func (q *Queries) RegisterWorkKind(ctx context.Context, arg RegisterWorkKindParams) error {
+	_, err := q.db.ExecContext(ctx, registerWorkKind, arg.ScopeID, arg.QueueClass, arg.WorkType)
+	return err
+}
+
+const rewriteScopeUnchanged = `-- name: RewriteScopeUnchanged :execrows
+UPDATE scope
+SET updated_at = updated_at
+WHERE scope_id = ?
+`
+
+// Sets a scope row to its own values. workqueue.New runs it inside a
+// rolled-back transaction to check the connection's clientFoundRows setting:
+// every compare-and-swap needs RowsAffected to count matched rows, and
+// without clientFoundRows this statement reports 0.
+func (q *Queries) RewriteScopeUnchanged(ctx context.Context, scopeID string) (int64, error) {
+	result, err := q.db.ExecContext(ctx, rewriteScopeUnchanged, scopeID)
+	if err != nil {
+		return 0, err
+	}
+	return result.RowsAffected()
+}
+
+const sessionSettings = `-- name: SessionSettings :one
+SELECT CAST(@@tidb_txn_mode AS CHAR(16)) AS txn_mode,
+       CAST(@@time_zone AS CHAR(64)) AS time_zone,
+       CAST(@@system_time_zone AS CHAR(64)) AS system_time_zone,
+       CAST(TIMESTAMPDIFF(SECOND, UTC_TIMESTAMP(), NOW()) AS SIGNED) AS utc_offset_seconds,
+       CAST(NOW(6) AS DATETIME(6)) AS db_now
+`
+
+type SessionSettingsRow struct {
+	TxnMode          interface{}
+	TimeZone         interface{}
+	SystemTimeZone   interface{}
+	UtcOffsetSeconds int64
+	DbNow            time.Time
+}
+
+// What workqueue.New checks about a session before trusting it: the
+// transaction mode (laneq's finish and enqueue transactions rely on
+// pessimistic READ COMMITTED, which TiDB honors only in pessimistic mode; in
+// optimistic mode it silently runs REPEATABLE READ); the session time zone
+// (every stored time is NOW(6), so it must be UTC on every session), with
+// the server's system zone behind SYSTEM and the measured offset of NOW()
+// from UTC_TIMESTAMP(); and the database clock (scanning it shows whether
+// the driver parses DATETIME into UTC times).
+func (q *Queries) SessionSettings(ctx context.Context) (SessionSettingsRow, error) {
+	row := q.db.QueryRowContext(ctx, sessionSettings)
+	var i SessionSettingsRow
+	err := row.Scan(
+		&i.TxnMode,
+		&i.TimeZone,
+		&i.SystemTimeZone,
+		&i.UtcOffsetSeconds,
+		&i.DbNow,
+	)
+	return i, err
+}
+
+const setScopeGeneration = `-- name: SetScopeGeneration :execrows
+UPDATE scope
+SET active_generation = ?,
+    updated_at = NOW(6)
+WHERE scope_id = ?
+`
+
+type SetScopeGenerationParams struct {
+	ActiveGeneration int64
+	ScopeID          string
+}
+
+// Moves the generation fence. Work of older generations stops being
+// claimable at once: every claim CAS compares with active_generation, and a
+// claim CAS already in flight is caught by ClaimedByRef's generation check.
+func (q *Queries) SetScopeGeneration(ctx context.Context, arg SetScopeGenerationParams) (int64, error) {
+	result, err := q.db.ExecContext(ctx, setScopeGeneration, arg.ActiveGeneration, arg.ScopeID)
+	if err != nil {
+		return 0, err
+	}
+	return result.RowsAffected()
 }

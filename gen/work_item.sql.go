@@ -12,7 +12,7 @@ import (
 )
 
 const getWorkItem = `-- name: GetWorkItem :one
-SELECT work_id, event_id, scope_id, generation, work_type, queue_class, state, run_after, priority, attempt_count, safe_retry_count, lease_owner, lease_token, lease_until, source_lane_key, target_lane_key, lane_ordinal, projection_key, projection_active_key, terminal_at, replay_of_work_id, replayed_at, failure_class, failure_summary, dependency_wake_key, dependency_probe_after, created_at, updated_at
+SELECT work_id, event_id, scope_id, generation, work_type, queue_class, state, run_after, priority, attempt_count, safe_retry_count, lease_owner, lease_token, source_lane_key, target_lane_key, lane_ordinal, projection_key, projection_active_key, terminal_at, replay_of_work_id, replayed_at, failure_class, failure_summary, dependency_wake_key, dependency_probe_after, created_at, updated_at
 FROM work_item
 WHERE work_id = ?
 `
@@ -35,7 +35,6 @@ func (q *Queries) GetWorkItem(ctx context.Context, workID int64) (WorkItem, erro
 		&i.SafeRetryCount,
 		&i.LeaseOwner,
 		&i.LeaseToken,
-		&i.LeaseUntil,
 		&i.SourceLaneKey,
 		&i.TargetLaneKey,
 		&i.LaneOrdinal,
@@ -55,7 +54,7 @@ func (q *Queries) GetWorkItem(ctx context.Context, workID int64) (WorkItem, erro
 }
 
 const getWorkItemByEventAndType = `-- name: GetWorkItemByEventAndType :one
-SELECT work_id, event_id, scope_id, generation, work_type, queue_class, state, run_after, priority, attempt_count, safe_retry_count, lease_owner, lease_token, lease_until, source_lane_key, target_lane_key, lane_ordinal, projection_key, projection_active_key, terminal_at, replay_of_work_id, replayed_at, failure_class, failure_summary, dependency_wake_key, dependency_probe_after, created_at, updated_at
+SELECT work_id, event_id, scope_id, generation, work_type, queue_class, state, run_after, priority, attempt_count, safe_retry_count, lease_owner, lease_token, source_lane_key, target_lane_key, lane_ordinal, projection_key, projection_active_key, terminal_at, replay_of_work_id, replayed_at, failure_class, failure_summary, dependency_wake_key, dependency_probe_after, created_at, updated_at
 FROM work_item
 WHERE event_id = ?
   AND work_type = ?
@@ -84,7 +83,6 @@ func (q *Queries) GetWorkItemByEventAndType(ctx context.Context, arg GetWorkItem
 		&i.SafeRetryCount,
 		&i.LeaseOwner,
 		&i.LeaseToken,
-		&i.LeaseUntil,
 		&i.SourceLaneKey,
 		&i.TargetLaneKey,
 		&i.LaneOrdinal,
@@ -107,14 +105,15 @@ const insertWorkItem = `-- name: InsertWorkItem :execlastid
 INSERT INTO work_item (
     event_id, scope_id, generation, work_type, queue_class, state, run_after,
     priority, source_lane_key, target_lane_key, lane_ordinal,
-    projection_key, projection_active_key
+    projection_key, projection_active_key, created_at, updated_at
 ) VALUES (
     ?, ?, ?,
     ?, ?, ?,
     DATE_ADD(NOW(6), INTERVAL CAST(? AS SIGNED) MICROSECOND),
     ?, ?,
     ?, ?,
-    ?, ?
+    ?, ?,
+    NOW(6), NOW(6)
 )
 `
 
@@ -158,6 +157,54 @@ func (q *Queries) InsertWorkItem(ctx context.Context, arg InsertWorkItemParams) 
 		return 0, err
 	}
 	return result.LastInsertId()
+}
+
+const lockWorkItems = `-- name: LockWorkItems :many
+SELECT work_id, state
+FROM work_item
+WHERE work_id IN (/*SLICE:work_ids*/?)
+FOR UPDATE
+`
+
+type LockWorkItemsRow struct {
+	WorkID int64
+	State  string
+}
+
+// Rows by primary key under a lock (batch point gets), with their current
+// state: enqueue locks the lane rows it appends behind this way, last, so
+// the locks are held for the batch's final statements only.
+func (q *Queries) LockWorkItems(ctx context.Context, workIds []int64) ([]LockWorkItemsRow, error) {
+	query := lockWorkItems
+	var queryParams []interface{}
+	if len(workIds) > 0 {
+		for _, v := range workIds {
+			queryParams = append(queryParams, v)
+		}
+		query = strings.Replace(query, "/*SLICE:work_ids*/?", strings.Repeat(",?", len(workIds))[1:], 1)
+	} else {
+		query = strings.Replace(query, "/*SLICE:work_ids*/?", "NULL", 1)
+	}
+	rows, err := q.db.QueryContext(ctx, query, queryParams...)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []LockWorkItemsRow{}
+	for rows.Next() {
+		var i LockWorkItemsRow
+		if err := rows.Scan(&i.WorkID, &i.State); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Close(); err != nil {
+		return nil, err
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
 }
 
 const lockWorkItemsByEvents = `-- name: LockWorkItemsByEvents :many
@@ -212,26 +259,4 @@ func (q *Queries) LockWorkItemsByEvents(ctx context.Context, eventIds []int64) (
 		return nil, err
 	}
 	return items, nil
-}
-
-const setScopeGeneration = `-- name: SetScopeGeneration :execrows
-UPDATE scope
-SET active_generation = ?,
-    updated_at = NOW(6)
-WHERE scope_id = ?
-`
-
-type SetScopeGenerationParams struct {
-	ActiveGeneration int64
-	ScopeID          string
-}
-
-// Moves the generation fence. Work of older generations stops being
-// claimable at once: every claim re-reads active_generation in its CAS.
-func (q *Queries) SetScopeGeneration(ctx context.Context, arg SetScopeGenerationParams) (int64, error) {
-	result, err := q.db.ExecContext(ctx, setScopeGeneration, arg.ActiveGeneration, arg.ScopeID)
-	if err != nil {
-		return 0, err
-	}
-	return result.RowsAffected()
 }

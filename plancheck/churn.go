@@ -60,7 +60,7 @@ func Churn(ctx context.Context, db *sql.DB, items int, progress io.Writer) error
 				return fmt.Errorf("plancheck: churn: %d enqueued items not claimable", left)
 			}
 			for _, it := range got {
-				if _, err := c.Complete(ctx, it); err != nil {
+				if _, err := qu.Complete(ctx, it.Lease); err != nil {
 					return fmt.Errorf("plancheck: churn complete: %w", err)
 				}
 			}

@@ -153,7 +153,11 @@ func Check(ctx context.Context, stmts []Statement, cases []Case, scales []ScaleD
 			stmt = c.Inner
 		}
 		for _, s := range scales {
-			o, err := Explain(ctx, s.DB, stmt, resolve(c.Args, values))
+			args, err := resolveOn(ctx, s.DB, c.Args, values)
+			if err != nil {
+				return rep, fmt.Errorf("plancheck: %s at scale %d: %w", c.Query, s.Scale, err)
+			}
+			o, err := Explain(ctx, s.DB, stmt, args)
 			if err != nil {
 				return rep, fmt.Errorf("plancheck: %s at scale %d: %w", c.Query, s.Scale, err)
 			}
@@ -168,10 +172,17 @@ func Check(ctx context.Context, stmts []Statement, cases []Case, scales []ScaleD
 		last := res.Observations[len(res.Observations)-1]
 		res.Operators, res.Shape = Brief(last.Ops), Shape(last.Ops)
 		if c.Hot && churned != nil {
-			args := resolve(c.Args, values)
-			fresh, err := medianTime(ctx, scales[len(scales)-1].DB, stmt, args, 5)
+			largest := scales[len(scales)-1].DB
+			args, err := resolveOn(ctx, largest, c.Args, values)
+			if err != nil {
+				return rep, fmt.Errorf("plancheck: %s: %w", c.Query, err)
+			}
+			fresh, err := medianTime(ctx, largest, stmt, args, 5)
 			if err != nil {
 				return rep, fmt.Errorf("plancheck: time %s fresh: %w", c.Query, err)
+			}
+			if args, err = resolveOn(ctx, churned, c.Args, values); err != nil {
+				return rep, fmt.Errorf("plancheck: %s: %w", c.Query, err)
 			}
 			churnedTime, err := medianTime(ctx, churned, stmt, args, 5)
 			if err != nil {
@@ -192,9 +203,22 @@ func Check(ctx context.Context, stmts []Statement, cases []Case, scales []ScaleD
 
 func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
 
-// resolve replaces "$name" string arguments with fixture values, inside lists too.
-func resolve(args map[string]any, values map[string]any) map[string]any {
+// resolveOn resolves a case's arguments for one database: "$name" strings
+// become fixture values, and "@now", "@now-90s", "@now+1h" become times
+// relative to that database's NOW(6), as the runtime's scan bounds are.
+func resolveOn(ctx context.Context, db *sql.DB, args map[string]any, values map[string]any) (map[string]any, error) {
+	var now time.Time
+	if err := db.QueryRowContext(ctx, "SELECT NOW(6)").Scan(&now); err != nil {
+		return nil, fmt.Errorf("read the database clock: %w", err)
+	}
+	return resolve(args, values, now)
+}
+
+// resolve replaces "$name" string arguments with fixture values and
+// "@now[±duration]" with times relative to now, inside lists too.
+func resolve(args map[string]any, values map[string]any, now time.Time) (map[string]any, error) {
 	out := make(map[string]any, len(args))
+	var bad error
 	var one func(v any) any
 	one = func(v any) any {
 		switch x := v.(type) {
@@ -203,6 +227,17 @@ func resolve(args map[string]any, values map[string]any) map[string]any {
 				if val, ok := values[x[1:]]; ok {
 					return val
 				}
+			}
+			if rest, ok := strings.CutPrefix(x, "@now"); ok {
+				if rest == "" {
+					return now
+				}
+				d, err := time.ParseDuration(rest)
+				if err != nil {
+					bad = fmt.Errorf("argument %q: want @now, @now+DURATION or @now-DURATION: %w", x, err)
+					return x
+				}
+				return now.Add(d)
 			}
 			return x
 		case []any:
@@ -219,7 +254,7 @@ func resolve(args map[string]any, values map[string]any) map[string]any {
 	for k, v := range args {
 		out[k] = one(v)
 	}
-	return out
+	return out, bad
 }
 
 // Explain runs EXPLAIN ANALYZE of one statement with its arguments. A

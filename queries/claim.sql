@@ -1,31 +1,32 @@
 -- name: ClaimCandidates :many
--- Due lane heads of one queue class in claim order (lane_ordinal, run_after,
--- work_id), read straight off idx_work_item_claim: no sort, and rows read are
--- bounded by the limit plus heads that are not due yet. Only lane heads are
--- pending (followers are blocked), so no per-candidate lane probe is needed.
--- floor_ordinal lets a claimer start past keys it already consumed: each
--- claim leaves an MVCC delete marker at the head of this range until GC, and
--- a scan from the start would step over all of them. ceiling_ordinal bounds
--- the window from above, so no statement's range grows with the backlog (on
--- the embedded unistore engine a LIMIT scan costs time in proportion to the
--- live entries up to the end of its range; the claimer walks windows).
--- work_type is the index's last column, so every filter runs on the index and
--- LIMIT is pushed down. The generation comes from the claimer's read of the
--- scope row for this claim; the fence itself is enforced by ClaimBatchCAS. (A
--- scalar subquery here is re-planned on every execution and cost about as
--- much as the scan.)
+-- Due lane heads of one queue class in claim order (run_after, lane_ordinal,
+-- work_id), read straight off idx_work_item_claim: no sort, and every filter
+-- runs on the index so LIMIT is pushed down. Only lane heads are pending
+-- (followers are blocked), so no per-candidate lane probe is needed.
+--
+-- The range is one window [from_time, until_time] of the pending range, and
+-- until_time is at most the database's current time (from GetScope): rows not
+-- yet due (retries in backoff, delayed items), however many, lie past its
+-- end and are never read. from_time is the claimer's floor: every transition
+-- into pending sets run_after to at least the database's current time, so
+-- what becomes claimable later sorts after what the claimer consumed, and the
+-- MVCC delete markers its earlier claims left lie before the floor. The
+-- claimer sizes the window to what the range yields, because on the embedded
+-- engine a scan costs time for every live entry in its range, LIMIT or not.
+-- The generation comes from the claimer's read of the scope row for this
+-- turn; the fence itself is enforced by ClaimBatchCAS and ClaimedByRef.
 SELECT w.work_id, w.event_id, w.work_type, w.queue_class, w.lease_token, w.lane_ordinal,
-       w.attempt_count, w.safe_retry_count, w.generation, w.source_lane_key, w.target_lane_key
+       w.attempt_count, w.safe_retry_count, w.generation, w.source_lane_key, w.target_lane_key,
+       w.run_after
 FROM work_item w
 WHERE w.scope_id = sqlc.arg(scope_id)
   AND w.generation = sqlc.arg(generation)
   AND w.queue_class = sqlc.arg(queue_class)
   AND w.state = 'pending'
-  AND w.lane_ordinal >= sqlc.arg(floor_ordinal)
-  AND w.lane_ordinal < sqlc.arg(ceiling_ordinal)
-  AND w.run_after <= NOW(6)
+  AND w.run_after >= sqlc.arg(from_time)
+  AND w.run_after <= sqlc.arg(until_time)
   AND w.work_type IN (sqlc.slice(work_types))
-ORDER BY w.lane_ordinal, w.run_after, w.work_id
+ORDER BY w.run_after, w.lane_ordinal, w.work_id
 LIMIT ?;
 
 -- name: ClaimBatchCAS :execrows
@@ -34,12 +35,13 @@ LIMIT ?;
 -- row of the active generation (pending means lane head, so no lane probe);
 -- rows another claimer took first are simply not matched, a normal outcome.
 -- claim_ref (unique per claim turn) marks the rows this statement won, for
--- ClaimedByRef to read back. Lease times come from the database clock.
+-- ClaimedByRef to read back. run_after becomes the lease expiry, from the
+-- database clock.
 UPDATE work_item w
 SET w.state = 'processing',
     w.lease_owner = sqlc.arg(claim_ref),
     w.lease_token = w.lease_token + 1,
-    w.lease_until = DATE_ADD(NOW(6), INTERVAL CAST(sqlc.arg(lease_micros) AS SIGNED) MICROSECOND),
+    w.run_after = DATE_ADD(NOW(6), INTERVAL CAST(sqlc.arg(lease_micros) AS SIGNED) MICROSECOND),
     w.attempt_count = w.attempt_count + 1,
     w.updated_at = NOW(6)
 WHERE w.work_id IN (sqlc.slice(work_ids))
@@ -49,87 +51,91 @@ WHERE w.work_id IN (sqlc.slice(work_ids))
 
 -- name: ClaimedByRef :many
 -- The rows ClaimBatchCAS won, with the lease tokens it set: batch point gets
--- on the primary key, filtered by the claim turn's reference.
-SELECT work_id, event_id, work_type, queue_class, lease_token, lane_ordinal,
-       attempt_count, safe_retry_count, generation, source_lane_key, target_lane_key
-FROM work_item
-WHERE work_id IN (sqlc.slice(work_ids))
-  AND state = 'processing'
-  AND lease_owner = sqlc.arg(claim_ref)
-ORDER BY lane_ordinal;
+-- on the primary key, filtered by the claim turn's reference, and the scope's
+-- active generation read again. A CAS that read the old generation just
+-- before SetGeneration committed can still win rows; this read starts after
+-- the CAS returned, so it sees any generation change that committed before
+-- then, and the claimer releases such rows unrun. Idempotent: a claimer that
+-- lost the reply of the CAS or of this read runs it again with the same
+-- reference to learn what it owns.
+SELECT w.work_id, w.event_id, w.work_type, w.queue_class, w.lease_token, w.lane_ordinal,
+       w.attempt_count, w.safe_retry_count, w.generation, w.source_lane_key, w.target_lane_key,
+       w.run_after, s.active_generation
+FROM work_item w
+JOIN scope s ON s.scope_id = w.scope_id
+WHERE w.work_id IN (sqlc.slice(work_ids))
+  AND w.state = 'processing'
+  AND w.lease_owner = sqlc.arg(claim_ref)
+ORDER BY w.run_after, w.lane_ordinal;
 
 -- name: StaleCandidates :many
--- Processing rows whose lease expired by the database clock, oldest expiry
--- first, on idx_work_item_lease. Stale reclaim ignores queue-class
--- preference and keeps this order.
+-- Processing rows of one queue class whose lease expired by the database
+-- clock, oldest expiry first, on idx_work_item_claim: the class leads the
+-- expiry, so expired leases of other classes are outside the range. For a
+-- processing row run_after is the lease expiry; live leases lie past
+-- until_time (the database's current time). from_time is the claimer's stale
+-- floor: a lease expires only by time passing, never by a write that places
+-- it in the past, so expiries the claimer's last complete scan saw need not
+-- be read again (the MVCC delete markers of renewals and finishes lie there).
 SELECT w.work_id, w.event_id, w.work_type, w.queue_class, w.lease_token, w.lane_ordinal,
-       w.attempt_count, w.safe_retry_count, w.generation, w.source_lane_key, w.target_lane_key
+       w.attempt_count, w.safe_retry_count, w.generation, w.source_lane_key, w.target_lane_key,
+       w.run_after
 FROM work_item w
 WHERE w.scope_id = sqlc.arg(scope_id)
-  AND w.generation = (SELECT s.active_generation FROM scope s WHERE s.scope_id = sqlc.arg(scope_id))
+  AND w.generation = sqlc.arg(generation)
+  AND w.queue_class = sqlc.arg(queue_class)
   AND w.state = 'processing'
-  AND w.lease_until < NOW(6)
-  AND w.queue_class IN (sqlc.slice(queue_classes))
+  AND w.run_after >= sqlc.arg(from_time)
+  AND w.run_after < sqlc.arg(until_time)
   AND w.work_type IN (sqlc.slice(work_types))
-ORDER BY w.lease_until, w.work_id
+ORDER BY w.run_after, w.lane_ordinal, w.work_id
 LIMIT ?;
 
 -- name: ReclaimCAS :execrows
 -- Takes over an expired lease: a CAS on the token the candidate read saw.
 -- The new token fences the old holder: no call it makes matches any more.
+-- Only while attempts remain; an item at its attempt budget goes to dead
+-- through FinishExpired instead.
 UPDATE work_item w
 SET w.lease_owner = sqlc.arg(lease_owner),
     w.lease_token = w.lease_token + 1,
-    w.lease_until = DATE_ADD(NOW(6), INTERVAL CAST(sqlc.arg(lease_micros) AS SIGNED) MICROSECOND),
+    w.run_after = DATE_ADD(NOW(6), INTERVAL CAST(sqlc.arg(lease_micros) AS SIGNED) MICROSECOND),
     w.attempt_count = w.attempt_count + 1,
     w.updated_at = NOW(6)
 WHERE w.work_id = sqlc.arg(work_id)
   AND w.lease_token = sqlc.arg(lease_token)
   AND w.state = 'processing'
-  AND w.lease_until < NOW(6)
+  AND w.run_after < NOW(6)
+  AND w.attempt_count < sqlc.arg(max_attempts)
   AND w.generation = (SELECT s.active_generation FROM scope s WHERE s.scope_id = sqlc.arg(scope_id));
 
 -- name: NextWorkAt :many
--- The earliest strictly-future due time of the scope: a pending row's
--- run_after or a processing row's lease expiry. Two ordered LIMIT 1 branches,
--- each starting its index range at NOW(6) (after every consumed key); the
--- caller takes the smaller. Returning rows instead of MIN() keeps "no future
--- work" an empty result rather than a NULL that cannot scan into time.Time.
--- delay_micros is the same instant measured from the database clock, so a
--- worker can arm a local timer without trusting its own wall clock.
+-- The earliest due time in one span (now + from_micros, now + until_micros]
+-- of the scope: a pending row's run_after (a retry or delayed item coming
+-- due) or a processing row's lease expiry. Two ordered LIMIT 1 branches on
+-- idx_work_item_due; the caller takes the smaller and walks spans of growing
+-- width, nearest first, so no statement's range holds more than one span of
+-- the not-due backlog (the embedded engine reads every live entry of a
+-- range). Rows instead of MIN() keep "nothing in this span" an empty result
+-- rather than a NULL that cannot scan into time.Time. delay_micros is the
+-- same instant measured from the database clock, so a worker arms a local
+-- timer without comparing two hosts' wall clocks.
 (SELECT w.run_after AS due_at, CAST(TIMESTAMPDIFF(MICROSECOND, NOW(6), w.run_after) AS SIGNED) AS delay_micros
  FROM work_item w
  WHERE w.scope_id = sqlc.arg(scope_id)
    AND w.generation = (SELECT s.active_generation FROM scope s WHERE s.scope_id = sqlc.arg(scope_id))
    AND w.state = 'pending'
-   AND w.run_after > NOW(6)
+   AND w.run_after > DATE_ADD(NOW(6), INTERVAL CAST(sqlc.arg(from_micros) AS SIGNED) MICROSECOND)
+   AND w.run_after <= DATE_ADD(NOW(6), INTERVAL CAST(sqlc.arg(until_micros) AS SIGNED) MICROSECOND)
  ORDER BY w.run_after
  LIMIT 1)
 UNION ALL
-(SELECT CAST(l.lease_until AS DATETIME(6)) AS due_at, CAST(TIMESTAMPDIFF(MICROSECOND, NOW(6), l.lease_until) AS SIGNED) AS delay_micros
+(SELECT l.run_after AS due_at, CAST(TIMESTAMPDIFF(MICROSECOND, NOW(6), l.run_after) AS SIGNED) AS delay_micros
  FROM work_item l
  WHERE l.scope_id = sqlc.arg(scope_id)
    AND l.generation = (SELECT s.active_generation FROM scope s WHERE s.scope_id = sqlc.arg(scope_id))
    AND l.state = 'processing'
-   AND l.lease_until > NOW(6)
- ORDER BY l.lease_until
- LIMIT 1);
-
--- name: HasDueWork :many
--- Is anything claimable now (a due pending head, or an expired lease)? Cheap
--- hint for wake decisions; the claim path stays the authority.
-(SELECT w.work_id
- FROM work_item w
- WHERE w.scope_id = sqlc.arg(scope_id)
-   AND w.generation = (SELECT s.active_generation FROM scope s WHERE s.scope_id = sqlc.arg(scope_id))
-   AND w.state = 'pending'
-   AND w.run_after <= NOW(6)
- LIMIT 1)
-UNION ALL
-(SELECT l.work_id
- FROM work_item l
- WHERE l.scope_id = sqlc.arg(scope_id)
-   AND l.generation = (SELECT s.active_generation FROM scope s WHERE s.scope_id = sqlc.arg(scope_id))
-   AND l.state = 'processing'
-   AND l.lease_until < NOW(6)
+   AND l.run_after > DATE_ADD(NOW(6), INTERVAL CAST(sqlc.arg(from_micros) AS SIGNED) MICROSECOND)
+   AND l.run_after <= DATE_ADD(NOW(6), INTERVAL CAST(sqlc.arg(until_micros) AS SIGNED) MICROSECOND)
+ ORDER BY l.run_after
  LIMIT 1);

@@ -4,13 +4,13 @@
 INSERT INTO event (
     receipt_id, scope_id, generation, route_id, route_version, event_kind,
     source_kind, source_id, delivery_sequence, enqueue_ordinal,
-    idempotency_key, payload_hash, payload
+    idempotency_key, payload_hash, payload, created_at
 ) VALUES (
     sqlc.narg(receipt_id), sqlc.arg(scope_id), sqlc.arg(generation),
     sqlc.arg(route_id), sqlc.arg(route_version), sqlc.arg(event_kind),
     sqlc.arg(source_kind), sqlc.arg(source_id), sqlc.arg(delivery_sequence),
     sqlc.arg(enqueue_ordinal), sqlc.arg(idempotency_key),
-    sqlc.arg(payload_hash), sqlc.arg(payload)
+    sqlc.arg(payload_hash), sqlc.arg(payload), NOW(6)
 );
 
 -- name: GetEvent :one

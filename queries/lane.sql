@@ -1,65 +1,115 @@
--- name: LockLiveBeforeInSourceLane :many
--- Enqueue: is any live row ahead of before_ordinal in this source lane (then
--- the new item is blocked)? A locking read: current, and the row it finds
--- stays live until the enqueue commits, so a finisher of that row waits and
--- then sees the new follower. Without the lock, a finisher committing between
--- this read and the enqueue's commit would miss the follower and strand it.
--- Source and target lanes are separate statements so each rides its own
--- index; an OR over both columns reads the whole scope prefix instead.
-SELECT work_id
-FROM work_item
-WHERE scope_id = sqlc.arg(scope_id)
-  AND generation = sqlc.arg(generation)
-  AND source_lane_key = sqlc.arg(lane_key)
-  AND state IN ('pending', 'blocked', 'processing', 'waiting_dependency')
-  AND lane_ordinal < sqlc.arg(before_ordinal)
-LIMIT 1
-FOR UPDATE;
+-- Lanes. A lane is the live rows of one source or target lane key of one
+-- generation, in lane_ordinal order. At most one of them is not blocked: the
+-- lane's head (pending, processing or waiting_dependency); every live row
+-- after it is blocked. The lane indexes put state before the ordinal, so the
+-- head is a range of its own: a probe for it reads one entry however many
+-- followers the lane has. Source and target lanes are disjoint UNION ALL
+-- branches, each on its own index: an OR over both columns reads the whole
+-- scope prefix instead (seed 002's measured falsification).
 
--- name: LockLiveBeforeInTargetLane :many
--- LockLiveBeforeInSourceLane for the target lane, on idx_work_item_target_lane.
-SELECT work_id
-FROM work_item
-WHERE scope_id = sqlc.arg(scope_id)
-  AND generation = sqlc.arg(generation)
-  AND target_lane_key = sqlc.arg(lane_key)
-  AND state IN ('pending', 'blocked', 'processing', 'waiting_dependency')
-  AND lane_ordinal < sqlc.arg(before_ordinal)
-LIMIT 1
-FOR UPDATE;
+-- name: LaneHeads :many
+-- Enqueue: the heads of the lanes a batch appends to, all lanes in one
+-- statement (a point range per lane and head state). Not locking: enqueue
+-- runs in READ COMMITTED, so this reads the latest commit; the heads found
+-- are locked afterwards by primary key (LockWorkItems), at the end of the
+-- batch, so a running head's lease renewal waits for a few statements, not
+-- for the whole batch.
+(SELECT w.work_id, w.state, w.lane_ordinal, 'source' AS lane_kind, w.source_lane_key AS lane_key
+ FROM work_item w
+ WHERE w.scope_id = sqlc.arg(scope_id)
+   AND w.generation = sqlc.arg(generation)
+   AND w.source_lane_key IN (sqlc.slice(source_lanes))
+   AND w.state IN ('pending', 'processing', 'waiting_dependency')
+   AND w.lane_ordinal < sqlc.arg(before_ordinal))
+UNION ALL
+(SELECT t.work_id, t.state, t.lane_ordinal, 'target' AS lane_kind, t.target_lane_key AS lane_key
+ FROM work_item t
+ WHERE t.scope_id = sqlc.arg(scope_id)
+   AND t.generation = sqlc.arg(generation)
+   AND t.target_lane_key IN (sqlc.slice(target_lanes))
+   AND t.state IN ('pending', 'processing', 'waiting_dependency')
+   AND t.lane_ordinal < sqlc.arg(before_ordinal));
 
--- name: LiveBeforeInSourceLane :many
--- Promotion: does a follower still have a live predecessor in its other
--- lane? Deliberately not locking, and run in a READ COMMITTED finish
--- transaction so it still reads the latest commit: two finishers of a
--- follower's two predecessors serialize on the follower's lock, and the
--- second one's read sees the first's commit. A locking read here would lock
--- the other finisher's row while it waits for the follower: a deadlock.
-SELECT work_id
-FROM work_item
-WHERE scope_id = sqlc.arg(scope_id)
-  AND generation = sqlc.arg(generation)
-  AND source_lane_key = sqlc.arg(lane_key)
-  AND state IN ('pending', 'blocked', 'processing', 'waiting_dependency')
-  AND lane_ordinal < sqlc.arg(before_ordinal)
-LIMIT 1;
+-- name: BlockedInHeadlessLanes :many
+-- Enqueue: the blocked rows of lanes that have no head (every row of such a
+-- lane waits for its other lane). Only lanes LaneHeads found no head in are
+-- asked, and a lane seen for the first time has no rows at all, so this
+-- reads what it returns; the enqueue locks the first of each lane.
+(SELECT w.work_id, w.lane_ordinal, 'source' AS lane_kind, w.source_lane_key AS lane_key
+ FROM work_item w
+ WHERE w.scope_id = sqlc.arg(scope_id)
+   AND w.generation = sqlc.arg(generation)
+   AND w.source_lane_key IN (sqlc.slice(source_lanes))
+   AND w.state = 'blocked'
+   AND w.lane_ordinal < sqlc.arg(before_ordinal))
+UNION ALL
+(SELECT t.work_id, t.lane_ordinal, 'target' AS lane_kind, t.target_lane_key AS lane_key
+ FROM work_item t
+ WHERE t.scope_id = sqlc.arg(scope_id)
+   AND t.generation = sqlc.arg(generation)
+   AND t.target_lane_key IN (sqlc.slice(target_lanes))
+   AND t.state = 'blocked'
+   AND t.lane_ordinal < sqlc.arg(before_ordinal));
 
--- name: LiveBeforeInTargetLane :many
--- LiveBeforeInSourceLane for the target lane.
-SELECT work_id
-FROM work_item
-WHERE scope_id = sqlc.arg(scope_id)
-  AND generation = sqlc.arg(generation)
-  AND target_lane_key = sqlc.arg(lane_key)
-  AND state IN ('pending', 'blocked', 'processing', 'waiting_dependency')
-  AND lane_ordinal < sqlc.arg(before_ordinal)
-LIMIT 1;
+-- name: HeadBefore :many
+-- Promotion: does a follower still have a live head ahead of it in its
+-- source or target lane (pass NULL for a lane not to look at)? Deliberately
+-- not locking, and run in a READ COMMITTED finish transaction so it reads
+-- the latest commit: two finishers of a follower's two predecessors
+-- serialize on the follower's lock, and the second one's read sees the
+-- first's commit. A locking read here would lock the other finisher's row
+-- while it waits for the follower: a deadlock.
+(SELECT w.work_id
+ FROM work_item w
+ WHERE w.scope_id = sqlc.arg(scope_id)
+   AND w.generation = sqlc.arg(generation)
+   AND w.source_lane_key = sqlc.narg(source_lane)
+   AND w.state IN ('pending', 'processing', 'waiting_dependency')
+   AND w.lane_ordinal < sqlc.arg(before_ordinal)
+ LIMIT 1)
+UNION ALL
+(SELECT t.work_id
+ FROM work_item t
+ WHERE t.scope_id = sqlc.arg(scope_id)
+   AND t.generation = sqlc.arg(generation)
+   AND t.target_lane_key = sqlc.narg(target_lane)
+   AND t.state IN ('pending', 'processing', 'waiting_dependency')
+   AND t.lane_ordinal < sqlc.arg(before_ordinal)
+ LIMIT 1);
+
+-- name: BlockedBefore :many
+-- Promotion, when HeadBefore found no head: is a blocked row ahead of the
+-- follower in those lanes? Only a lane without a head can hold one (its rows
+-- all wait for their other lanes), so this range is that rare lane's rows.
+-- Not locking, for the reason HeadBefore gives.
+(SELECT w.work_id
+ FROM work_item w
+ WHERE w.scope_id = sqlc.arg(scope_id)
+   AND w.generation = sqlc.arg(generation)
+   AND w.source_lane_key = sqlc.narg(source_lane)
+   AND w.state = 'blocked'
+   AND w.lane_ordinal < sqlc.arg(before_ordinal)
+ LIMIT 1)
+UNION ALL
+(SELECT t.work_id
+ FROM work_item t
+ WHERE t.scope_id = sqlc.arg(scope_id)
+   AND t.generation = sqlc.arg(generation)
+   AND t.target_lane_key = sqlc.narg(target_lane)
+   AND t.state = 'blocked'
+   AND t.lane_ordinal < sqlc.arg(before_ordinal)
+ LIMIT 1);
 
 -- name: NextBlockedInSourceLane :many
 -- The follower to consider for promotion after the row at after_ordinal left
--- the lane. The range starts after that row, past the delete markers the
--- lane's finished rows left behind. Locked so two finishers of the same
--- follower's two lanes serialize on it and the second sees the first.
+-- the lane, looked for in the ordinal window (after_ordinal, until_ordinal]:
+-- the caller widens the window until it finds one or passes the scope's last
+-- ordinal, so a lane with thousands of followers costs a window's worth of
+-- entries, not the lane's length. The range starts after the finished row,
+-- past the delete markers the lane's finished rows left behind. Locked so two
+-- finishers of the same follower's two lanes serialize on it and the second
+-- sees the first. (A locking read cannot be a UNION ALL branch: source and
+-- target are two statements.)
 SELECT work_id, lease_token, lane_ordinal, source_lane_key, target_lane_key
 FROM work_item
 WHERE scope_id = sqlc.arg(scope_id)
@@ -67,12 +117,13 @@ WHERE scope_id = sqlc.arg(scope_id)
   AND source_lane_key = sqlc.arg(lane_key)
   AND state = 'blocked'
   AND lane_ordinal > sqlc.arg(after_ordinal)
+  AND lane_ordinal <= sqlc.arg(until_ordinal)
 ORDER BY lane_ordinal, work_id
 LIMIT 1
 FOR UPDATE;
 
 -- name: NextBlockedInTargetLane :many
--- NextBlockedInSourceLane for the target lane.
+-- NextBlockedInSourceLane for the target lane, on idx_work_item_target_lane.
 SELECT work_id, lease_token, lane_ordinal, source_lane_key, target_lane_key
 FROM work_item
 WHERE scope_id = sqlc.arg(scope_id)
@@ -80,17 +131,35 @@ WHERE scope_id = sqlc.arg(scope_id)
   AND target_lane_key = sqlc.arg(lane_key)
   AND state = 'blocked'
   AND lane_ordinal > sqlc.arg(after_ordinal)
+  AND lane_ordinal <= sqlc.arg(until_ordinal)
 ORDER BY lane_ordinal, work_id
 LIMIT 1
 FOR UPDATE;
 
 -- name: PromoteBlocked :execrows
 -- blocked -> pending once the row heads both of its lanes. Primary-key CAS on
--- the row version read by NextBlocked*.
+-- the row version read by NextBlocked*. run_after moves up to the database's
+-- current time (a delayed item keeps its later time): a row that becomes
+-- claimable now must sort after what claimers already consumed, or their
+-- scan floors would pass it (see ClaimCandidates).
 UPDATE work_item
 SET state = 'pending',
+    run_after = GREATEST(run_after, NOW(6)),
     lease_token = lease_token + 1,
     updated_at = NOW(6)
 WHERE work_id = sqlc.arg(work_id)
   AND lease_token = sqlc.arg(lease_token)
+  AND state = 'blocked';
+
+-- name: PromoteEnqueued :execrows
+-- Enqueue: the batch's first row of each lane becomes pending when none of
+-- its lanes has a live row ahead of it (checked under locks just before). All
+-- such rows of the batch in one statement, by primary key; run_after as in
+-- PromoteBlocked.
+UPDATE work_item
+SET state = 'pending',
+    run_after = GREATEST(run_after, NOW(6)),
+    lease_token = lease_token + 1,
+    updated_at = NOW(6)
+WHERE work_id IN (sqlc.slice(work_ids))
   AND state = 'blocked';

@@ -1,8 +1,8 @@
 -- name: RenewLease :execrows
--- Heartbeat: extends the lease from the database clock. Keeps the token, so
--- the holder's later calls stay valid.
+-- Heartbeat: moves the lease expiry (run_after, while processing) from the
+-- database clock. Keeps the token, so the holder's later calls stay valid.
 UPDATE work_item
-SET lease_until = DATE_ADD(NOW(6), INTERVAL CAST(sqlc.arg(lease_micros) AS SIGNED) MICROSECOND),
+SET run_after = DATE_ADD(NOW(6), INTERVAL CAST(sqlc.arg(lease_micros) AS SIGNED) MICROSECOND),
     updated_at = NOW(6)
 WHERE work_id = sqlc.arg(work_id)
   AND lease_token = sqlc.arg(lease_token)
@@ -19,13 +19,15 @@ WHERE work_id = sqlc.arg(work_id)
   AND state = 'processing';
 
 -- name: ReleaseLease :execrows
--- Gives the item back unexecuted (shutdown, drain): pending and due now. It
--- stays its lanes' head, so followers remain blocked.
+-- Gives the item back unexecuted (shutdown, drain): pending and due now, and
+-- the attempt is not counted against the item's budget. It stays its lanes'
+-- head, so followers remain blocked. run_after = now keeps claimers' floors
+-- valid (see ClaimCandidates).
 UPDATE work_item
 SET state = 'pending',
     run_after = NOW(6),
+    attempt_count = GREATEST(attempt_count - 1, 0),
     lease_owner = NULL,
-    lease_until = NULL,
     lease_token = lease_token + 1,
     updated_at = NOW(6)
 WHERE work_id = sqlc.arg(work_id)
@@ -42,7 +44,6 @@ SET state = 'pending',
     failure_class = sqlc.arg(failure_class),
     failure_summary = sqlc.arg(failure_summary),
     lease_owner = NULL,
-    lease_until = NULL,
     lease_token = lease_token + 1,
     updated_at = NOW(6)
 WHERE work_id = sqlc.arg(work_id)
@@ -60,16 +61,44 @@ SET state = sqlc.arg(terminal_state),
     failure_summary = sqlc.narg(failure_summary),
     projection_active_key = NULL,
     lease_owner = NULL,
-    lease_until = NULL,
     lease_token = lease_token + 1,
     updated_at = NOW(6)
 WHERE work_id = sqlc.arg(work_id)
   AND lease_token = sqlc.arg(lease_token)
   AND state = 'processing';
 
+-- name: FinishExpired :execrows
+-- An item whose lease expired with its attempt budget spent (its process
+-- died in every attempt, say) goes to dead instead of being reclaimed again:
+-- a CAS on the token the stale scan saw, as ReclaimCAS, and the same
+-- terminal columns as Finish. The caller promotes lane followers in the same
+-- transaction, as for every terminal transition.
+UPDATE work_item
+SET state = 'dead',
+    terminal_at = NOW(6),
+    failure_class = sqlc.arg(failure_class),
+    failure_summary = sqlc.arg(failure_summary),
+    projection_active_key = NULL,
+    lease_owner = NULL,
+    lease_token = lease_token + 1,
+    updated_at = NOW(6)
+WHERE work_id = sqlc.arg(work_id)
+  AND lease_token = sqlc.arg(lease_token)
+  AND state = 'processing'
+  AND run_after < NOW(6);
+
 -- name: GetLaneIdentity :one
 -- What a finisher needs to promote followers: the row's lanes and position.
 -- Point read inside the finishing transaction, after Finish locked the row.
 SELECT scope_id, generation, source_lane_key, target_lane_key, lane_ordinal
+FROM work_item
+WHERE work_id = sqlc.arg(work_id);
+
+-- name: GetLeaseState :one
+-- A row's state and token by primary key: after a lease-fenced write whose
+-- reply was lost, the holder reads this to learn whether its write
+-- committed (its token plus one, in the state it wrote) or another owner
+-- moved the row on.
+SELECT state, lease_token, safe_retry_count
 FROM work_item
 WHERE work_id = sqlc.arg(work_id);

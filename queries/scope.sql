@@ -1,21 +1,22 @@
 -- name: EnsureScope :exec
 -- Idempotent creation. ON DUPLICATE KEY keeps an existing row untouched (its
 -- generation and ordinal counter must never be reset by a late writer).
-INSERT INTO scope (scope_id, active_generation)
-VALUES (sqlc.arg(scope_id), sqlc.arg(active_generation))
+INSERT INTO scope (scope_id, active_generation, created_at, updated_at)
+VALUES (sqlc.arg(scope_id), sqlc.arg(active_generation), NOW(6), NOW(6))
 ON DUPLICATE KEY UPDATE scope_id = scope_id;
 
 -- name: GetScope :one
--- Primary-key point read.
-SELECT scope_id, active_generation, next_enqueue_ordinal, created_at, updated_at
+-- Primary-key point read, once per claim turn and per generation probe. It
+-- also returns the database's clock: a claim turn bounds every scan by
+-- this instant, so scan windows are measured on one clock, never a host's.
+SELECT scope_id, active_generation, next_enqueue_ordinal, admitted_at,
+       CAST(NOW(6) AS DATETIME(6)) AS db_now
 FROM scope
 WHERE scope_id = sqlc.arg(scope_id);
 
 -- name: LockScopeForEnqueue :one
 -- Current read under a row lock. Enqueue takes this lock first, then writes
--- events, then work items: one lock order for every admission path, and the
--- locking read sees rows committed while it waited (TiDB keeps the snapshot of
--- a transaction's first read otherwise).
+-- events, then work items: one lock order for every admission path.
 SELECT active_generation, next_enqueue_ordinal
 FROM scope
 WHERE scope_id = sqlc.arg(scope_id)
@@ -23,14 +24,62 @@ FOR UPDATE;
 
 -- name: AdvanceEnqueueOrdinal :exec
 -- Reserves a block of ordinals [next_enqueue_ordinal, + reserved) for the
--- events of one enqueue batch; called under LockScopeForEnqueue's lock.
+-- items of one enqueue batch; called under LockScopeForEnqueue's lock as the
+-- batch's last statement. admitted_at records the database time just before
+-- the commit: every later enqueue takes the scope lock after this commit, so
+-- its items are due no earlier than admitted_at (claimers rely on that; see
+-- ClaimCandidates).
 UPDATE scope
 SET next_enqueue_ordinal = next_enqueue_ordinal + sqlc.arg(reserved),
+    admitted_at = NOW(6),
     updated_at = NOW(6)
 WHERE scope_id = sqlc.arg(scope_id);
 
--- name: TxnMode :one
--- The session's transaction mode. laneq's finish transaction relies on
--- pessimistic READ COMMITTED, which TiDB honors only in pessimistic mode (in
--- optimistic mode it silently runs REPEATABLE READ), so Queue checks it.
-SELECT CAST(@@tidb_txn_mode AS CHAR(16)) AS txn_mode;
+-- name: SetScopeGeneration :execrows
+-- Moves the generation fence. Work of older generations stops being
+-- claimable at once: every claim CAS compares with active_generation, and a
+-- claim CAS already in flight is caught by ClaimedByRef's generation check.
+UPDATE scope
+SET active_generation = sqlc.arg(active_generation),
+    updated_at = NOW(6)
+WHERE scope_id = sqlc.arg(scope_id);
+
+-- name: SessionSettings :one
+-- What workqueue.New checks about a session before trusting it: the
+-- transaction mode (laneq's finish and enqueue transactions rely on
+-- pessimistic READ COMMITTED, which TiDB honors only in pessimistic mode; in
+-- optimistic mode it silently runs REPEATABLE READ); the session time zone
+-- (every stored time is NOW(6), so it must be UTC on every session), with
+-- the server's system zone behind SYSTEM and the measured offset of NOW()
+-- from UTC_TIMESTAMP(); and the database clock (scanning it shows whether
+-- the driver parses DATETIME into UTC times).
+SELECT CAST(@@tidb_txn_mode AS CHAR(16)) AS txn_mode,
+       CAST(@@time_zone AS CHAR(64)) AS time_zone,
+       CAST(@@system_time_zone AS CHAR(64)) AS system_time_zone,
+       CAST(TIMESTAMPDIFF(SECOND, UTC_TIMESTAMP(), NOW()) AS SIGNED) AS utc_offset_seconds,
+       CAST(NOW(6) AS DATETIME(6)) AS db_now;
+
+-- name: RewriteScopeUnchanged :execrows
+-- Sets a scope row to its own values. workqueue.New runs it inside a
+-- rolled-back transaction to check the connection's clientFoundRows setting:
+-- every compare-and-swap needs RowsAffected to count matched rows, and
+-- without clientFoundRows this statement reports 0.
+UPDATE scope
+SET updated_at = updated_at
+WHERE scope_id = sqlc.arg(scope_id);
+
+-- name: RegisterWorkKind :exec
+-- Enqueue records each (queue class, work type) pair of a scope once, in the
+-- batch's transaction; a process skips pairs it registered before. Primary
+-- key upsert that keeps the first sighting.
+INSERT INTO scope_work_kind (scope_id, queue_class, work_type, first_seen_at)
+VALUES (sqlc.arg(scope_id), sqlc.arg(queue_class), sqlc.arg(work_type), NOW(6))
+ON DUPLICATE KEY UPDATE scope_id = scope_id;
+
+-- name: ListWorkKinds :many
+-- The pairs a scope has work of: a primary-key prefix range, as small as the
+-- number of distinct pairs. Workers read it at start-up and reconciliation.
+SELECT queue_class, work_type
+FROM scope_work_kind
+WHERE scope_id = sqlc.arg(scope_id)
+ORDER BY queue_class, work_type;

@@ -6,14 +6,15 @@
 INSERT INTO work_item (
     event_id, scope_id, generation, work_type, queue_class, state, run_after,
     priority, source_lane_key, target_lane_key, lane_ordinal,
-    projection_key, projection_active_key
+    projection_key, projection_active_key, created_at, updated_at
 ) VALUES (
     sqlc.arg(event_id), sqlc.arg(scope_id), sqlc.arg(generation),
     sqlc.arg(work_type), sqlc.arg(queue_class), sqlc.arg(state),
     DATE_ADD(NOW(6), INTERVAL CAST(sqlc.arg(delay_micros) AS SIGNED) MICROSECOND),
     sqlc.arg(priority), sqlc.narg(source_lane_key),
     sqlc.narg(target_lane_key), sqlc.arg(lane_ordinal),
-    sqlc.narg(projection_key), sqlc.narg(projection_active_key)
+    sqlc.narg(projection_key), sqlc.narg(projection_active_key),
+    NOW(6), NOW(6)
 );
 
 -- name: GetWorkItem :one
@@ -37,10 +38,11 @@ FROM work_item
 WHERE event_id IN (sqlc.slice(event_ids))
 FOR UPDATE;
 
--- name: SetScopeGeneration :execrows
--- Moves the generation fence. Work of older generations stops being
--- claimable at once: every claim re-reads active_generation in its CAS.
-UPDATE scope
-SET active_generation = sqlc.arg(active_generation),
-    updated_at = NOW(6)
-WHERE scope_id = sqlc.arg(scope_id);
+-- name: LockWorkItems :many
+-- Rows by primary key under a lock (batch point gets), with their current
+-- state: enqueue locks the lane rows it appends behind this way, last, so
+-- the locks are held for the batch's final statements only.
+SELECT work_id, state
+FROM work_item
+WHERE work_id IN (sqlc.slice(work_ids))
+FOR UPDATE;

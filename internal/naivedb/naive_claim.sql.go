@@ -56,7 +56,7 @@ UPDATE work_item
 SET state = 'processing',
     lease_token = lease_token + 1,
     attempt_count = attempt_count + 1,
-    lease_until = DATE_ADD(NOW(6), INTERVAL 30 SECOND)
+    run_after = DATE_ADD(NOW(6), INTERVAL 30 SECOND)
 WHERE work_id = ?
 `
 

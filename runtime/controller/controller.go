@@ -5,7 +5,9 @@
 // next-work lookup) a Source is read only because of:
 //
 //   - ClaimBatch.More: the source said more claimable work exists now;
-//   - the exact due timer, armed only for a strictly-future NextWorkAt;
+//   - the exact due timer, armed for a NextWorkAt that was strictly in the
+//     future when it was read (it fires at once if that moment passed while
+//     the lookup returned);
 //   - a coalesced Wake (new durable work this process knows of);
 //   - a generation change seen by the cheap generation probe;
 //   - the low-frequency reconciliation backstop, or RequestReconcile.
@@ -75,8 +77,12 @@ type Source interface {
 	Reconcile(ctx context.Context) error
 	// Claim claims up to the source's free capacity and starts attempts.
 	Claim(ctx context.Context, turn Turn) (ClaimBatch, error)
-	// NextWorkAt is the earliest strictly-future time work becomes
-	// claimable, expressed on the controller's clock (read-only).
+	// NextWorkAt is the earliest time work becomes claimable that was
+	// strictly in the future when the source read it, expressed on the
+	// controller's clock (read-only). By the time the controller looks at
+	// it, a busy machine may already have passed it: the due timer then
+	// fires at once. A time that was not in the future when the call began
+	// is a contradiction of the claim just made and is not armed.
 	NextWorkAt(ctx context.Context) (at time.Time, ok bool, err error)
 	// Generation is a cheap probe of a value that changes whenever another
 	// process makes new work (read-only).
@@ -85,6 +91,12 @@ type Source interface {
 	// I/O; for a continuation only the capacity that asked for More counts.
 	Capacity(continuation bool) int
 }
+
+// Defaults of Config's periods.
+const (
+	DefaultGenerationProbeEvery = 15 * time.Second
+	DefaultReconcileEvery       = time.Minute
+)
 
 // Config tunes a Controller. Zero fields take the defaults.
 type Config struct {
@@ -106,10 +118,10 @@ func (c Config) withDefaults() (Config, error) {
 		c.Clock = clock.Real()
 	}
 	if c.GenerationProbeEvery == 0 {
-		c.GenerationProbeEvery = 15 * time.Second
+		c.GenerationProbeEvery = DefaultGenerationProbeEvery
 	}
 	if c.ReconcileEvery == 0 {
-		c.ReconcileEvery = time.Minute
+		c.ReconcileEvery = DefaultReconcileEvery
 	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
@@ -455,7 +467,7 @@ func (c *Controller) noteDue(at time.Time) {
 
 func (c *Controller) armDue(at time.Time) {
 	c.dueAt = at
-	c.due.Reset(at.Sub(c.cfg.Clock.Now()))
+	c.due.Reset(max(at.Sub(c.cfg.Clock.Now()), 0))
 }
 
 func (c *Controller) claim(ctx context.Context) error {
@@ -481,6 +493,7 @@ func (c *Controller) claim(ctx context.Context) error {
 
 func (c *Controller) refreshDue(ctx context.Context) error {
 	c.nextWork.Add(1)
+	asked := c.cfg.Clock.Now()
 	at, ok, err := c.src.NextWorkAt(ctx)
 	if err != nil {
 		return fmt.Errorf("controller: next work time: %w", err)
@@ -489,12 +502,15 @@ func (c *Controller) refreshDue(ctx context.Context) error {
 	c.dueAt = time.Time{}
 	switch {
 	case !ok:
-	case !at.After(c.cfg.Clock.Now()):
-		// The claim just said nothing is claimable: trust it, count the
-		// contradiction, and leave recovery to wakes, probes and the
-		// backstop rather than spin.
+	case !at.After(asked):
+		// Not in the future even when the lookup began: the claim just said
+		// nothing is claimable, so trust it, count the contradiction, and
+		// leave recovery to wakes, probes and the backstop rather than spin.
 		c.overdue.Add(1)
 	default:
+		// In the future when read. If a busy machine let that moment pass
+		// while the lookup returned, the timer fires at once: a source
+		// reports each strictly-future time once, so this cannot spin.
 		c.armDue(at)
 	}
 	return nil

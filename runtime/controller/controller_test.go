@@ -208,6 +208,32 @@ func TestOverdueNextWorkIsSuppressedNotLooped(t *testing.T) {
 	h.wantCounts(map[string]int{"ready": 1, "reconcile": 2, "claim": 2, "next_work_at": 2})
 }
 
+// TestDueTimePassedWhileLookingUpStillFires is the busy-machine case: the
+// next due time was in the future when the lookup began (20ms away), but by
+// the time the lookup returned the machine had let it pass. That is not an
+// overdue contradiction: the timer fires at once and the due item is
+// claimed, with no backstop, probe or wake.
+func TestDueTimePassedWhileLookingUpStillFires(t *testing.T) {
+	var h *harness
+	h = newHarness(t, controller.Config{GenerationProbeEvery: -1, ReconcileEvery: -1}, func(s *countingSource) {
+		s.nextWorkAt = func(n int) (time.Time, bool, error) {
+			if n > 1 {
+				return time.Time{}, false, nil
+			}
+			at := h.clock.Now().Add(20 * time.Millisecond)
+			h.clock.Advance(50 * time.Millisecond) // scheduling latency on a loaded machine
+			return at, true, nil
+		}
+	})
+	h.run()
+	h.settle()
+	h.settle()
+	h.wantCounts(map[string]int{"ready": 1, "reconcile": 1, "claim": 2, "next_work_at": 2})
+	if st := h.ctrl.Stats(); st.DueTimerFires != 1 || st.OverdueSuppressions != 0 {
+		t.Fatalf("due fires %d, overdue suppressions %d; want 1 and 0", st.DueTimerFires, st.OverdueSuppressions)
+	}
+}
+
 func TestTerminalNonEmptyBatchRefreshesTimerAndCompletionDoesNotClaim(t *testing.T) {
 	h := newHarness(t, controller.Config{GenerationProbeEvery: -1}, func(s *countingSource) {
 		s.claim = func(n int, _ controller.Turn) (controller.ClaimBatch, error) {

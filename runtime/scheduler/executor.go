@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"runtime/debug"
+	"time"
 )
 
 // slot is one executor: it runs the items handed to its shape, one at a
@@ -39,6 +40,7 @@ func (s *Scheduler[I]) attempt(item I) error {
 	defer abandon.Stop()
 	deadline.Reset(s.cfg.HandlerDeadline)
 	heartbeat.Reset(s.cfg.HeartbeatEvery)
+	renewed := clk.Now() // the claim took the lease
 	// Timers are armed before the handler starts: a test that sees the
 	// handler running may advance a fake clock at once.
 	result := make(chan error, 1)
@@ -67,16 +69,27 @@ func (s *Scheduler[I]) attempt(item I) error {
 			}
 			return err
 		case <-heartbeat.C():
-			// Bounded: a hung renew must not hold up the deadline timers.
-			rctx, rcancel := context.WithTimeout(ctx, s.cfg.HeartbeatEvery)
+			// Bounded: a hung renew must not hold up the deadline timers, nor
+			// outlast the grace the lease still allows.
+			grace := s.cfg.RenewGrace - clk.Now().Sub(renewed)
+			rctx, rcancel := context.WithTimeout(ctx, max(min(s.cfg.HeartbeatEvery, grace), time.Millisecond))
 			err := s.backend.Renew(rctx, item)
 			rcancel()
-			if err != nil {
+			switch {
+			case err == nil:
+				renewed = clk.Now()
+				heartbeat.Reset(s.cfg.HeartbeatEvery)
+			case errors.Is(err, ErrOwnershipLost) || clk.Now().Sub(renewed) >= s.cfg.RenewGrace:
+				// The item is someone else's, or too little of the lease is
+				// left to trust it: end the attempt.
 				s.heartbeatFailures.Add(1)
 				cancel(errors.Join(ErrLeaseRenewal, err))
-				continue
+			default:
+				// Most of the lease remains: try again soon.
+				s.heartbeatFailures.Add(1)
+				s.log.Warn("lease renewal failed; retrying while the lease lasts", "err", err)
+				heartbeat.Reset(s.cfg.renewRetryEvery())
 			}
-			heartbeat.Reset(s.cfg.HeartbeatEvery)
 		case <-deadline.C():
 			cancel(ErrHandlerDeadline)
 		case <-done:

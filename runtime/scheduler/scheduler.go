@@ -62,6 +62,9 @@ var (
 	// ErrLeaseRenewal is the cause of an attempt whose lease could not be
 	// renewed; the item may already belong to another claimer.
 	ErrLeaseRenewal = errors.New("scheduler: lease renewal failed")
+	// ErrOwnershipLost, wrapped by a Backend.Renew error, says the item
+	// belongs to someone else now: the attempt is cancelled at once.
+	ErrOwnershipLost = errors.New("scheduler: item ownership lost")
 	// ErrStopped reports a claim turn on a scheduler that is not running.
 	ErrStopped = errors.New("scheduler: not running")
 )
@@ -105,6 +108,13 @@ type Config struct {
 	// HeartbeatEvery is the lease renewal period; keep it well below the
 	// lease. Default 10s.
 	HeartbeatEvery time.Duration
+	// RenewGrace is how long renewals may keep failing, counted from the
+	// last successful one (or the claim), before the attempt is cancelled
+	// with ErrLeaseRenewal: a renewal that fails while most of the lease
+	// remains is retried (every HeartbeatEvery/4) instead of abandoning an
+	// attempt that still owns its item. An error wrapping ErrOwnershipLost
+	// cancels at once. Keep it below the lease. Default 2 × HeartbeatEvery.
+	RenewGrace time.Duration
 	// FinishTimeout bounds each Finish call. Default 30s.
 	FinishTimeout time.Duration
 	// OnCapacityFreed is called after a slot or budget frees (wire it to
@@ -134,6 +144,9 @@ func (c Config) withDefaults() Config {
 	if c.HeartbeatEvery == 0 {
 		c.HeartbeatEvery = 10 * time.Second
 	}
+	if c.RenewGrace == 0 {
+		c.RenewGrace = 2 * c.HeartbeatEvery
+	}
 	if c.FinishTimeout == 0 {
 		c.FinishTimeout = 30 * time.Second
 	}
@@ -149,14 +162,18 @@ func (c Config) withDefaults() Config {
 	return c
 }
 
+func (c Config) renewRetryEvery() time.Duration {
+	return max(c.HeartbeatEvery/4, time.Millisecond)
+}
+
 // Fingerprint identifies the configuration a running scheduler was built
 // from: a supervisor rebuilds a scheduler only when it stopped or this
 // changed, never because rows are blocked or delayed.
 func (c Config) Fingerprint() string {
 	c = c.withDefaults()
 	h := fnv.New64a()
-	fmt.Fprintf(h, "%d|%s|%q|%q|%d|%t|%s|%s|%s|%s", c.Executors, c.Profile, c.Classes.Latency, c.Classes.Bulk,
-		c.MaxProcessingRows, c.Limiter != nil, c.HandlerDeadline, c.AbandonAfter, c.HeartbeatEvery, c.FinishTimeout)
+	fmt.Fprintf(h, "%d|%s|%q|%q|%d|%t|%s|%s|%s|%s|%s", c.Executors, c.Profile, c.Classes.Latency, c.Classes.Bulk,
+		c.MaxProcessingRows, c.Limiter != nil, c.HandlerDeadline, c.AbandonAfter, c.HeartbeatEvery, c.FinishTimeout, c.RenewGrace)
 	return fmt.Sprintf("%016x", h.Sum64())
 }
 
@@ -216,7 +233,7 @@ func New[I any](backend Backend[I], cfg Config) (*Scheduler[I], error) {
 	switch {
 	case cfg.Executors < 1:
 		return nil, fmt.Errorf("scheduler: executors must be at least 1, got %d", cfg.Executors)
-	case cfg.HandlerDeadline < 0 || cfg.AbandonAfter < 0 || cfg.HeartbeatEvery < 0 || cfg.FinishTimeout < 0:
+	case cfg.HandlerDeadline < 0 || cfg.AbandonAfter < 0 || cfg.HeartbeatEvery < 0 || cfg.FinishTimeout < 0 || cfg.RenewGrace < 0:
 		return nil, errors.New("scheduler: durations must not be negative")
 	}
 	shapes, err := Shapes(cfg.Profile, cfg.Executors, cfg.Classes)

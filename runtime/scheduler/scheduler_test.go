@@ -108,6 +108,12 @@ func (b *fakeBackend) Finish(_ context.Context, it item, outcome error) error {
 	return nil
 }
 
+func (b *fakeBackend) finishedCount() int {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return len(b.outcomes)
+}
+
 func (b *fakeBackend) outcome(id int) error {
 	b.mu.Lock()
 	defer b.mu.Unlock()
@@ -451,14 +457,20 @@ func TestDeadlineCancelsAndAbandonsWedgedHandlers(t *testing.T) {
 	waitFinished(t, b, 1)
 }
 
-func TestHeartbeatRenewsAndLostLeaseCancels(t *testing.T) {
+// TestHeartbeatToleratesFailedRenewalsWhileTheLeaseLasts: a renewal that
+// fails with most of the lease left is retried soon, and the attempt goes
+// on; a renewal that reports the item lost ends the attempt at once.
+func TestHeartbeatToleratesFailedRenewalsWhileTheLeaseLasts(t *testing.T) {
 	fc := clock.NewFake(time.Unix(0, 0))
 	b := newFakeBackend(item{id: 1, class: "default"})
 	started := make(chan struct{})
 	var renewals atomic.Int32
 	b.renew = func(item) error {
-		if renewals.Add(1) == 3 {
-			return errors.New("lease lost")
+		switch renewals.Add(1) {
+		case 2:
+			return errors.New("lock wait timeout")
+		case 4:
+			return fmt.Errorf("work 1: %w", scheduler.ErrOwnershipLost)
 		}
 		return nil
 	}
@@ -472,11 +484,59 @@ func TestHeartbeatRenewsAndLostLeaseCancels(t *testing.T) {
 		t.Fatal(err)
 	}
 	<-started
-	for i := range 3 {
-		if !fc.WaitArmed(fc.Now().Add(10*time.Second), 10*time.Second) {
-			t.Fatalf("heartbeat %d was not armed", i+1)
+	// Renewal 1 at 10s succeeds, renewal 2 at 20s fails, its retry 2.5s
+	// later (renewal 3) succeeds, renewal 4 at 32.5s says the item is lost.
+	for i, step := range []time.Duration{10 * time.Second, 10 * time.Second, 2500 * time.Millisecond, 10 * time.Second} {
+		if !fc.WaitArmed(fc.Now().Add(step), 10*time.Second) {
+			t.Fatalf("renewal %d was not armed %s ahead", i+1, step)
 		}
-		fc.Advance(10 * time.Second)
+		if i == 3 {
+			if n := b.finishedCount(); n != 0 {
+				t.Fatalf("%d items finished while renewals still succeeded", n)
+			}
+		}
+		fc.Advance(step)
+		select {
+		case <-b.renewed:
+		case <-time.After(10 * time.Second):
+			t.Fatalf("renewal %d did not happen", i+1)
+		}
+	}
+	waitFinished(t, b, 1)
+	if err := b.outcome(1); !errors.Is(err, scheduler.ErrLeaseRenewal) || !errors.Is(err, scheduler.ErrOwnershipLost) {
+		t.Fatalf("outcome %v, want a lease-renewal failure carrying the lost ownership", err)
+	}
+	if st := s.Stats(); st.HeartbeatFailures != 2 {
+		t.Fatalf("heartbeat failures %d, want 2", st.HeartbeatFailures)
+	}
+}
+
+// TestHeartbeatGivesUpAfterTheGrace: renewals that keep failing end the
+// attempt once RenewGrace has passed since the last success, not before.
+func TestHeartbeatGivesUpAfterTheGrace(t *testing.T) {
+	fc := clock.NewFake(time.Unix(0, 0))
+	b := newFakeBackend(item{id: 1, class: "default"})
+	started := make(chan struct{})
+	b.renew = func(item) error { return errors.New("tidb unreachable") }
+	b.handle = func(ctx context.Context, _ item) error {
+		close(started)
+		<-ctx.Done()
+		return ctx.Err()
+	}
+	s := start(t, b, scheduler.Config{Executors: 1, HeartbeatEvery: 8 * time.Second, RenewGrace: 16 * time.Second, HandlerDeadline: time.Hour, Clock: fc})
+	if _, err := s.ClaimTurn(context.Background(), controller.Turn{}); err != nil {
+		t.Fatal(err)
+	}
+	<-started
+	// Failures at 8s, 10s, 12s, 14s are retried; the one at 16s is past the grace.
+	for i, step := range []time.Duration{8 * time.Second, 2 * time.Second, 2 * time.Second, 2 * time.Second, 2 * time.Second} {
+		if !fc.WaitArmed(fc.Now().Add(step), 10*time.Second) {
+			t.Fatalf("renewal %d was not armed %s ahead", i+1, step)
+		}
+		if n := b.finishedCount(); n != 0 {
+			t.Fatalf("attempt ended after %d failed renewals, within the grace", i)
+		}
+		fc.Advance(step)
 		select {
 		case <-b.renewed:
 		case <-time.After(10 * time.Second):

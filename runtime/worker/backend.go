@@ -18,9 +18,12 @@ func (b backend) Claim(ctx context.Context, req scheduler.Request) ([]*workqueue
 	start := time.Now()
 	items, stats, err := w.claimer.Claim(ctx, workqueue.ClaimRequest{
 		QueueClasses: req.QueueClasses, Preferred: req.Preferred, WorkTypes: w.types,
-		Max: req.Max, StaleOnly: req.StaleOnly,
+		Max: req.Max, StaleOnly: req.StaleOnly, StaleClasses: w.classes,
 	})
 	w.metrics.claimed(ctx, req, items, stats, time.Since(start))
+	if stats.ExpiredToDead > 0 {
+		w.ctrl.Wake() // their lane followers were promoted
+	}
 	if h := w.cfg.Hooks; h != nil && h.AfterClaim != nil {
 		for _, c := range items {
 			h.AfterClaim(c)
@@ -34,7 +37,11 @@ func (b backend) Claim(ctx context.Context, req scheduler.Request) ([]*workqueue
 }
 
 func (b backend) Renew(ctx context.Context, c *workqueue.Claimed) error {
-	return b.w.q.Renew(ctx, c.Lease)
+	err := b.w.q.Renew(ctx, c.Lease)
+	if errors.Is(err, workqueue.ErrLeaseLost) {
+		return fmt.Errorf("%w: %w", scheduler.ErrOwnershipLost, err)
+	}
+	return err
 }
 
 func (b backend) Handle(ctx context.Context, c *workqueue.Claimed) error {
@@ -69,16 +76,16 @@ func (b backend) Finish(ctx context.Context, cp *workqueue.Claimed, outcome erro
 	switch {
 	case outcome == nil:
 		kind = "completed"
-		fin, err = w.claimer.Complete(ctx, c)
+		fin, err = w.q.Complete(ctx, c.Lease)
 	case errors.Is(outcome, ErrSkip):
 		kind = "skipped"
-		fin, err = w.claimer.Skip(ctx, c)
+		fin, err = w.q.Skip(ctx, c.Lease)
 	case errors.Is(outcome, scheduler.ErrShutdown):
 		kind = "released"
-		err = w.claimer.Release(ctx, c)
+		err = w.q.Release(ctx, c.Lease)
 	default:
 		var out workqueue.FailOutcome
-		out, err = w.claimer.Fail(ctx, c, failureOf(outcome), outcome)
+		out, err = w.q.Fail(ctx, c, failureOf(outcome), outcome)
 		fin = out.Finished
 		kind = "retried"
 		if out.Dead {
@@ -89,9 +96,13 @@ func (b backend) Finish(ctx context.Context, cp *workqueue.Claimed, outcome erro
 	}
 	w.metrics.finished(ctx, c, kind, err)
 	if err != nil {
+		// The queue already ran the write again after transient errors; what
+		// is left is a lost lease or an error that kept coming back. The
+		// lease fences the item either way: it is reclaimed when it expires.
+		w.log.Warn("finishing an item failed", "work_id", c.WorkID, "outcome", kind, "err", err)
 		return fmt.Errorf("worker: %s work %d: %w", kind, c.WorkID, err)
 	}
-	if len(fin.PromotedOrdinals) > 0 || kind == "released" {
+	if fin.Promoted > 0 || fin.PromotionsUnknown || kind == "released" {
 		w.ctrl.Wake()
 	}
 	return nil

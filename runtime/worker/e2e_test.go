@@ -25,6 +25,14 @@ const (
 	helperEnv      = "LANEQ_WORKER_HELPER"
 	helperDSNEnv   = "LANEQ_WORKER_HELPER_DSN"
 	helperScopeEnv = "LANEQ_WORKER_HELPER_SCOPE"
+	// helperLeaseEnv sets the queue's lease and helperMaxAttemptsEnv its
+	// attempt budget (workqueue.Config).
+	helperLeaseEnv       = "LANEQ_WORKER_HELPER_LEASE"
+	helperMaxAttemptsEnv = "LANEQ_WORKER_HELPER_MAX_ATTEMPTS"
+	// helperExitOnEnv: the handler kills its process (os.Exit) on an event
+	// whose payload is this value, as a handler that crashes its process
+	// would (an OOM, a panic in a goroutine it started).
+	helperExitOnEnv = "LANEQ_WORKER_HELPER_EXIT_ON"
 )
 
 // helperReport is what a worker process prints after an idle window.
@@ -46,7 +54,21 @@ func runHelperProcess() int {
 		return fail(err)
 	}
 	defer db.Close()
-	qu, err := workqueue.New(db, workqueue.Config{})
+	var qcfg workqueue.Config
+	if v := os.Getenv(helperLeaseEnv); v != "" {
+		if qcfg.Lease, err = time.ParseDuration(v); err != nil {
+			return fail(err)
+		}
+	}
+	if v := os.Getenv(helperMaxAttemptsEnv); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil {
+			return fail(err)
+		}
+		qcfg.MaxAttempts = int32(n)
+	}
+	exitOn := os.Getenv(helperExitOnEnv)
+	qu, err := workqueue.New(db, qcfg)
 	if err != nil {
 		return fail(err)
 	}
@@ -63,6 +85,10 @@ func runHelperProcess() int {
 		out.Flush()
 	}
 	w, err := worker.New(qu, cfg, map[string]worker.Handler{"deliver": func(ctx context.Context, job *worker.Job) error {
+		if exitOn != "" && string(job.Event.Payload) == exitOn {
+			say("dying on %d", job.Item.WorkID)
+			os.Exit(3)
+		}
 		say("ran %d", job.Item.WorkID)
 		return nil
 	}})

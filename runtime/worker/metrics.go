@@ -27,6 +27,11 @@ const (
 	MetricWakesCoalesced      = "laneq.worker.wakes_coalesced"      // observable counter
 	MetricOverdueSuppressions = "laneq.worker.overdue_suppressions" // observable counter
 	MetricPanics              = "laneq.worker.panics"               // observable counter
+	MetricExpiredToDead       = "laneq.worker.expired_to_dead"      // counter; shape
+	MetricClaimFenced         = "laneq.worker.claim_fenced"         // counter; shape
+	MetricWriteRetries        = "laneq.worker.write_retries"        // observable counter
+	MetricWritesAbandoned     = "laneq.worker.writes_abandoned"     // observable counter
+	MetricUnservedWorkKinds   = "laneq.worker.unserved_work_kinds"  // gauge
 )
 
 // metrics holds the worker's OpenTelemetry instruments. OpenTelemetry's
@@ -37,6 +42,7 @@ const (
 // format and its dependency tree on every importer.
 type metrics struct {
 	claims, claimedItems, lostCAS, stale, finishedN, finishErrs metric.Int64Counter
+	expiredToDead, fenced                                       metric.Int64Counter
 	claimDuration                                               metric.Float64Histogram
 	reg                                                         metric.Registration
 }
@@ -59,6 +65,8 @@ func newMetrics(mp metric.MeterProvider, w *Worker) (*metrics, error) {
 	out.stale = counter(MetricStaleReclaims, "Items reclaimed from an expired lease.")
 	out.finishedN = counter(MetricFinished, "Attempts finished, by outcome.")
 	out.finishErrs = counter(MetricFinishErrors, "Finish calls that failed (a lost lease, a database error).")
+	out.expiredToDead = counter(MetricExpiredToDead, "Expired leases sent to dead with their attempt budget spent.")
+	out.fenced = counter(MetricClaimFenced, "Items won by a claim in flight when the generation moved, released unrun.")
 	var err error
 	out.claimDuration, err = m.Float64Histogram(MetricClaimDuration, metric.WithUnit("s"),
 		metric.WithDescription("Duration of one claim (scan, CAS and read-back)."))
@@ -72,6 +80,15 @@ func newMetrics(mp metric.MeterProvider, w *Worker) (*metrics, error) {
 	errs = append(errs, err)
 	panics, err := m.Int64ObservableCounter(MetricPanics, metric.WithDescription("Handler panics recovered by executors."))
 	errs = append(errs, err)
+	retries, err := m.Int64ObservableCounter(MetricWriteRetries,
+		metric.WithDescription("Queue writes (claims, finishes, renewals) run again after a transient error."))
+	errs = append(errs, err)
+	abandoned, err := m.Int64ObservableCounter(MetricWritesAbandoned,
+		metric.WithDescription("Queue writes that still failed transiently after every attempt."))
+	errs = append(errs, err)
+	unserved, err := m.Int64ObservableGauge(MetricUnservedWorkKinds,
+		metric.WithDescription("Work kinds (queue class, work type) this worker has a handler for but no executor shape claims."))
+	errs = append(errs, err)
 	if err := errors.Join(errs...); err != nil {
 		return nil, err
 	}
@@ -81,8 +98,11 @@ func newMetrics(mp metric.MeterProvider, w *Worker) (*metrics, error) {
 		o.ObserveInt64(wakes, int64(st.Controller.WakesCoalesced))
 		o.ObserveInt64(overdue, int64(st.Controller.OverdueSuppressions))
 		o.ObserveInt64(panics, int64(st.Scheduler.Panics))
+		o.ObserveInt64(retries, int64(st.Queue.WriteRetries))
+		o.ObserveInt64(abandoned, int64(st.Queue.WritesAbandoned))
+		o.ObserveInt64(unserved, int64(len(w.UnservedWorkKinds())))
 		return nil
-	}, processing, wakes, overdue, panics)
+	}, processing, wakes, overdue, panics, retries, abandoned, unserved)
 	if err != nil {
 		return nil, err
 	}
@@ -99,6 +119,12 @@ func (m *metrics) claimed(ctx context.Context, req scheduler.Request, items []wo
 	m.claimedItems.Add(ctx, int64(len(items)), shape)
 	m.lostCAS.Add(ctx, int64(st.LostCAS), shape)
 	m.claimDuration.Record(ctx, took.Seconds(), shape)
+	if st.ExpiredToDead > 0 {
+		m.expiredToDead.Add(ctx, int64(st.ExpiredToDead), shape)
+	}
+	if st.Fenced > 0 {
+		m.fenced.Add(ctx, int64(st.Fenced), shape)
+	}
 	var stale int64
 	for _, c := range items {
 		if c.Reclaimed {

@@ -20,22 +20,25 @@ func (s source) Ready(ctx context.Context) error {
 }
 
 // Reconcile makes the next claim rescan every class from the front of its
-// range, picking up anything that became claimable behind a scan floor
-// without an event this process saw (another process's release, say). It
-// reads and writes nothing itself. (Ingress-receipt routing will hook in
-// here when it lands.)
-func (s source) Reconcile(context.Context) error {
-	s.w.claimer.Rewind(0)
+// range, picking up anything a scan cursor passed (a transition that
+// committed later than the claimer's straggler window after it ran), and
+// reports work kinds no executor shape serves. It writes nothing. (Ingress
+// receipt routing will hook in here when it lands.)
+func (s source) Reconcile(ctx context.Context) error {
+	s.w.claimer.Rewind()
+	if err := s.w.checkWorkKinds(ctx); err != nil {
+		// A report, not a repair: a failed read changes nothing durable.
+		return fmt.Errorf("%w: %w", controller.ErrSourceOperationNotCommitted, err)
+	}
 	return nil
 }
 
-// Claim runs a scheduler turn. When the due timer fired, the items coming
-// due (retries, expired leases) may sit behind the claimer's scan floors,
-// so the turn rescans from the front: one statement per class, once per
-// due event.
+// Claim runs a scheduler turn. When the due timer fired, something
+// scheduled came due: a retry (found by the scan, whose floor it is ahead
+// of) or a lease expiry, so the turn also looks for expired leases.
 func (s source) Claim(ctx context.Context, turn controller.Turn) (controller.ClaimBatch, error) {
 	if turn.DueFired {
-		s.w.claimer.Rewind(0)
+		s.w.claimer.NoteDue()
 	}
 	return s.w.sched.ClaimTurn(ctx, turn)
 }
@@ -43,24 +46,34 @@ func (s source) Claim(ctx context.Context, turn controller.Turn) (controller.Cla
 // NextWorkAt places the queue's next due time on the local clock by its
 // delay from the database's NOW(6): no two wall clocks are compared, so
 // skew between this host and TiDB neither fires the timer early nor makes
-// a future time look overdue.
+// a future time look overdue. It looks no further than the reconciliation
+// backstop, which looks again.
 func (s source) NextWorkAt(ctx context.Context) (time.Time, bool, error) {
-	in, ok, err := s.w.q.NextWorkIn(ctx, s.w.cfg.Scope)
+	horizon := s.w.cfg.Controller.ReconcileEvery
+	if horizon < 0 {
+		horizon = 0
+	} else if horizon == 0 {
+		horizon = controller.DefaultReconcileEvery
+	}
+	next, ok, err := s.w.q.NextWorkWithin(ctx, s.w.cfg.Scope, horizon)
 	if err != nil || !ok {
 		return time.Time{}, false, err
 	}
-	return s.w.clock.Now().Add(in), true, nil
+	return s.w.clock.Now().Add(next.In), true, nil
 }
 
+// Generation is the claimer's probe: the scope's admission state and the
+// first claimable row of every class this worker serves, so work another
+// process made claimable is noticed within one probe period.
 func (s source) Generation(ctx context.Context) (uint64, error) {
-	return s.w.q.Generation(ctx, s.w.cfg.Scope)
+	return s.w.claimer.Probe(ctx, s.w.classes, s.w.types)
 }
 
 func (s source) Capacity(continuation bool) int { return s.w.sched.Capacity(continuation) }
 
-// claimError maps a claim's error for the controller: a read that failed
-// before any write is a proven no-commit; when items were won anyway, their
-// outcome is known and they run, so the failed later read is only logged.
+// claimError maps a claim's error for the controller: an error proven to
+// have committed nothing is marked so; when items were won anyway, their
+// outcome is known and they run, so the failed later step is only logged.
 func (w *Worker) claimError(won int, err error) error {
 	if err == nil || !errors.Is(err, workqueue.ErrNothingCommitted) {
 		return err

@@ -21,6 +21,7 @@ import (
 	"maps"
 	"os"
 	"slices"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -68,6 +69,7 @@ type Worker struct {
 	ctrl     *controller.Controller
 	handlers map[string]Handler
 	types    []string // handlers' work types, sorted
+	classes  []string // queue classes the executor shapes serve, sorted
 	log      *slog.Logger
 	metrics  *metrics
 	clock    clock.Clock
@@ -75,6 +77,9 @@ type Worker struct {
 	restarts atomic.Uint64
 	running  atomic.Bool
 	ran      atomic.Bool
+
+	unservedMu sync.Mutex
+	unserved   []workqueue.WorkKind
 }
 
 // New builds a Worker; handlers maps each work type this process runs to
@@ -118,6 +123,7 @@ func New(q *workqueue.Queue, cfg Config, handlers map[string]Handler) (*Worker, 
 	if w.sched, err = scheduler.New[*workqueue.Claimed](backend{w}, cfg.Scheduler); err != nil {
 		return nil, err
 	}
+	w.classes = servedClasses(w.sched.Shapes())
 	if w.ctrl, err = controller.New(source{w}, cfg.Controller); err != nil {
 		return nil, err
 	}
@@ -139,13 +145,62 @@ func (c Config) Fingerprint(workTypes []string) string {
 	cl := c.Claimer
 	return fmt.Sprintf("%s|%s|%q|%s|%s|%t|%s", c.Scope, c.Owner, workTypes, c.Scheduler.Fingerprint(),
 		fmt.Sprint(c.Controller.GenerationProbeEvery, c.Controller.ReconcileEvery), c.StageTiming,
-		fmt.Sprint(cl.RescanEvery, cl.StaleScanEvery, cl.ScanWindow))
+		fmt.Sprint(cl.StaleScanEvery, cl.ScanWindow, cl.StragglerWindow))
 }
 
 // WorkTypes returns the work types this worker claims, sorted.
 func (w *Worker) WorkTypes() []string { return slices.Clone(w.types) }
 
 func sortedKeys(m map[string]Handler) []string { return slices.Sorted(maps.Keys(m)) }
+
+// servedClasses is the union of the shapes' queue classes, sorted.
+func servedClasses(shapes []scheduler.Shape) []string {
+	var out []string
+	for _, sh := range shapes {
+		for _, c := range sh.QueueClasses {
+			if !slices.Contains(out, c) {
+				out = append(out, c)
+			}
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+// checkWorkKinds reports work this worker has a handler for but no executor
+// shape claims (its queue class is none of the profile's classes): such
+// items are never claimed here and block their lanes. Logged once per kind
+// and counted by the unserved-work-kinds gauge.
+func (w *Worker) checkWorkKinds(ctx context.Context) error {
+	kinds, err := w.q.WorkKinds(ctx, w.cfg.Scope)
+	if err != nil {
+		return err
+	}
+	var unserved []workqueue.WorkKind
+	for _, k := range kinds {
+		if slices.Contains(w.types, k.WorkType) && !slices.Contains(w.classes, k.QueueClass) {
+			unserved = append(unserved, k)
+		}
+	}
+	w.unservedMu.Lock()
+	defer w.unservedMu.Unlock()
+	for _, k := range unserved {
+		if !slices.Contains(w.unserved, k) {
+			w.log.Warn("work of a queue class no executor shape serves: it is never claimed by this worker and blocks its lanes",
+				"queue_class", k.QueueClass, "work_type", k.WorkType, "served_classes", w.classes, "profile", w.cfg.Scheduler.Profile)
+		}
+	}
+	w.unserved = unserved
+	return nil
+}
+
+// UnservedWorkKinds returns the kinds the last check found (see
+// checkWorkKinds).
+func (w *Worker) UnservedWorkKinds() []workqueue.WorkKind {
+	w.unservedMu.Lock()
+	defer w.unservedMu.Unlock()
+	return slices.Clone(w.unserved)
+}
 
 // Run starts the executors and the controller and returns when ctx ends or
 // the controller fails; running items are then finished (released on
@@ -223,13 +278,16 @@ func (w *Worker) Wake() { w.ctrl.Wake() }
 type Stats struct {
 	Controller controller.Stats
 	Scheduler  scheduler.Stats
+	// Queue counts the queue's write retries (shared by every worker on the
+	// same Queue).
+	Queue workqueue.QueueStats
 	// ControllerRestarts counts restarts after errors that left the
 	// controller usable.
 	ControllerRestarts uint64
 }
 
 func (w *Worker) Stats() Stats {
-	return Stats{Controller: w.ctrl.Stats(), Scheduler: w.sched.Stats(), ControllerRestarts: w.restarts.Load()}
+	return Stats{Controller: w.ctrl.Stats(), Scheduler: w.sched.Stats(), Queue: w.q.Stats(), ControllerRestarts: w.restarts.Load()}
 }
 
 // Settle waits until the controller handled every signal sent so far (for

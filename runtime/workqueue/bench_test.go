@@ -72,7 +72,7 @@ func BenchmarkClaimComplete(b *testing.B) {
 			if err != nil {
 				b.Fatal(err)
 			}
-			dispatch(b, c, executors)
+			dispatch(b, qu, c, executors)
 		})
 		b.Run(fmt.Sprintf("naive/executors=%d", executors), func(b *testing.B) {
 			scopeID := prefill(b, qu, b.N)
@@ -86,7 +86,7 @@ func BenchmarkClaimComplete(b *testing.B) {
 // dispatch is the claim loop of one process: it waits for a free executor
 // slot, claims as many items as slots are free in one scan, and hands them
 // out; executors complete them and free their slots.
-func dispatch(b *testing.B, c *workqueue.Claimer, executors int) {
+func dispatch(b *testing.B, qu *workqueue.Queue, c *workqueue.Claimer, executors int) {
 	b.Helper()
 	ctx := context.Background()
 	work := make(chan workqueue.Claimed, executors)
@@ -103,7 +103,7 @@ func dispatch(b *testing.B, c *workqueue.Claimer, executors int) {
 		go func() {
 			defer wg.Done()
 			for it := range work {
-				if _, err := c.Complete(ctx, it); err != nil {
+				if _, err := qu.Complete(ctx, it.Lease); err != nil {
 					errs <- err
 				}
 				free <- struct{}{}
@@ -230,7 +230,7 @@ func drain(b *testing.B, executors int, step func(ctx context.Context, executor 
 // GC, 10 minutes). Claim latency p50/p99 is reported per window of 2,000
 // claims; the last window's p50 must stay within 2x of the first's.
 // Afterwards, on the same churned table, it times laneq's scan from its floor,
-// laneq's scan from the front of the range (floor 0: what the periodic rescan
+// laneq's scan from the front of the range (what a reconciliation rescan
 // pays) and the naive SELECT ... LIMIT 1 FOR UPDATE, 200 times each.
 //
 // Run with -benchtime=1x: one flow is the measurement.
@@ -271,7 +271,7 @@ func BenchmarkChurn(b *testing.B) {
 			if err != nil || len(got) != 1 {
 				b.Fatalf("claim %d: %v (%d items)", i, err, len(got))
 			}
-			if _, err := c.Complete(ctx, got[0]); err != nil {
+			if _, err := qu.Complete(ctx, got[0].Lease); err != nil {
 				b.Fatal(err)
 			}
 			if len(lat) == window {
@@ -293,23 +293,24 @@ func BenchmarkChurn(b *testing.B) {
 
 		// The same churned table, scans only (no claims), 200 times each.
 		q := gen.New(db)
-		floored := c.Floor("default")
-		// scan reads candidates as a Claimer does: 256-ordinal windows from
-		// its floor, or, from 0 (the periodic rescan), one statement over
-		// the whole range.
-		scan := func(floor int64) error {
-			window := int64(256)
-			if floor == 0 {
-				window = int64(enqueued) + 1
+		floored, ok := c.Floor("default")
+		if !ok {
+			b.Fatal("the claimer has no floor after the flow")
+		}
+		var dbNow time.Time
+		if err := db.QueryRowContext(ctx, "SELECT NOW(6)").Scan(&dbNow); err != nil {
+			b.Fatal(err)
+		}
+		// scan reads candidates as a Claimer does: from its floor (less the
+		// straggler window), or from the front of the range (what a
+		// reconciliation rescan pays), up to now.
+		scan := func(from time.Time) error {
+			rows, err := q.ClaimCandidates(ctx, gen.ClaimCandidatesParams{ScopeID: scopeID, Generation: 1, QueueClass: "default",
+				FromTime: from, UntilTime: dbNow, WorkTypes: []string{"deliver"}, Limit: 1})
+			if err == nil && len(rows) == 0 {
+				err = errors.New("no candidate found")
 			}
-			for from := floor; from < int64(enqueued)+1; from += window {
-				rows, err := q.ClaimCandidates(ctx, gen.ClaimCandidatesParams{ScopeID: scopeID, Generation: 1, QueueClass: "default",
-					FloorOrdinal: from, CeilingOrdinal: from + window, WorkTypes: []string{"deliver"}, Limit: 1})
-				if err != nil || len(rows) > 0 {
-					return err
-				}
-			}
-			return errors.New("no candidate found")
+			return err
 		}
 		naive := func() error {
 			tx, err := db.BeginTx(ctx, nil)
@@ -324,8 +325,8 @@ func BenchmarkChurn(b *testing.B) {
 			name string
 			run  func() error
 		}{
-			{"laneq scan from its floor", func() error { return scan(floored) }},
-			{"laneq rescan from the front", func() error { return scan(0) }},
+			{"laneq scan from its floor", func() error { return scan(floored.Add(-2 * time.Second)) }},
+			{"laneq rescan from the front", func() error { return scan(time.Unix(0, 0)) }},
 			{"naive SELECT ... LIMIT 1 FOR UPDATE", naive},
 		} {
 			var ds []time.Duration

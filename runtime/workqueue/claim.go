@@ -7,6 +7,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"hash/fnv"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -60,37 +61,61 @@ type ClaimRequest struct {
 	// StaleOnly claims only items whose lease expired (pressure mode): it
 	// never falls back to fresh work.
 	StaleOnly bool
+	// StaleClasses are the classes whose expired leases this claim takes
+	// over, whatever QueueClasses says: reclaim is how a dead process's items
+	// come back, so any executor with a free slot may run them. Default
+	// QueueClasses. A worker passes every class it serves.
+	StaleClasses []string
 }
 
 // ClaimerConfig tunes a Claimer. Zero fields take the defaults.
 type ClaimerConfig struct {
-	// RescanEvery bounds how long a class scan may start past already
-	// consumed keys before it rescans from the beginning of the range, to
-	// pick up items that became claimable behind the floor in another
-	// process (a retry coming due, a release, a promotion). Default 10s.
-	RescanEvery time.Duration
-	// StaleScanEvery is how often a fresh claim also looks for expired
-	// leases. Default Lease/4. StaleOnly requests always look.
+	// StaleScanEvery is how often a claim also looks for expired leases when
+	// nothing else asks for it (NoteDue, a stale scan cut short by Max, and
+	// StaleOnly claims always look). Default Lease/4.
 	StaleScanEvery time.Duration
-	// ScanWindow bounds each candidate statement to this many lane ordinals
-	// past its start, so its range never grows with the backlog; a claim
-	// walks further windows while they come back empty. Default 256.
-	ScanWindow int64
-	// Now is the process clock used only to pace the two intervals above;
-	// it never decides leases or due times. Default time.Now.
+	// ScanWindow is the starting width, in database time, of a class's scan
+	// window. The window halves when a scan fills its limit and doubles when
+	// one finds nothing before now, so a statement's range holds about a
+	// claim's worth of due rows and an idle class costs one statement per
+	// claim. Default 1s.
+	ScanWindow time.Duration
+	// StragglerWindow is how far before its floor each scan starts. A row
+	// whose transition set run_after just before a claimer's scan but
+	// committed after it (a finish transaction still committing, a TiDB
+	// server whose clock runs behind) sorts up to this much before the
+	// floor. Default 2s.
+	StragglerWindow time.Duration
+	// Now is the process clock used only to pace StaleScanEvery; it never
+	// decides leases or due times. Default time.Now.
 	Now func() time.Time
 }
 
-// Claimer claims for one scope on behalf of one owner. It keeps per-class
-// scan floors: a claim leaves an MVCC delete marker at the front of the
-// pending range that TiDB must step over until GC (10 minutes by default),
-// so scanning from the start after thousands of claims costs more with every
-// claim even though rows read stay the same. The floor starts each scan at
-// the lane ordinal of the last item it consumed; items that become claimable
-// behind it are found by Rewind (this process's own promotions, releases and
-// due retries) or by the periodic rescan (RescanEvery). Claim ownership is
-// still decided only by the row CAS, so a floor can delay work, never
-// duplicate or reorder a lane.
+// Claim-scan window bounds.
+const (
+	minScanWindow = time.Millisecond
+	maxScanWindow = time.Hour
+)
+
+// epochTime is before every run_after laneq writes: the start of a scan
+// range that has no floor yet.
+var epochTime = time.Unix(0, 0).UTC()
+
+// Claimer claims for one scope on behalf of one owner, keeping a scan cursor
+// per queue class.
+//
+// Claim order is due order (run_after, then lane ordinal). Every transition
+// into pending (enqueue, promotion, release, retry coming due) places the
+// row at or after the database's current time, so a row that becomes
+// claimable sorts after everything a claimer already consumed. A cursor's
+// floor can therefore start each scan past the MVCC delete markers of
+// earlier claims without missing later work, whichever process made it
+// claimable; the StragglerWindow covers transitions still committing when a
+// scan ran, and an enqueue's rows are covered by the scope's admitted_at
+// (see ClaimCandidates). A generation change or Rewind restarts every
+// cursor from the front of its range. Claim ownership is still decided only
+// by the row CAS, so a cursor can delay work, never duplicate or reorder a
+// lane.
 //
 // A Claimer is safe for concurrent use, but one claim scan per scope per
 // process is the intended shape (see the scheduler).
@@ -103,13 +128,23 @@ type Claimer struct {
 	refPrefix string        // owner plus a random tag: claim-turn references
 	turns     atomic.Uint64 // claim turns taken, for claim-turn references
 
-	mu        sync.Mutex
-	rewinds   uint64               // Rewind calls; a scan that saw one does not advance
-	floors    map[string]int64     // queue class -> lane ordinal to start at
-	rescanned map[string]time.Time // queue class -> last scan from 0
-	lastStale time.Time
-	// dueRewinds are this claimer's retries, rewound once they come due.
-	dueRewinds []dueRewind
+	mu         sync.Mutex
+	epoch      uint64 // bumped when every cursor restarts
+	observed   bool   // a scope row was read
+	generation int64  // active generation seen last
+	ordinal    int64  // next enqueue ordinal seen last
+	admittedAt time.Time
+	fresh      map[string]*cursor // queue class -> pending-range cursor
+	stale      map[string]*cursor // queue class -> processing-range cursor
+	lastStale  time.Time
+	staleNow   bool // look for expired leases on the next claim
+}
+
+// cursor is where a class's next scan starts and how wide it reaches.
+type cursor struct {
+	known  bool      // false: scan from the front of the range
+	floor  time.Time // database time the class was consumed through
+	window time.Duration
 }
 
 // NewClaimer returns a Claimer for scope; owner (at most 96 bytes) names
@@ -126,47 +161,65 @@ func (qu *Queue) NewClaimer(scope, owner string, cfg ClaimerConfig) (*Claimer, e
 	if _, err := rand.Read(tag); err != nil {
 		return nil, fmt.Errorf("workqueue: claimer tag: %w", err)
 	}
-	if cfg.RescanEvery == 0 {
-		cfg.RescanEvery = 10 * time.Second
-	}
 	if cfg.StaleScanEvery == 0 {
 		cfg.StaleScanEvery = qu.cfg.Lease / 4
+	}
+	if cfg.ScanWindow == 0 {
+		cfg.ScanWindow = time.Second
+	}
+	if cfg.StragglerWindow == 0 {
+		cfg.StragglerWindow = 2 * time.Second
 	}
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
-	if cfg.ScanWindow == 0 {
-		cfg.ScanWindow = 256
-	}
-	if cfg.RescanEvery < 0 || cfg.StaleScanEvery < 0 || cfg.ScanWindow < 0 {
-		return nil, invalidf("claimer intervals and scan window must not be negative")
+	switch {
+	case cfg.StaleScanEvery < 0 || cfg.StragglerWindow < 0:
+		return nil, invalidf("StaleScanEvery and StragglerWindow must not be negative")
+	case cfg.ScanWindow < minScanWindow || cfg.ScanWindow > maxScanWindow:
+		return nil, invalidf("ScanWindow must be within [%s, %s], got %s", minScanWindow, maxScanWindow, cfg.ScanWindow)
 	}
 	return &Claimer{
 		qu: qu, scope: scope, owner: owner, cfg: cfg, refPrefix: fmt.Sprintf("%s#%x", owner, tag),
-		floors: map[string]int64{}, rescanned: map[string]time.Time{},
+		fresh: map[string]*cursor{}, stale: map[string]*cursor{},
 	}, nil
 }
 
-// Rewind makes the next scan of every class start no later than ordinal
-// (0: from the beginning). The runtime calls it for items it knows became
-// claimable behind a floor.
-func (c *Claimer) Rewind(ordinal int64) {
+// Rewind makes the next scan of every class start from the front of its
+// range: what the reconciliation backstop does, to find anything a cursor
+// may have passed (a transition committed later than StragglerWindow after
+// it ran, or a TiDB server whose clock ran further behind).
+func (c *Claimer) Rewind() {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	c.rewinds++
-	for class, f := range c.floors {
-		if ordinal < f {
-			c.floors[class] = ordinal
-		}
-	}
+	c.restartLocked()
 }
 
-// Floor is the lane ordinal the next scan of class starts at (for
-// diagnostics and benchmarks).
-func (c *Claimer) Floor(class string) int64 {
+func (c *Claimer) restartLocked() {
+	c.epoch++
+	clear(c.fresh)
+	clear(c.stale)
+	c.staleNow = true
+}
+
+// NoteDue says a due time passed (the controller's due timer fired): the
+// next claim looks for expired leases whatever StaleScanEvery says.
+func (c *Claimer) NoteDue() {
+	c.mu.Lock()
+	c.staleNow = true
+	c.mu.Unlock()
+}
+
+// Floor is the database time the next scan of class starts from (before
+// StragglerWindow) and whether the class has a floor yet (diagnostics,
+// tests).
+func (c *Claimer) Floor(class string) (time.Time, bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return c.floors[class]
+	if cur := c.fresh[class]; cur != nil && cur.known {
+		return cur.floor, true
+	}
+	return time.Time{}, false
 }
 
 func (r ClaimRequest) validate() error {
@@ -204,38 +257,54 @@ func (r ClaimRequest) tiers() [][]string {
 
 // ClaimStats counts what one Claim call did.
 type ClaimStats struct {
-	Scanned int // candidate rows returned by scans
-	Windows int // candidate statements run (one per scan window)
-	LostCAS int // candidates another claimer took first
+	Scanned       int // candidate rows returned by scans
+	Statements    int // fresh candidate statements run (scan windows)
+	StaleScans    int // stale candidate statements run (one per class)
+	LostCAS       int // candidates another claimer took first
+	Fenced        int // rows won but released unrun: the generation moved during the CAS
+	ExpiredToDead int // expired leases sent to dead with their attempt budget spent
+	Resolved      int // writes whose reply was lost, resolved by reading back
 }
 
 // Claim claims up to req.Max items: expired leases first (when a stale scan
 // is due, or always with StaleOnly), then fresh due lane heads, preferred
 // classes first. Losing a CAS to another claimer is normal and only counted.
 // Items won are returned even with an error; an error wrapping
-// ErrNothingCommitted came from a read before any write of its step.
+// ErrNothingCommitted changed nothing durable. The compare-and-swap and the
+// read-back of what it won run under a context the caller cannot cancel, so
+// a cancellation cannot leave rows claimed by nobody.
 func (c *Claimer) Claim(ctx context.Context, req ClaimRequest) ([]Claimed, ClaimStats, error) {
 	var stats ClaimStats
 	if err := req.validate(); err != nil {
 		return nil, stats, err
 	}
-	c.applyDueRewinds()
+	// One point read per claim: the active generation to scan, the clock
+	// that bounds every scan, and the admission state.
+	sc, err := c.qu.q.GetScope(ctx, c.scope)
+	if errors.Is(err, sql.ErrNoRows) {
+		return nil, stats, nothingCommitted(fmt.Errorf("%w: %q", ErrUnknownScope, c.scope))
+	}
+	if err != nil {
+		return nil, stats, nothingCommitted(fmt.Errorf("workqueue: read scope %q: %w", c.scope, err))
+	}
+	c.observe(sc)
 	var out []Claimed
-	if req.StaleOnly || c.staleScanDue() {
-		got, err := c.reclaim(ctx, req, req.Max, &stats)
+	if req.StaleOnly || c.staleDue() {
+		classes := req.StaleClasses
+		if len(classes) == 0 {
+			classes = req.QueueClasses
+		}
+		got, err := c.reclaim(ctx, sc, classes, req.WorkTypes, req.Max, &stats)
 		out = append(out, got...) // items already won are the caller's even on error
-		if err != nil {
+		if err != nil || req.StaleOnly {
 			return out, stats, err
 		}
-	}
-	if req.StaleOnly {
-		return out, stats, nil
 	}
 	for _, tier := range req.tiers() {
 		if len(out) >= req.Max {
 			break
 		}
-		got, err := c.claimTier(ctx, tier, req.WorkTypes, req.Max-len(out), &stats)
+		got, err := c.claimTier(ctx, sc, tier, req.WorkTypes, req.Max-len(out), &stats)
 		out = append(out, got...)
 		if err != nil {
 			return out, stats, err
@@ -244,181 +313,359 @@ func (c *Claimer) Claim(ctx context.Context, req ClaimRequest) ([]Claimed, Claim
 	return out, stats, nil
 }
 
-func (c *Claimer) staleScanDue() bool {
+// observe folds a scope read into the cursors: a new generation restarts
+// them; an enqueue committed since the last read (the ordinal moved) lowers
+// every fresh floor to the admitted_at seen last. Enqueues take the scope
+// lock in turn, so every enqueue this read newly shows took it after the one
+// the last read showed had committed: their rows are due no earlier than
+// that one's admitted_at, even if a cursor moved past their run_after while
+// they were still being written.
+func (c *Claimer) observe(sc gen.GetScopeRow) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	switch {
+	case !c.observed || sc.ActiveGeneration != c.generation:
+		c.restartLocked()
+	case sc.NextEnqueueOrdinal != c.ordinal:
+		for _, cur := range c.fresh {
+			if cur.known && c.admittedAt.Before(cur.floor) {
+				cur.floor = c.admittedAt
+			}
+		}
+	}
+	c.observed, c.generation, c.ordinal, c.admittedAt = true, sc.ActiveGeneration, sc.NextEnqueueOrdinal, sc.AdmittedAt
+}
+
+func (c *Claimer) staleDue() bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	now := c.cfg.Now()
-	if now.Sub(c.lastStale) < c.cfg.StaleScanEvery {
+	if !c.staleNow && now.Sub(c.lastStale) < c.cfg.StaleScanEvery {
 		return false
 	}
-	c.lastStale = now
+	c.staleNow, c.lastStale = false, now
 	return true
 }
 
-// floor returns where the next scan of class starts (0 when a periodic
-// rescan is due) and the rewind count the scan's advance must match.
-func (c *Claimer) floor(class string) (int64, uint64) {
+// cursorFor returns a copy of the cursor of class in m and the epoch it
+// belongs to.
+func (c *Claimer) cursorFor(m map[string]*cursor, class string) (cursor, uint64) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	now := c.cfg.Now()
-	if now.Sub(c.rescanned[class]) >= c.cfg.RescanEvery {
-		c.rescanned[class] = now
-		return 0, c.rewinds
+	cur := m[class]
+	if cur == nil {
+		cur = &cursor{window: c.cfg.ScanWindow}
+		m[class] = cur
 	}
-	return c.floors[class], c.rewinds
+	return *cur, c.epoch
 }
 
-// advance moves the floor of class up to ordinal, unless a Rewind arrived
-// since the scan began (the rewound item may sit below ordinal).
-func (c *Claimer) advance(class string, ordinal int64, seenRewinds uint64) {
+// settle moves the cursor of class after its candidates were consumed:
+// through the end of a range the scan read to exhaustion when every
+// candidate it returned was consumed, else to the last candidate consumed.
+// window is the width the scan settled on. Nothing moves when every cursor
+// restarted since the scan began (epoch).
+func (c *Claimer) settle(m map[string]*cursor, class string, epoch uint64, scan classScan, consumed int) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.rewinds == seenRewinds && ordinal > c.floors[class] {
-		c.floors[class] = ordinal
+	cur := m[class]
+	if cur == nil || c.epoch != epoch {
+		return
+	}
+	cur.window = scan.window
+	switch {
+	case consumed == len(scan.rows) && !scan.through.IsZero():
+		cur.floor, cur.known = scan.through, true
+	case consumed > 0:
+		cur.floor, cur.known = scan.rows[consumed-1].RunAfter, true
 	}
 }
 
-// scanClass returns up to want candidates of one class from its floor,
-// walking windows of ScanWindow ordinals until one yields candidates or the
-// scope's next enqueue ordinal is reached. Empty windows (rows not due yet,
-// of other work types, or already consumed) never move the floor: they are
-// read again on the next claim, one bounded statement each. A periodic
-// rescan from the front is a single statement over the whole range instead,
-// so it never walks the scope's history window by window.
-func (c *Claimer) scanClass(ctx context.Context, sc gen.Scope, class string, workTypes []string, want int, stats *ClaimStats) ([]gen.ClaimCandidatesRow, uint64, error) {
-	from, rewinds := c.floor(class)
-	window := c.cfg.ScanWindow
-	if from == 0 {
-		window = sc.NextEnqueueOrdinal
+// classScan is what one class's scan returned: candidates in claim order,
+// the database time the scan read its range to exhaustion through (zero
+// when the limit cut it short), and the window width it settled on.
+type classScan struct {
+	rows    []gen.ClaimCandidatesRow
+	through time.Time
+	window  time.Duration
+}
+
+type scanFunc func(from, until time.Time, limit int) ([]gen.ClaimCandidatesRow, error)
+
+// scanWindows reads a class's range from its cursor up to now, at most want
+// rows, in at most two statements: the cursor's window first (see
+// ClaimerConfig.ScanWindow), and when that window is empty short of now,
+// the rest up to now in one more. A window that fills the limit halves the
+// width for next time; an empty one doubles it. A class without a floor is
+// read from the front of its range in one statement.
+func (c *Claimer) scanWindows(cur cursor, now time.Time, want int, stats *ClaimStats, scan scanFunc) (classScan, error) {
+	read := func(from, until time.Time) ([]gen.ClaimCandidatesRow, error) {
+		stats.Statements++
+		return scan(from, until, want)
 	}
-	for ; from < sc.NextEnqueueOrdinal; from += window {
-		rows, err := c.qu.q.ClaimCandidates(ctx, gen.ClaimCandidatesParams{
-			ScopeID:        c.scope,
-			Generation:     sc.ActiveGeneration,
-			QueueClass:     class,
-			FloorOrdinal:   from,
-			CeilingOrdinal: from + window,
-			WorkTypes:      workTypes,
-			Limit:          int32(want),
-		})
+	if !cur.known {
+		rows, err := read(epochTime, now)
 		if err != nil {
-			return nil, rewinds, nothingCommitted(fmt.Errorf("workqueue: claim candidates (scope %q, class %q): %w", c.scope, class, err))
+			return classScan{}, err
 		}
-		stats.Scanned += len(rows)
-		stats.Windows++
-		if len(rows) > 0 {
-			return rows, rewinds, nil
-		}
+		return classScan{rows: rows, through: throughIf(len(rows) < want, now), window: cur.window}, nil
 	}
-	return nil, rewinds, nil
+	from := cur.floor.Add(-c.cfg.StragglerWindow)
+	until := earliest(cur.floor.Add(cur.window), now)
+	if until.Before(from) { // a database clock behind the floor's
+		until = from
+	}
+	rows, err := read(from, until)
+	if err != nil {
+		return classScan{}, err
+	}
+	window := cur.window
+	if len(rows) == 0 && until.Before(now) {
+		window = min(2*window, maxScanWindow)
+		if rows, err = read(until, now); err != nil {
+			return classScan{}, err
+		}
+		until = now
+	}
+	if len(rows) >= want {
+		return classScan{rows: rows, window: max(window/2, minScanWindow)}, nil
+	}
+	return classScan{rows: rows, through: until, window: window}, nil
+}
+
+func throughIf(exhausted bool, t time.Time) time.Time {
+	if exhausted {
+		return t
+	}
+	return time.Time{}
+}
+
+func earliest(a, b time.Time) time.Time {
+	if a.Before(b) {
+		return a
+	}
+	return b
 }
 
 type candidate struct {
-	row     gen.ClaimCandidatesRow
-	class   string
-	rewinds uint64 // Rewind count when its scan began
+	row   gen.ClaimCandidatesRow
+	class string
 }
 
-// claimTier scans each class of the tier from its floor, merges the
-// candidates into claim order, and CASes them in that order.
-func (c *Claimer) claimTier(ctx context.Context, classes, workTypes []string, want int, stats *ClaimStats) ([]Claimed, error) {
-	// One point read per claim turn: the active generation to scan and the
-	// next enqueue ordinal, where window walks stop.
-	sc, err := c.qu.q.GetScope(ctx, c.scope)
-	if errors.Is(err, sql.ErrNoRows) {
-		return nil, nothingCommitted(fmt.Errorf("%w: %q", ErrUnknownScope, c.scope))
-	}
-	if err != nil {
-		return nil, nothingCommitted(fmt.Errorf("workqueue: read scope %q: %w", c.scope, err))
-	}
+// claimTier scans each class of the tier from its cursor, merges the
+// candidates into claim order, and CASes them in one statement.
+func (c *Claimer) claimTier(ctx context.Context, sc gen.GetScopeRow, classes, workTypes []string, want int, stats *ClaimStats) ([]Claimed, error) {
+	scans := make(map[string]classScan, len(classes))
 	var cands []candidate
+	var epoch uint64
 	for _, class := range classes {
-		rows, rewinds, err := c.scanClass(ctx, sc, class, workTypes, want, stats)
+		var cur cursor
+		cur, epoch = c.cursorFor(c.fresh, class)
+		res, err := c.scanWindows(cur, sc.DbNow, want, stats, func(from, until time.Time, limit int) ([]gen.ClaimCandidatesRow, error) {
+			return c.qu.q.ClaimCandidates(ctx, gen.ClaimCandidatesParams{
+				ScopeID: c.scope, Generation: sc.ActiveGeneration, QueueClass: class,
+				FromTime: from, UntilTime: until, WorkTypes: workTypes, Limit: int32(limit),
+			})
+		})
 		if err != nil {
-			return nil, err
+			return nil, nothingCommitted(fmt.Errorf("workqueue: claim candidates (scope %q, class %q): %w", c.scope, class, err))
 		}
-		for _, r := range rows {
-			cands = append(cands, candidate{row: r, class: class, rewinds: rewinds})
+		stats.Scanned += len(res.rows)
+		scans[class] = res
+		for _, r := range res.rows {
+			cands = append(cands, candidate{row: r, class: class})
 		}
 	}
-	// Lane ordinals are unique per scope, so they alone give claim order.
-	slices.SortFunc(cands, func(a, b candidate) int { return cmp.Compare(a.row.LaneOrdinal, b.row.LaneOrdinal) })
-	if len(cands) > want {
-		cands = cands[:want]
+	slices.SortFunc(cands, func(a, b candidate) int {
+		return cmp.Or(a.row.RunAfter.Compare(b.row.RunAfter), cmp.Compare(a.row.LaneOrdinal, b.row.LaneOrdinal))
+	})
+	cands = cands[:min(len(cands), want)]
+	settle := func() { // every candidate kept is consumed, won or lost
+		for _, class := range classes {
+			n := 0
+			for _, cand := range cands {
+				if cand.class == class {
+					n++
+				}
+			}
+			c.settle(c.fresh, class, epoch, scans[class], n)
+		}
 	}
 	if len(cands) == 0 {
+		settle()
 		return nil, nil
 	}
 	ids := make([]int64, len(cands))
 	for i, cand := range cands {
 		ids[i] = cand.row.WorkID
 	}
-	ref := nullString(fmt.Sprintf("%s#%d", c.refPrefix, c.turns.Add(1)))
-	n, err := c.qu.q.ClaimBatchCAS(ctx, gen.ClaimBatchCASParams{
-		ClaimRef: ref, LeaseMicros: micros(c.qu.cfg.Lease), WorkIDs: ids, ScopeID: c.scope,
-	})
-	if err != nil {
-		return nil, fmt.Errorf("workqueue: claim CAS on %d candidates: %w", len(ids), err)
+	ref := c.newRef()
+	n, casErr := c.claimCAS(ctx, ids, ref)
+	if casErr != nil && serverRejected(casErr) {
+		return nil, nothingCommitted(fmt.Errorf("workqueue: claim CAS on %d candidates: %w", len(ids), casErr))
 	}
-	// Won or lost, every candidate is consumed: the floor may pass it.
-	for _, cand := range cands {
-		c.advance(cand.class, cand.row.LaneOrdinal, cand.rewinds)
-	}
-	stats.LostCAS += len(ids) - int(n)
-	if n == 0 {
+	settle()
+	if casErr == nil && n == 0 {
+		stats.LostCAS += len(ids)
 		return nil, nil
 	}
-	won, err := c.qu.q.ClaimedByRef(ctx, gen.ClaimedByRefParams{WorkIDs: ids, ClaimRef: ref})
+	won, fenced, err := c.readBack(ctx, ref, ids, false)
 	if err != nil {
-		// The rows are claimed but unknown to us: they come back through
-		// stale reclaim when their lease expires.
-		return nil, fmt.Errorf("workqueue: read back %d claimed items: %w", n, err)
+		return nil, fmt.Errorf("workqueue: claim CAS on %d candidates (%v): %w", len(ids), casErr, err)
 	}
-	out := make([]Claimed, 0, len(won))
-	for _, r := range won {
-		out = append(out, c.claimedFrom(gen.ClaimCandidatesRow(r), false))
+	if casErr != nil {
+		stats.Resolved++
 	}
-	return out, nil
+	stats.Fenced += fenced
+	stats.LostCAS += len(ids) - len(won) - fenced
+	return won, nil
 }
 
-func (c *Claimer) reclaim(ctx context.Context, req ClaimRequest, want int, stats *ClaimStats) ([]Claimed, error) {
-	rows, err := c.qu.q.StaleCandidates(ctx, gen.StaleCandidatesParams{
-		ScopeID:      c.scope,
-		QueueClasses: req.QueueClasses,
-		WorkTypes:    req.WorkTypes,
-		Limit:        int32(want),
+func (c *Claimer) newRef() sql.NullString {
+	return nullString(fmt.Sprintf("%s#%d", c.refPrefix, c.turns.Add(1)))
+}
+
+// claimCAS runs the batch claim CAS under a context the caller cannot
+// cancel: once it may be committing, its outcome is learned, not abandoned.
+func (c *Claimer) claimCAS(ctx context.Context, ids []int64, ref sql.NullString) (int64, error) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.qu.cfg.WriteTimeout)
+	defer cancel()
+	return c.qu.q.ClaimBatchCAS(ctx, gen.ClaimBatchCASParams{
+		ClaimRef: ref, LeaseMicros: micros(c.qu.cfg.Lease), WorkIDs: ids, ScopeID: c.scope,
+	})
+}
+
+// readBack reads what the claim-turn reference ref owns among ids, retried
+// after transient errors under a context the caller cannot cancel: the read
+// is idempotent, and until it succeeds the claim's outcome is unknown. Rows
+// of a generation that is no longer active (SetGeneration committed while
+// their CAS was in flight) are released unrun and counted in fenced.
+func (c *Claimer) readBack(ctx context.Context, ref sql.NullString, ids []int64, reclaimed bool) (won []Claimed, fenced int, err error) {
+	var rows []gen.ClaimedByRefRow
+	err = c.qu.retryWrite(ctx, "read back claimed items", func(ctx context.Context) error {
+		var err error
+		rows, err = c.qu.q.ClaimedByRef(ctx, gen.ClaimedByRefParams{WorkIDs: ids, ClaimRef: ref})
+		return err
 	})
 	if err != nil {
-		return nil, nothingCommitted(fmt.Errorf("workqueue: stale candidates (scope %q): %w", c.scope, err))
+		return nil, 0, err
 	}
-	stats.Scanned += len(rows)
-	var out []Claimed
+	won = make([]Claimed, 0, len(rows))
 	for _, r := range rows {
-		n, err := c.qu.q.ReclaimCAS(ctx, gen.ReclaimCASParams{
-			LeaseOwner:  nullString(c.owner),
-			LeaseMicros: micros(c.qu.cfg.Lease),
-			WorkID:      r.WorkID,
-			LeaseToken:  r.LeaseToken,
-			ScopeID:     c.scope,
-		})
-		if err != nil {
-			return out, fmt.Errorf("workqueue: reclaim CAS on work %d: %w", r.WorkID, err)
-		}
-		if n == 0 {
-			stats.LostCAS++
+		claimed := c.claimedFrom(gen.ClaimCandidatesRow{
+			WorkID: r.WorkID, EventID: r.EventID, WorkType: r.WorkType, QueueClass: r.QueueClass,
+			LeaseToken: r.LeaseToken, LaneOrdinal: r.LaneOrdinal, AttemptCount: r.AttemptCount,
+			SafeRetryCount: r.SafeRetryCount, Generation: r.Generation, SourceLaneKey: r.SourceLaneKey,
+			TargetLaneKey: r.TargetLaneKey, RunAfter: r.RunAfter,
+		}, reclaimed)
+		if r.Generation != r.ActiveGeneration {
+			// Not handed to anyone. If the release fails too, the row waits
+			// for its lease to expire; reclaim of the active generation never
+			// takes it.
+			fenced++
+			_ = c.qu.Release(ctx, claimed.Lease)
 			continue
 		}
-		// The CAS incremented the token and the attempt count it matched.
-		r.LeaseToken++
-		r.AttemptCount++
-		out = append(out, c.claimedFrom(gen.ClaimCandidatesRow(r), true))
+		won = append(won, claimed)
 	}
-	return out, nil
+	return won, fenced, nil
+}
+
+// reclaim takes over expired leases of the given classes, oldest expiry
+// first across them: one stale scan per class from its stale cursor, then
+// one CAS per candidate on the token it saw, all under one claim-turn
+// reference that a single read-back resolves. A candidate whose attempt
+// budget is spent goes to dead instead (FinishExpired).
+func (c *Claimer) reclaim(ctx context.Context, sc gen.GetScopeRow, classes, workTypes []string, want int, stats *ClaimStats) ([]Claimed, error) {
+	scans := make(map[string]classScan, len(classes))
+	var cands []candidate
+	var epoch uint64
+	for _, class := range classes {
+		var cur cursor
+		cur, epoch = c.cursorFor(c.stale, class)
+		from := epochTime
+		if cur.known {
+			from = cur.floor.Add(-c.cfg.StragglerWindow)
+		}
+		rows, err := c.qu.q.StaleCandidates(ctx, gen.StaleCandidatesParams{
+			ScopeID: c.scope, Generation: sc.ActiveGeneration, QueueClass: class,
+			FromTime: from, UntilTime: sc.DbNow, WorkTypes: workTypes, Limit: int32(want),
+		})
+		stats.StaleScans++
+		if err != nil {
+			return nil, nothingCommitted(fmt.Errorf("workqueue: stale candidates (scope %q, class %q): %w", c.scope, class, err))
+		}
+		stats.Scanned += len(rows)
+		res := classScan{through: throughIf(len(rows) < want, sc.DbNow), window: cur.window}
+		for _, r := range rows {
+			row := gen.ClaimCandidatesRow(r)
+			res.rows = append(res.rows, row)
+			cands = append(cands, candidate{row: row, class: class})
+		}
+		scans[class] = res
+	}
+	slices.SortFunc(cands, func(a, b candidate) int {
+		return cmp.Or(a.row.RunAfter.Compare(b.row.RunAfter), cmp.Compare(a.row.LaneOrdinal, b.row.LaneOrdinal))
+	})
+	if len(cands) > want {
+		cands = cands[:want]
+		c.mu.Lock()
+		c.staleNow = true // more expired leases wait: look again next claim
+		c.mu.Unlock()
+	}
+	ref := c.newRef()
+	var tried []int64
+	var unknown error
+	consumed := map[string]int{}
+	for _, cand := range cands {
+		consumed[cand.class]++
+		r := cand.row
+		if r.AttemptCount >= c.qu.cfg.MaxAttempts {
+			if err := c.qu.expireToDead(ctx, r); err == nil {
+				stats.ExpiredToDead++
+			}
+			continue
+		}
+		n, err := c.reclaimCAS(ctx, r, ref)
+		switch {
+		case err != nil && serverRejected(err):
+			continue // rolled back: the row stays expired for the next scan
+		case err != nil:
+			unknown = err
+			tried = append(tried, r.WorkID)
+		case n == 0:
+			stats.LostCAS++
+		default:
+			tried = append(tried, r.WorkID)
+		}
+	}
+	for class, res := range scans {
+		c.settle(c.stale, class, epoch, res, consumed[class])
+	}
+	if len(tried) == 0 {
+		return nil, nil
+	}
+	won, fenced, err := c.readBack(ctx, ref, tried, true)
+	if err != nil {
+		return nil, fmt.Errorf("workqueue: reclaim of %d expired leases (%v): %w", len(tried), unknown, err)
+	}
+	if unknown != nil {
+		stats.Resolved++
+	}
+	stats.Fenced += fenced
+	return won, nil
+}
+
+func (c *Claimer) reclaimCAS(ctx context.Context, r gen.ClaimCandidatesRow, ref sql.NullString) (int64, error) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.qu.cfg.WriteTimeout)
+	defer cancel()
+	return c.qu.q.ReclaimCAS(ctx, gen.ReclaimCASParams{
+		LeaseOwner: ref, LeaseMicros: micros(c.qu.cfg.Lease), WorkID: r.WorkID, LeaseToken: r.LeaseToken,
+		MaxAttempts: c.qu.cfg.MaxAttempts, ScopeID: c.scope,
+	})
 }
 
 // claimedFrom builds the owner's view of a row as it is after its claim CAS.
-// (Every candidate statement selects the same columns, so their row types
-// convert to gen.ClaimCandidatesRow.)
 func (c *Claimer) claimedFrom(r gen.ClaimCandidatesRow, reclaimed bool) Claimed {
 	return Claimed{
 		WorkID: r.WorkID, EventID: r.EventID, WorkType: r.WorkType, QueueClass: r.QueueClass,
@@ -428,4 +675,42 @@ func (c *Claimer) claimedFrom(r gen.ClaimCandidatesRow, reclaimed bool) Claimed 
 			source: r.SourceLaneKey, target: r.TargetLaneKey,
 		}},
 	}
+}
+
+// Probe returns a value that changes when the scope's admission state
+// changes (a new generation, an enqueue) or when the first claimable row of
+// one of classes changes. A worker's generation probe calls it: that is how
+// work another process made claimable without enqueueing (a release at its
+// shutdown, a promotion of work it does not run) is noticed within one
+// probe period, without a claim turn. One scope read plus one LIMIT 1 scan
+// per class from its cursor; the cursors do not move.
+func (c *Claimer) Probe(ctx context.Context, classes, workTypes []string) (uint64, error) {
+	sc, err := c.qu.q.GetScope(ctx, c.scope)
+	if errors.Is(err, sql.ErrNoRows) {
+		return 0, fmt.Errorf("%w: %q", ErrUnknownScope, c.scope)
+	}
+	if err != nil {
+		return 0, fmt.Errorf("workqueue: probe scope %q: %w", c.scope, err)
+	}
+	c.observe(sc)
+	h := fnv.New64a()
+	fmt.Fprintf(h, "%d/%d", sc.ActiveGeneration, sc.NextEnqueueOrdinal)
+	for _, class := range classes {
+		cur, _ := c.cursorFor(c.fresh, class)
+		from := epochTime
+		if cur.known {
+			from = cur.floor.Add(-c.cfg.StragglerWindow)
+		}
+		rows, err := c.qu.q.ClaimCandidates(ctx, gen.ClaimCandidatesParams{
+			ScopeID: c.scope, Generation: sc.ActiveGeneration, QueueClass: class,
+			FromTime: from, UntilTime: sc.DbNow, WorkTypes: workTypes, Limit: 1,
+		})
+		if err != nil {
+			return 0, fmt.Errorf("workqueue: probe class %q of scope %q: %w", class, c.scope, err)
+		}
+		for _, r := range rows {
+			fmt.Fprintf(h, "/%s:%d:%d", class, r.WorkID, r.LeaseToken)
+		}
+	}
+	return h.Sum64(), nil
 }

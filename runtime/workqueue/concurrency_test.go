@@ -188,9 +188,9 @@ func runStressWorker(ctx context.Context, dsn, scopeID, owner string, itemOf map
 	if err != nil {
 		return err
 	}
-	// A short rescan interval: another worker's promotions sit behind this
-	// worker's floor until it rescans.
-	c, err := qu.NewClaimer(scopeID, owner, workqueue.ClaimerConfig{RescanEvery: 20 * time.Millisecond})
+	// Another worker's promotions become claimable after this worker's
+	// floor: no rescan is needed to find them.
+	c, err := qu.NewClaimer(scopeID, owner, workqueue.ClaimerConfig{})
 	if err != nil {
 		return err
 	}
@@ -217,7 +217,7 @@ func runStressWorker(ctx context.Context, dsn, scopeID, owner string, itemOf map
 			it := itemOf[cl.WorkID]
 			ledger.start(cl, it)
 			ledger.finish(it) // the execution is the ledger check itself
-			if _, err := c.Complete(ctx, cl); err != nil {
+			if _, err := qu.Complete(ctx, cl.Lease); err != nil {
 				return fmt.Errorf("%s: complete %d: %w", owner, cl.WorkID, err)
 			}
 			done.Add(1)

@@ -6,6 +6,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/laneq/laneq/gen"
@@ -62,19 +63,23 @@ type EnqueuedWork struct {
 // exists is not written again and its existing work items are returned; a
 // work type missing from an existing event is created.
 //
-// The transaction first locks the scope row, which serializes admission per
+// The transaction (pessimistic READ COMMITTED: every statement reads the
+// latest commit) first locks the scope row, which serializes admission per
 // scope and hands out enqueue ordinals in commit order; it then finds
-// duplicates with locking (current) reads, so an event committed by another
-// enqueuer while this one waited is seen instead of failing on a duplicate
-// key. Lock order: scope, events, work items, lane rows.
+// duplicates with locking reads, writes the events and items, and only then
+// settles the lanes (see settleLanes): the lane rows it appends behind are
+// locked for the batch's last few statements, so an enqueue into the lane of
+// a running item does not hold up that item's lease renewal. Lock order:
+// scope, events, work items, lane rows.
 func (qu *Queue) Enqueue(ctx context.Context, scope string, events []Event) ([]EnqueuedEvent, error) {
 	if err := qu.validateEnqueue(scope, events); err != nil {
 		return nil, err
 	}
+	kinds := qu.newKinds(scope, events)
 	var out []EnqueuedEvent
-	err := qu.inTx(ctx, "enqueue", nil, func(q *gen.Queries) error {
+	err := qu.inTx(ctx, "enqueue", readCommitted, func(ctx context.Context, q *gen.Queries) error {
 		var err error
-		out, err = enqueueTx(ctx, q, scope, events)
+		out, err = enqueueTx(ctx, q, scope, events, kinds)
 		return err
 	})
 	if mysqlErrno(err) == errDuplicateEntry {
@@ -85,16 +90,59 @@ func (qu *Queue) Enqueue(ctx context.Context, scope string, events []Event) ([]E
 	if err != nil {
 		return nil, err
 	}
+	qu.rememberKinds(kinds)
 	return out, nil
 }
 
-func enqueueTx(ctx context.Context, q *gen.Queries, scope string, events []Event) ([]EnqueuedEvent, error) {
+// workKind is a (queue class, work type) pair of a scope: see
+// scope_work_kind.
+type workKind struct{ scope, class, workType string }
+
+// newKinds lists the batch's work kinds this Queue has not registered yet.
+func (qu *Queue) newKinds(scope string, events []Event) []workKind {
+	qu.kindsMu.Lock()
+	defer qu.kindsMu.Unlock()
+	seen := map[workKind]bool{}
+	var out []workKind
+	for _, ev := range events {
+		for _, w := range ev.Work {
+			k := workKind{scope, queueClass(w.QueueClass), w.WorkType}
+			if !qu.kinds[k] && !seen[k] {
+				seen[k] = true
+				out = append(out, k)
+			}
+		}
+	}
+	return out
+}
+
+func (qu *Queue) rememberKinds(kinds []workKind) {
+	qu.kindsMu.Lock()
+	defer qu.kindsMu.Unlock()
+	for _, k := range kinds {
+		qu.kinds[k] = true
+	}
+}
+
+func queueClass(c string) string {
+	if c == "" {
+		return "default"
+	}
+	return c
+}
+
+func enqueueTx(ctx context.Context, q *gen.Queries, scope string, events []Event, kinds []workKind) ([]EnqueuedEvent, error) {
 	head, err := q.LockScopeForEnqueue(ctx, scope)
 	if errors.Is(err, sql.ErrNoRows) {
 		return nil, fmt.Errorf("%w: %q", ErrUnknownScope, scope)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("lock scope: %w", err)
+	}
+	for _, k := range kinds {
+		if err := q.RegisterWorkKind(ctx, gen.RegisterWorkKindParams{ScopeID: k.scope, QueueClass: k.class, WorkType: k.workType}); err != nil {
+			return nil, fmt.Errorf("register work kind %s/%s: %w", k.class, k.workType, err)
+		}
 	}
 	keys := make([]string, len(events))
 	for i, ev := range events {
@@ -125,7 +173,8 @@ func enqueueTx(ctx context.Context, q *gen.Queries, scope string, events []Event
 		}
 	}
 
-	w := laneWriter{q: q, scope: scope, generation: head.ActiveGeneration, next: head.NextEnqueueOrdinal}
+	next := head.NextEnqueueOrdinal
+	var laned []lanedItem
 	out := make([]EnqueuedEvent, len(events))
 	for i, ev := range events {
 		res := EnqueuedEvent{}
@@ -147,7 +196,7 @@ func enqueueTx(ctx context.Context, q *gen.Queries, scope string, events []Event
 				SourceKind:       ev.SourceKind,
 				SourceID:         ev.SourceID,
 				DeliverySequence: ev.DeliverySequence,
-				EnqueueOrdinal:   w.next,
+				EnqueueOrdinal:   next,
 				IdempotencyKey:   ev.IdempotencyKey,
 				PayloadHash:      sum[:],
 				Payload:          payload,
@@ -157,7 +206,7 @@ func enqueueTx(ctx context.Context, q *gen.Queries, scope string, events []Event
 			}
 			res.EventID = id
 			if len(ev.Work) == 0 { // an event without work still takes its place in the order
-				w.next++
+				next++
 			}
 		}
 		for _, work := range ev.Work {
@@ -165,15 +214,44 @@ func enqueueTx(ctx context.Context, q *gen.Queries, scope string, events []Event
 				res.Work = append(res.Work, EnqueuedWork{WorkID: got.WorkID, WorkType: got.WorkType, State: got.State})
 				continue
 			}
-			created, err := w.insert(ctx, res.EventID, work)
-			if err != nil {
-				return nil, fmt.Errorf("event %q: %w", ev.IdempotencyKey, err)
+			// An item in a lane is written blocked; settleLanes promotes
+			// the lane heads once it has checked, under locks, what is ahead.
+			state := StatePending
+			if work.SourceLane != "" || work.TargetLane != "" {
+				state = StateBlocked
 			}
-			res.Work = append(res.Work, created)
+			id, err := q.InsertWorkItem(ctx, gen.InsertWorkItemParams{
+				EventID:       res.EventID,
+				ScopeID:       scope,
+				Generation:    head.ActiveGeneration,
+				WorkType:      work.WorkType,
+				QueueClass:    queueClass(work.QueueClass),
+				State:         state,
+				DelayMicros:   micros(work.Delay),
+				Priority:      work.Priority,
+				SourceLaneKey: nullString(work.SourceLane),
+				TargetLaneKey: nullString(work.TargetLane),
+				LaneOrdinal:   next,
+			})
+			if err != nil {
+				return nil, fmt.Errorf("event %q: insert work item %q: %w", ev.IdempotencyKey, work.WorkType, err)
+			}
+			if state == StateBlocked {
+				laned = append(laned, lanedItem{workID: id, source: work.SourceLane, target: work.TargetLane, event: i, work: len(res.Work)})
+			}
+			res.Work = append(res.Work, EnqueuedWork{WorkID: id, WorkType: work.WorkType, State: state, Created: true})
+			next++
 		}
 		out[i] = res
 	}
-	if reserved := w.next - head.NextEnqueueOrdinal; reserved > 0 {
+	heads, err := settleLanes(ctx, q, scope, head.ActiveGeneration, head.NextEnqueueOrdinal, laned)
+	if err != nil {
+		return nil, err
+	}
+	for _, it := range heads {
+		out[it.event].Work[it.work].State = StatePending
+	}
+	if reserved := next - head.NextEnqueueOrdinal; reserved > 0 {
 		if err := q.AdvanceEnqueueOrdinal(ctx, gen.AdvanceEnqueueOrdinalParams{Reserved: reserved, ScopeID: scope}); err != nil {
 			return nil, fmt.Errorf("advance enqueue ordinal: %w", err)
 		}
@@ -181,87 +259,170 @@ func enqueueTx(ctx context.Context, q *gen.Queries, scope string, events []Event
 	return out, nil
 }
 
-// laneWriter inserts work items at the tail of their lanes. Each item takes
-// the next enqueue ordinal of the scope, so lane order is admission order and
-// no two items share a position.
-type laneWriter struct {
-	q          *gen.Queries
-	scope      string
-	generation int64
-	next       int64
+// lanedItem is a work item the batch wrote into a lane, in ordinal order.
+type lanedItem struct {
+	workID         int64
+	source, target string
+	event, work    int // its place in Enqueue's result
 }
 
-func (w *laneWriter) insert(ctx context.Context, eventID int64, work Work) (EnqueuedWork, error) {
-	ordinal := w.next
-	w.next++
-	blocked, err := liveBefore(ctx, w.q, w.scope, w.generation, work.SourceLane, work.TargetLane, ordinal, true)
-	if err != nil {
-		return EnqueuedWork{}, err
+// maxLaneSettleRounds bounds settleLanes' re-checks; each re-check means a
+// lane head finished between reading and locking it.
+const maxLaneSettleRounds = 8
+
+// settleLanes decides which of the batch's laned items (all written
+// blocked, every ordinal at or after before) head their lanes, and promotes
+// them. An item is a head when it is the batch's first item in each of its
+// lanes and no live row is ahead of it there.
+//
+// What is ahead in a lane is locked, so it cannot leave the lane unseen
+// before this transaction commits (its finisher would not see the new,
+// uncommitted follower and would promote nothing): the lane's head if it
+// has one (its finisher's CAS then waits for this commit), else the lane's
+// first blocked row (its promotion then waits). Followers behind a locked
+// row cannot finish before it. The locks are taken here, after every
+// insert, so they are held for the batch's last few statements only.
+func settleLanes(ctx context.Context, q *gen.Queries, scope string, generation, before int64, items []lanedItem) ([]lanedItem, error) {
+	if len(items) == 0 {
+		return nil, nil
 	}
-	state := StatePending
-	if blocked {
-		state = StateBlocked
+	first := map[laneRef]int{} // lane -> index in items of the batch's first item in it
+	for i, it := range items {
+		for _, l := range it.lanes() {
+			if _, ok := first[l]; !ok {
+				first[l] = i
+			}
+		}
 	}
-	class := work.QueueClass
-	if class == "" {
-		class = "default"
+	var busy map[laneRef]bool
+	for round := 1; ; round++ {
+		var settled bool
+		var err error
+		busy, settled, err = lockLanesAhead(ctx, q, scope, generation, before, first)
+		if err != nil {
+			return nil, err
+		}
+		if settled {
+			break
+		}
+		if round == maxLaneSettleRounds {
+			return nil, fmt.Errorf("settle lanes: heads kept finishing while %d rounds locked them", round)
+		}
 	}
-	id, err := w.q.InsertWorkItem(ctx, gen.InsertWorkItemParams{
-		EventID:       eventID,
-		ScopeID:       w.scope,
-		Generation:    w.generation,
-		WorkType:      work.WorkType,
-		QueueClass:    class,
-		State:         state,
-		DelayMicros:   micros(work.Delay),
-		Priority:      work.Priority,
-		SourceLaneKey: nullString(work.SourceLane),
-		TargetLaneKey: nullString(work.TargetLane),
-		LaneOrdinal:   ordinal,
-	})
-	if err != nil {
-		return EnqueuedWork{}, fmt.Errorf("insert work item %q: %w", work.WorkType, err)
+	var heads []lanedItem
+	var ids []int64
+	for i, it := range items {
+		head := true
+		for _, l := range it.lanes() {
+			head = head && first[l] == i && !busy[l]
+		}
+		if head {
+			heads = append(heads, it)
+			ids = append(ids, it.workID)
+		}
 	}
-	return EnqueuedWork{WorkID: id, WorkType: work.WorkType, State: state, Created: true}, nil
+	if len(ids) > 0 {
+		if _, err := q.PromoteEnqueued(ctx, ids); err != nil {
+			return nil, fmt.Errorf("promote lane heads: %w", err)
+		}
+	}
+	return heads, nil
 }
 
-// liveBefore reports whether either lane holds a live item ahead of ordinal.
-// With locking, the reads lock what they find (enqueue; see
-// LockLiveBeforeInSourceLane); without, they are plain reads for the READ
-// COMMITTED finish transaction (see LiveBeforeInSourceLane).
-func liveBefore(ctx context.Context, q *gen.Queries, scope string, generation int64, sourceLane, targetLane string, ordinal int64, locking bool) (bool, error) {
-	probes := []struct {
-		lane, kind string
-		run        func(gen.LiveBeforeInSourceLaneParams) ([]int64, error)
-	}{
-		{sourceLane, "source", func(p gen.LiveBeforeInSourceLaneParams) ([]int64, error) {
-			if locking {
-				return q.LockLiveBeforeInSourceLane(ctx, gen.LockLiveBeforeInSourceLaneParams(p))
-			}
-			return q.LiveBeforeInSourceLane(ctx, p)
-		}},
-		{targetLane, "target", func(p gen.LiveBeforeInSourceLaneParams) ([]int64, error) {
-			if locking {
-				return q.LockLiveBeforeInTargetLane(ctx, gen.LockLiveBeforeInTargetLaneParams(p))
-			}
-			return q.LiveBeforeInTargetLane(ctx, gen.LiveBeforeInTargetLaneParams(p))
-		}},
+// laneRef names a lane: its kind ("source" or "target", as LaneHeads
+// returns it) and key.
+type laneRef struct{ kind, key string }
+
+func (it lanedItem) lanes() []laneRef {
+	var out []laneRef
+	if it.source != "" {
+		out = append(out, laneRef{"source", it.source})
 	}
-	for _, probe := range probes {
-		if probe.lane == "" {
+	if it.target != "" {
+		out = append(out, laneRef{"target", it.target})
+	}
+	return out
+}
+
+// lockLanesAhead finds, for each lane, the live row ahead of the batch that
+// must be locked (see settleLanes), locks them all by primary key in one
+// statement, and checks they are still what was found. busy lists the lanes
+// with a live row ahead; settled is false when a row changed between the
+// read and the lock (a head finished), and the caller reads again.
+func lockLanesAhead(ctx context.Context, q *gen.Queries, scope string, generation, before int64, lanes map[laneRef]int) (busy map[laneRef]bool, settled bool, err error) {
+	var sources, targets []sql.NullString
+	for l := range lanes {
+		if l.kind == "source" {
+			sources = append(sources, nullString(l.key))
+		} else {
+			targets = append(targets, nullString(l.key))
+		}
+	}
+	heads, err := q.LaneHeads(ctx, gen.LaneHeadsParams{ScopeID: scope, Generation: generation, SourceLanes: sources, TargetLanes: targets, BeforeOrdinal: before})
+	if err != nil {
+		return nil, false, fmt.Errorf("read lane heads: %w", err)
+	}
+	ahead := map[laneRef]int64{} // lane -> the row to lock
+	expect := map[int64]string{} // row -> the state it was found in
+	for _, h := range heads {
+		ahead[laneRef{h.LaneKind, h.LaneKey.String}] = h.WorkID
+		expect[h.WorkID] = h.State
+	}
+
+	var headlessSources, headlessTargets []sql.NullString
+	for l := range lanes {
+		if _, ok := ahead[l]; ok {
 			continue
 		}
-		ids, err := probe.run(gen.LiveBeforeInSourceLaneParams{
-			ScopeID: scope, Generation: generation, LaneKey: nullString(probe.lane), BeforeOrdinal: ordinal,
-		})
-		if err != nil {
-			return false, fmt.Errorf("probe %s lane: %w", probe.kind, err)
-		}
-		if len(ids) > 0 {
-			return true, nil
+		if l.kind == "source" {
+			headlessSources = append(headlessSources, nullString(l.key))
+		} else {
+			headlessTargets = append(headlessTargets, nullString(l.key))
 		}
 	}
-	return false, nil
+	if len(headlessSources)+len(headlessTargets) > 0 {
+		blocked, err := q.BlockedInHeadlessLanes(ctx, gen.BlockedInHeadlessLanesParams{
+			ScopeID: scope, Generation: generation, SourceLanes: headlessSources, TargetLanes: headlessTargets, BeforeOrdinal: before,
+		})
+		if err != nil {
+			return nil, false, fmt.Errorf("read blocked rows of lanes without a head: %w", err)
+		}
+		firstOrdinal := map[laneRef]int64{}
+		for _, b := range blocked {
+			l := laneRef{b.LaneKind, b.LaneKey.String}
+			if o, ok := firstOrdinal[l]; !ok || b.LaneOrdinal < o {
+				firstOrdinal[l], ahead[l] = b.LaneOrdinal, b.WorkID
+			}
+		}
+		for l := range firstOrdinal {
+			expect[ahead[l]] = StateBlocked
+		}
+	}
+
+	busy = map[laneRef]bool{}
+	if len(ahead) == 0 {
+		return busy, true, nil
+	}
+	ids := make([]int64, 0, len(expect))
+	for id := range expect {
+		ids = append(ids, id)
+	}
+	slices.Sort(ids) // one lock order for every enqueue
+	locked, err := q.LockWorkItems(ctx, ids)
+	if err != nil {
+		return nil, false, fmt.Errorf("lock lane rows: %w", err)
+	}
+	now := map[int64]string{}
+	for _, r := range locked {
+		now[r.WorkID] = r.State
+	}
+	for l, id := range ahead {
+		if now[id] != expect[id] {
+			return nil, false, nil // it moved on between the read and the lock
+		}
+		busy[l] = true
+	}
+	return busy, true, nil
 }
 
 func (qu *Queue) validateEnqueue(scope string, events []Event) error {

@@ -1,8 +1,12 @@
 package workqueue
 
 import (
+	"database/sql/driver"
 	"errors"
 	"fmt"
+	"io"
+	"net"
+	"syscall"
 
 	"github.com/go-sql-driver/mysql"
 )
@@ -20,10 +24,10 @@ var (
 	// ErrConflict reports that a unique key was taken by a writer that did
 	// not go through Enqueue's locks; the whole enqueue rolled back.
 	ErrConflict = errors.New("workqueue: conflicting writer")
-	// ErrNothingCommitted marks a Claim error raised before the claim wrote
-	// anything (reading the scope or scanning candidates failed): the
-	// caller knows ownership did not change. A claim error without it may
-	// have committed (a CAS whose reply was lost).
+	// ErrNothingCommitted marks a Claim error after which the claim is known
+	// to have changed nothing durable: it failed before any write, or TiDB
+	// answered its write with an error (an autocommit statement that fails
+	// is rolled back). A claim error without it may have committed.
 	ErrNothingCommitted = errors.New("workqueue: nothing committed")
 )
 
@@ -33,11 +37,22 @@ func invalidf(format string, args ...any) error {
 	return fmt.Errorf("%w: "+format, append([]any{ErrInvalid}, args...)...)
 }
 
-// MySQL error numbers laneq reacts to.
+// MySQL and TiDB error numbers laneq reacts to.
 const (
-	errDuplicateEntry  = 1062
-	errLockWaitTimeout = 1205
-	errDeadlock        = 1213
+	errDuplicateEntry     = 1062
+	errLockWaitTimeout    = 1205
+	errDeadlock           = 1213
+	errWriteConflictTiDB  = 8005
+	errTxnRetryable       = 8022
+	errInfoSchemaExpired  = 8027
+	errInfoSchemaChanged  = 8028
+	errPDServerTimeout    = 9001
+	errTiKVServerTimeout  = 9002
+	errTiKVServerBusy     = 9003
+	errResolveLockTimeout = 9004
+	errRegionUnavailable  = 9005
+	errWriteConflict      = 9007
+	errTiKVStoreLimit     = 9008
 )
 
 func mysqlErrno(err error) uint16 {
@@ -48,13 +63,42 @@ func mysqlErrno(err error) uint16 {
 	return 0
 }
 
-// retryableTx reports errors after which a whole transaction may be run again:
-// TiDB aborted it to break a deadlock, or a lock wait timed out. Every
-// transaction in this package is safe to re-run (idempotent or CAS-fenced).
-func retryableTx(err error) bool {
+// serverRejected reports that TiDB answered the statement with an error.
+// For an autocommit statement (and for a transaction laneq then rolls back)
+// that means nothing committed: TiDB rolls a failed statement back, and when
+// a commit's outcome is undetermined it closes the connection instead of
+// answering, which surfaces as a connection error, not a server error.
+func serverRejected(err error) bool {
+	var me *mysql.MySQLError
+	return errors.As(err, &me)
+}
+
+// transient reports errors worth running a statement or transaction again
+// for: TiDB broke a deadlock or a lock wait timed out, a write conflicted,
+// the schema moved under the statement, the storage layer was busy or
+// unavailable for a moment, or the connection failed. Every laneq write is
+// safe to run again: each is idempotent or fenced by a compare-and-swap, and
+// a write whose reply was lost is resolved by reading the row back.
+func transient(err error) bool {
 	switch mysqlErrno(err) {
-	case errDeadlock, errLockWaitTimeout:
+	case errLockWaitTimeout, errDeadlock, errWriteConflictTiDB, errTxnRetryable, errInfoSchemaExpired,
+		errInfoSchemaChanged, errPDServerTimeout, errTiKVServerTimeout, errTiKVServerBusy,
+		errResolveLockTimeout, errRegionUnavailable, errWriteConflict, errTiKVStoreLimit:
 		return true
 	}
-	return false
+	return connectionLost(err)
+}
+
+// connectionLost reports errors of the connection rather than the
+// statement: the statement may or may not have reached the server, and a
+// write may or may not have committed.
+func connectionLost(err error) bool {
+	if serverRejected(err) {
+		return false
+	}
+	var netErr net.Error
+	return errors.Is(err, mysql.ErrInvalidConn) || errors.Is(err, driver.ErrBadConn) ||
+		errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) ||
+		errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE) ||
+		errors.Is(err, syscall.ECONNREFUSED) || errors.As(err, &netErr)
 }

@@ -123,7 +123,7 @@ func (f *fixture) state(workID int64) string {
 // sleeping: the lease or the retry backoff is made to lie in the past.
 func (f *fixture) expireLease(workID int64) {
 	f.t.Helper()
-	f.exec("UPDATE work_item SET lease_until = DATE_SUB(NOW(6), INTERVAL 1 SECOND) WHERE work_id = ?", workID)
+	f.exec("UPDATE work_item SET run_after = DATE_SUB(NOW(6), INTERVAL 1 SECOND) WHERE work_id = ? AND state = 'processing'", workID)
 }
 
 func (f *fixture) makeDue(workID int64) {

@@ -54,3 +54,20 @@ func (qu *Queue) Generation(ctx context.Context, scope string) (uint64, error) {
 	fmt.Fprintf(h, "%d/%d", sc.ActiveGeneration, sc.NextEnqueueOrdinal)
 	return h.Sum64(), nil
 }
+
+// WorkKind is a (queue class, work type) pair a scope was given work of.
+type WorkKind struct{ QueueClass, WorkType string }
+
+// WorkKinds lists the pairs the scope has ever been given work of (see
+// Enqueue): one primary-key prefix read, as small as the number of pairs.
+func (qu *Queue) WorkKinds(ctx context.Context, scope string) ([]WorkKind, error) {
+	rows, err := qu.q.ListWorkKinds(ctx, scope)
+	if err != nil {
+		return nil, fmt.Errorf("workqueue: work kinds of scope %q: %w", scope, err)
+	}
+	out := make([]WorkKind, len(rows))
+	for i, r := range rows {
+		out[i] = WorkKind{QueueClass: r.QueueClass, WorkType: r.WorkType}
+	}
+	return out, nil
+}

@@ -41,7 +41,7 @@ func runHelperProcess() int {
 		return fail(err)
 	}
 	scopeID := os.Getenv(helperScopeEnv)
-	c, err := qu.NewClaimer(scopeID, owner, workqueue.ClaimerConfig{RescanEvery: 20 * time.Millisecond})
+	c, err := qu.NewClaimer(scopeID, owner, workqueue.ClaimerConfig{})
 	if err != nil {
 		return fail(err)
 	}
@@ -60,7 +60,7 @@ func runHelperProcess() int {
 		}
 		for _, cl := range got {
 			fmt.Fprintln(out, cl.WorkID)
-			if _, err := c.Complete(ctx, cl); err != nil {
+			if _, err := qu.Complete(ctx, cl.Lease); err != nil {
 				return fail(err)
 			}
 		}

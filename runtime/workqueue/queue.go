@@ -22,6 +22,8 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/laneq/laneq/gen"
@@ -43,36 +45,68 @@ type Config struct {
 	// Lease is how long a claim owns an item before it may be reclaimed,
 	// unless renewed. Default 30s.
 	Lease time.Duration
-	// Retry is the safe-retry backoff policy. Default DefaultRetryPolicy.
+	// Retry is the safe-retry backoff policy; zero fields take the fields of
+	// DefaultRetryPolicy.
 	Retry RetryPolicy
+	// MaxAttempts is the attempt budget of an item: claims taken, reclaims
+	// after an expired lease included (a release gives its attempt back).
+	// An item whose lease expires at the budget goes to dead instead of
+	// being reclaimed again, and a failure of its last attempt sends it to
+	// dead; either way its lane followers move on. It is what ends a poison
+	// item that kills its process in every attempt. Default 25.
+	MaxAttempts int32
 	// MaxEnqueueBatch bounds the events of one Enqueue call (one transaction).
 	// Default 1000.
 	MaxEnqueueBatch int
-	// TxAttempts bounds how often a transaction is re-run after TiDB aborted
-	// it to break a deadlock or a lock wait timed out. Default 5.
+	// TxAttempts bounds how often a write is run when TiDB answered it with a
+	// transient error (a deadlock broken, a lock wait timed out, a write
+	// conflict, a busy or unavailable store) or the connection failed under
+	// it, with a jittered backoff between runs. Default 6.
 	TxAttempts int
+	// WriteTimeout bounds each run of a lease-fenced write (finish, retry,
+	// release, renew) and of a claim's compare-and-swap and read-back, which
+	// run under a context the caller cannot cancel: a write that TiDB may
+	// already be committing is seen through to a known outcome. Default 10s.
+	WriteTimeout time.Duration
+	// OnWriteRetry, when set, is called before a write is run again after a
+	// transient error (op names the write); for logs and metrics.
+	OnWriteRetry func(op string, attempt int, err error)
 }
+
+// DefaultMaxAttempts is Config.MaxAttempts when zero.
+const DefaultMaxAttempts = 25
 
 func (c Config) withDefaults() (Config, error) {
 	if c.Lease == 0 {
 		c.Lease = 30 * time.Second
 	}
-	if c.Retry == (RetryPolicy{}) {
-		c.Retry = DefaultRetryPolicy
+	c.Retry = c.Retry.withDefaults()
+	if c.MaxAttempts == 0 {
+		c.MaxAttempts = DefaultMaxAttempts
 	}
 	if c.MaxEnqueueBatch == 0 {
 		c.MaxEnqueueBatch = 1000
 	}
 	if c.TxAttempts == 0 {
-		c.TxAttempts = 5
+		c.TxAttempts = 6
+	}
+	if c.WriteTimeout == 0 {
+		c.WriteTimeout = 10 * time.Second
+	}
+	if c.OnWriteRetry == nil {
+		c.OnWriteRetry = func(string, int, error) {}
 	}
 	switch {
 	case c.Lease < time.Millisecond:
 		return c, invalidf("Lease must be at least 1ms, got %s", c.Lease)
+	case c.MaxAttempts < 1:
+		return c, invalidf("MaxAttempts must be positive, got %d", c.MaxAttempts)
 	case c.MaxEnqueueBatch < 1:
 		return c, invalidf("MaxEnqueueBatch must be positive, got %d", c.MaxEnqueueBatch)
 	case c.TxAttempts < 1:
 		return c, invalidf("TxAttempts must be positive, got %d", c.TxAttempts)
+	case c.WriteTimeout < time.Millisecond:
+		return c, invalidf("WriteTimeout must be at least 1ms, got %s", c.WriteTimeout)
 	}
 	if err := c.Retry.validate(); err != nil {
 		return c, err
@@ -86,30 +120,43 @@ type Queue struct {
 	db  *sql.DB
 	q   *gen.Queries
 	cfg Config
+
+	kindsMu sync.Mutex
+	kinds   map[workKind]bool // work kinds this Queue registered (see Enqueue)
+
+	writeRetries, writesAbandoned atomic.Uint64
 }
 
-// ErrOptimisticMode reports sessions in TiDB's optimistic transaction mode,
-// where READ COMMITTED silently becomes REPEATABLE READ and a finishing
-// transaction could miss a concurrent finisher's commit.
-var ErrOptimisticMode = errors.New("workqueue: TiDB sessions must use pessimistic transactions (tidb_txn_mode)")
+// QueueStats counts what a Queue's writes went through.
+type QueueStats struct {
+	// WriteRetries counts writes run again after a transient error.
+	WriteRetries uint64
+	// WritesAbandoned counts writes that still failed transiently after
+	// TxAttempts runs.
+	WritesAbandoned uint64
+}
 
-// New returns a Queue on db, which must carry laneq's connection settings
-// (parseTime, clientFoundRows, UTC session time zone; see internal/tidbenv)
-// and pessimistic transactions (TiDB's default; checked here).
+// Stats returns the counters.
+func (qu *Queue) Stats() QueueStats {
+	return QueueStats{WriteRetries: qu.writeRetries.Load(), WritesAbandoned: qu.writesAbandoned.Load()}
+}
+
+// New returns a Queue on db. It checks the session settings every laneq
+// statement relies on and returns a *SessionError for each one db's
+// connections get wrong (joined): parseTime=true, loc=UTC,
+// clientFoundRows=true, a session time zone that is UTC all year
+// (time_zone='+00:00'), and pessimistic transactions (TiDB's default). See
+// internal/tidbenv for a DSN with all of them.
 func New(db *sql.DB, cfg Config) (*Queue, error) {
 	cfg, err := cfg.withDefaults()
 	if err != nil {
 		return nil, err
 	}
-	qu := &Queue{db: db, q: gen.New(db), cfg: cfg}
+	qu := &Queue{db: db, q: gen.New(db), cfg: cfg, kinds: map[workKind]bool{}}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	mode, err := qu.q.TxnMode(ctx)
-	if err != nil {
-		return nil, fmt.Errorf("workqueue: read tidb_txn_mode: %w", err)
-	}
-	if m := fmt.Sprintf("%s", mode); m == "optimistic" {
-		return nil, fmt.Errorf("%w: the session reports %q", ErrOptimisticMode, m)
+	if err := qu.checkSession(ctx); err != nil {
+		return nil, err
 	}
 	return qu, nil
 }
@@ -149,15 +196,38 @@ func (qu *Queue) SetGeneration(ctx context.Context, scope string, generation int
 	return nil
 }
 
-// inTx runs fn in a transaction (pessimistic, TiDB's default), re-running it
-// when TiDB aborted it to break a deadlock or a lock wait timed out.
-func (qu *Queue) inTx(ctx context.Context, what string, opts *sql.TxOptions, fn func(q *gen.Queries) error) error {
+// inTx runs fn in a transaction (pessimistic, TiDB's default), re-running
+// it after a transient error (see transient) with a backoff, up to
+// TxAttempts runs. The context of the runs cannot be cancelled by the
+// caller's: a transaction that may be committing is seen through to a known
+// outcome, and each run is bounded by WriteTimeout. fn must be safe to run
+// again: idempotent, or fenced by compare-and-swaps.
+func (qu *Queue) inTx(ctx context.Context, what string, opts *sql.TxOptions, fn func(ctx context.Context, q *gen.Queries) error) error {
+	return qu.retryWrite(ctx, what, func(ctx context.Context) error {
+		return qu.runTx(ctx, opts, fn)
+	})
+}
+
+// retryWrite runs write until it succeeds, fails for good, or ran
+// TxAttempts times; see inTx.
+func (qu *Queue) retryWrite(ctx context.Context, what string, write func(ctx context.Context) error) error {
+	base := context.WithoutCancel(ctx)
 	var err error
-	for attempt := 1; attempt <= qu.cfg.TxAttempts; attempt++ {
-		err = qu.runTx(ctx, opts, fn)
-		if err == nil || !retryableTx(err) || ctx.Err() != nil {
+	for attempt := 1; ; attempt++ {
+		runCtx, cancel := context.WithTimeout(base, qu.cfg.WriteTimeout)
+		err = write(runCtx)
+		cancel()
+		timedOut := errors.Is(err, context.DeadlineExceeded) && base.Err() == nil
+		if err == nil || !(transient(err) || timedOut) {
 			break
 		}
+		if attempt >= qu.cfg.TxAttempts {
+			qu.writesAbandoned.Add(1)
+			break
+		}
+		qu.writeRetries.Add(1)
+		qu.cfg.OnWriteRetry(what, attempt, err)
+		_ = sleepCtx(base, writeBackoff(attempt))
 	}
 	if err != nil {
 		return fmt.Errorf("workqueue: %s: %w", what, err)
@@ -165,12 +235,12 @@ func (qu *Queue) inTx(ctx context.Context, what string, opts *sql.TxOptions, fn 
 	return nil
 }
 
-func (qu *Queue) runTx(ctx context.Context, opts *sql.TxOptions, fn func(q *gen.Queries) error) error {
+func (qu *Queue) runTx(ctx context.Context, opts *sql.TxOptions, fn func(ctx context.Context, q *gen.Queries) error) error {
 	tx, err := qu.db.BeginTx(ctx, opts)
 	if err != nil {
 		return fmt.Errorf("begin: %w", err)
 	}
-	if err := fn(qu.q.WithTx(tx)); err != nil {
+	if err := fn(ctx, qu.q.WithTx(tx)); err != nil {
 		_ = tx.Rollback()
 		return err
 	}

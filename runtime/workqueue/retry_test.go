@@ -48,3 +48,38 @@ func TestRetryDelays(t *testing.T) {
 		t.Errorf("jitter bounds for 8s: %s..%s, want 7.2s..8.8s", lo, hi)
 	}
 }
+
+// TestJitterNeverExceedsTheCap: jitter applies before the cap, so no delay
+// is longer than Max whatever the draw.
+func TestJitterNeverExceedsTheCap(t *testing.T) {
+	p := workqueue.RetryPolicy{Initial: time.Second, Max: 5 * time.Minute, Jitter: 0.5}
+	for retries := int32(0); retries < 40; retries++ {
+		for _, rnd := range []float64{0, 0.5, 0.999999} {
+			if got := p.Delay(retries, rnd); got > p.Max {
+				t.Fatalf("Delay(%d, %v) = %s, over the %s cap", retries, rnd, got, p.Max)
+			}
+		}
+	}
+	if got := p.Delay(20, 0.999999); got != p.Max {
+		t.Fatalf("Delay(20) at the top of the jitter = %s, want the cap %s", got, p.Max)
+	}
+}
+
+// TestPartialRetryPolicyTakesFieldDefaults: zero fields take their own
+// defaults, so a policy that only sets a retry limit is valid and backs off
+// like the default.
+func TestPartialRetryPolicyTakesFieldDefaults(t *testing.T) {
+	p := workqueue.RetryPolicy{MaxSafeRetries: 5}
+	for retries := int32(0); retries < 12; retries++ {
+		if got, want := p.Delay(retries, 0.5), workqueue.DefaultRetryPolicy.Delay(retries, 0.5); got != want {
+			t.Fatalf("Delay(%d) = %s, want the default's %s", retries, got, want)
+		}
+	}
+	if _, err := workqueue.New(nil, workqueue.Config{Retry: workqueue.RetryPolicy{Jitter: 0.7}}); err == nil {
+		t.Fatal("Jitter 0.7 was accepted")
+	}
+	noJitter := workqueue.RetryPolicy{Jitter: -1}
+	if lo, hi := noJitter.Delay(2, 0), noJitter.Delay(2, 0.999999); lo != 4*time.Second || hi != 4*time.Second {
+		t.Fatalf("negative Jitter: %s..%s, want exactly 4s", lo, hi)
+	}
+}

@@ -1,0 +1,340 @@
+package worker_test
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"log/slog"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/laneq/laneq/internal/faultdb"
+	"github.com/laneq/laneq/runtime/worker"
+	"github.com/laneq/laneq/runtime/workqueue"
+)
+
+// TestPoisonItemThatKillsItsProcessEndsDead: a handler that kills its whole
+// process (os.Exit) on one item, run by a fresh worker process each time the
+// last one died. The item is reclaimed after each expired lease until its
+// attempt budget is spent, then goes to dead, and its lane follower runs.
+func TestPoisonItemThatKillsItsProcessEndsDead(t *testing.T) {
+	f := newFixture(t, workqueue.Config{})
+	evs, err := f.qu.Enqueue(f.ctx, scope, []workqueue.Event{
+		{IdempotencyKey: "poison", Payload: []byte("poison"), Work: []workqueue.Work{{WorkType: "deliver", SourceLane: "L"}}},
+		{IdempotencyKey: "follower", Payload: []byte("fine"), Work: []workqueue.Work{{WorkType: "deliver", SourceLane: "L"}}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	poison, follower := evs[0].Work[0].WorkID, evs[1].Work[0].WorkID
+	const budget = 3
+	env := []string{
+		helperLeaseEnv + "=1s", fmt.Sprintf("%s=%d", helperMaxAttemptsEnv, budget), helperExitOnEnv + "=poison",
+		worker.EnvExecutors + "=2", worker.EnvGenerationProbeEvery + "=-1s", worker.EnvReconcileEvery + "=-1s",
+	}
+	deaths := 0
+	for process := 1; ; process++ {
+		if process > budget+2 {
+			t.Fatalf("%d processes started and died; the poison item never ended", process-1)
+		}
+		h := startHelper(t, fmt.Sprintf("process-%d", process), f.dsn, env...)
+		h.send(t, "go")
+		ranFollower := false
+		timeout := time.After(2 * time.Minute)
+	read:
+		for {
+			select {
+			case line, ok := <-h.lines:
+				if !ok {
+					if h.cmd.Wait() == nil {
+						t.Fatalf("process %d ended without dying: %s", process, h.stderr.String())
+					}
+					if h.cmd.ProcessState.ExitCode() != 3 {
+						t.Fatalf("process %d exited with %d, not the handler's 3: %s", process, h.cmd.ProcessState.ExitCode(), h.stderr.String())
+					}
+					deaths++
+					break read // the handler killed it
+				}
+				if line == fmt.Sprintf("ran %d", follower) {
+					ranFollower = true
+					break read
+				}
+			case <-timeout:
+				t.Fatalf("process %d neither died nor ran the follower (stderr: %s)", process, h.stderr.String())
+			}
+		}
+		if ranFollower {
+			h.send(t, "stop")
+			break
+		}
+	}
+	if deaths != budget {
+		t.Fatalf("%d processes died on the poison item, want %d (its attempt budget)", deaths, budget)
+	}
+	var state, class string
+	var attempts int
+	if err := f.db.QueryRow("SELECT state, COALESCE(failure_class, ''), attempt_count FROM work_item WHERE work_id = ?", poison).Scan(&state, &class, &attempts); err != nil {
+		t.Fatal(err)
+	}
+	if state != workqueue.StateDead || class != workqueue.FailureAttemptsExhausted || attempts != budget {
+		t.Fatalf("poison item: %s (%q) after %d attempts; want dead (%s) after %d", state, class, attempts, workqueue.FailureAttemptsExhausted, budget)
+	}
+	for deadline := time.Now().Add(time.Minute); ; time.Sleep(20 * time.Millisecond) {
+		var s string
+		if err := f.db.QueryRow("SELECT state FROM work_item WHERE work_id = ?", follower).Scan(&s); err != nil {
+			t.Fatal(err)
+		}
+		if s == workqueue.StateCompleted {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("follower is %s", s)
+		}
+	}
+}
+
+// TestDeadProcessItemsAreReclaimedWithinALease: a process dies holding six
+// items across three queue classes. A surviving worker with four executors,
+// with the generation probe and the reconciliation backstop both off, takes
+// all six back: its due timer is armed for the leases' expiry, and each
+// claim turn reclaims expired leases of every class it serves, on any shape
+// with a free slot.
+func TestDeadProcessItemsAreReclaimedWithinALease(t *testing.T) {
+	const lease = 2 * time.Second
+	f := newFixture(t, workqueue.Config{Lease: lease})
+	f.enqueue(6, 0, "deliver", "interactive", "default", "bulk")
+	dead, err := f.qu.NewClaimer(scope, "dead-process", workqueue.ClaimerConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	held, _, err := dead.Claim(f.ctx, workqueue.ClaimRequest{QueueClasses: []string{"interactive", "default", "bulk"}, WorkTypes: []string{"deliver"}, Max: 6})
+	if err != nil || len(held) != 6 {
+		t.Fatalf("the process that dies claimed %d: %v", len(held), err)
+	}
+	died := time.Now() // it never renews
+	c := newCollector(nil)
+	w, err := worker.New(f.qu, quietCfg(4), map[string]worker.Handler{"deliver": c.handle})
+	if err != nil {
+		t.Fatal(err)
+	}
+	run(t, w)
+	c.wait(t, 6)
+	recovered := time.Since(died)
+	settled(t, f, w, map[string]int{"completed": 6})
+	st := w.Stats().Controller
+	if st.GenerationProbes != 0 || st.Reconciles != 1 || st.DueTimerFires < 1 {
+		t.Fatalf("recovery did not come from the due timer: %+v", st)
+	}
+	for id, n := range c.attempts {
+		if n != 1 {
+			t.Fatalf("work %d ran %d times", id, n)
+		}
+	}
+	t.Logf("six expired leases across three classes recovered %s after the claims (lease %s, heartbeat %s)", recovered.Round(time.Millisecond), lease, lease/3)
+}
+
+// TestReleaseByAnotherProcessIsFoundByTheProbe: another process releases
+// items at its shutdown, behind everything this worker consumed and without
+// an enqueue. The worker's probe sees them, with the backstop off.
+func TestReleaseByAnotherProcessIsFoundByTheProbe(t *testing.T) {
+	f := newFixture(t, workqueue.Config{})
+	c := newCollector(nil)
+	cfg := quietCfg(2)
+	cfg.Controller.GenerationProbeEvery = 50 * time.Millisecond
+	w, err := worker.New(f.qu, cfg, map[string]worker.Handler{"deliver": c.handle})
+	if err != nil {
+		t.Fatal(err)
+	}
+	other, err := f.qu.NewClaimer(scope, "other-process", workqueue.ClaimerConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.enqueue(5, 0, "deliver")
+	held, _, err := other.Claim(f.ctx, workqueue.ClaimRequest{QueueClasses: []string{"default"}, WorkTypes: []string{"deliver"}, Max: 5})
+	if err != nil || len(held) != 5 {
+		t.Fatalf("the other process claimed %d: %v", len(held), err)
+	}
+	f.enqueue(1, 0, "deliver") // this worker consumes past the five
+	run(t, w)
+	c.wait(t, 1)
+	if err := w.Settle(f.ctx); err != nil {
+		t.Fatal(err)
+	}
+	for _, h := range held {
+		if err := f.qu.Release(f.ctx, h.Lease); err != nil {
+			t.Fatal(err)
+		}
+	}
+	c.wait(t, 5)
+	settled(t, f, w, map[string]int{"completed": 6})
+	if st := w.Stats().Controller; st.Reconciles != 1 || st.GenerationChanges < 1 {
+		t.Fatalf("found other than by the probe: %+v", st)
+	}
+}
+
+// TestEnqueueIntoARunningLaneDoesNotCancelItsHandler: 1,000 events enqueued
+// in one batch into the lane of an item whose handler is running. The batch
+// locks the running head only for its last statements, so the head's lease
+// renewals go through and its handler is not cancelled.
+func TestEnqueueIntoARunningLaneDoesNotCancelItsHandler(t *testing.T) {
+	const lease = 3 * time.Second
+	f := newFixture(t, workqueue.Config{Lease: lease})
+	head := f.one("head", "L")
+	running, release := make(chan struct{}), make(chan struct{})
+	var outcome error
+	w, err := worker.New(f.qu, quietCfg(1), map[string]worker.Handler{"head": func(ctx context.Context, job *worker.Job) error {
+		close(running)
+		select {
+		case <-release:
+			return nil
+		case <-ctx.Done():
+			outcome = context.Cause(ctx)
+			return ctx.Err()
+		}
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	run(t, w)
+	<-running
+	evs := make([]workqueue.Event, 1000)
+	for i := range evs {
+		evs[i] = workqueue.Event{IdempotencyKey: fmt.Sprintf("follow-%d", i), Payload: []byte("{}"),
+			Work: []workqueue.Work{{WorkType: "follow", SourceLane: "L"}}}
+	}
+	began := time.Now()
+	if _, err := f.qu.Enqueue(f.ctx, scope, evs); err != nil {
+		t.Fatal(err)
+	}
+	took := time.Since(began)
+	time.Sleep(lease / 3) // one more heartbeat after the enqueue
+	close(release)
+	settled(t, f, w, map[string]int{"completed": 1, "pending": 1, "blocked": 999})
+	if outcome != nil {
+		t.Fatalf("the head's handler was cancelled: %v", outcome)
+	}
+	var attempts int
+	if err := f.db.QueryRow("SELECT attempt_count FROM work_item WHERE work_id = ?", head).Scan(&attempts); err != nil || attempts != 1 {
+		t.Fatalf("head ran %d attempts (%v), want 1", attempts, err)
+	}
+	if st := w.Stats().Scheduler; st.HeartbeatFailures != 0 {
+		t.Fatalf("%d heartbeat failures during the enqueue", st.HeartbeatFailures)
+	}
+	t.Logf("1,000-event enqueue into the running lane took %s; lease %s", took.Round(time.Millisecond), lease)
+}
+
+// one enqueues one item of workType in lane and returns its id.
+func (f *fixture) one(workType, lane string) int64 {
+	f.t.Helper()
+	f.seq++
+	evs, err := f.qu.Enqueue(f.ctx, scope, []workqueue.Event{{IdempotencyKey: fmt.Sprintf("one-%d", f.seq),
+		Payload: []byte("{}"), Work: []workqueue.Work{{WorkType: workType, SourceLane: lane}}}})
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	return evs[0].Work[0].WorkID
+}
+
+// TestWorkerRidesOutInjectedFaults: deadlocks and lock-wait timeouts on the
+// claim CAS, a lost reply of a claim CAS, failed renewals, and finishes that
+// fail transiently or lose their reply. The controller stays usable (it
+// restarts after the errors proven to have committed nothing), the worker
+// keeps running, and every item runs exactly once.
+func TestWorkerRidesOutInjectedFaults(t *testing.T) {
+	f := newFixture(t, workqueue.Config{})
+	db, in, err := faultdb.Open(f.dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	qu, err := workqueue.New(db, workqueue.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range []faultdb.Rule{
+		{Statement: "ClaimBatchCAS", Fault: faultdb.Deadlock},
+		{Statement: "ClaimBatchCAS", Skip: 1, Fault: faultdb.ReplyLost},
+		{Statement: "ClaimBatchCAS", Skip: 3, Fault: faultdb.LockWaitTimeout},
+		{Statement: "ClaimedByRef", Skip: 2, Fault: faultdb.DropBefore},
+		{Statement: "Finish", Fault: faultdb.LockWaitTimeout, Times: 2},
+		{Statement: "Finish", Skip: 5, Fault: faultdb.ReplyLost, Times: 3},
+		{Statement: "GetEvent", Skip: 7, Fault: faultdb.DropBefore},
+	} {
+		in.Add(r)
+	}
+	f.enqueue(60, 0, "deliver", "interactive", "default", "bulk")
+	c := newCollector(nil)
+	w, err := worker.New(qu, quietCfg(4), map[string]worker.Handler{"deliver": c.handle})
+	if err != nil {
+		t.Fatal(err)
+	}
+	stop := run(t, w)
+	c.wait(t, 60)
+	settled(t, f, w, map[string]int{"completed": 60})
+	if !w.Running() {
+		t.Fatal("the worker stopped")
+	}
+	for id, n := range c.attempts {
+		if n != 1 {
+			t.Fatalf("work %d ran %d times", id, n)
+		}
+	}
+	st := w.Stats()
+	if st.ControllerRestarts < 1 || st.Queue.WriteRetries < 3 {
+		t.Fatalf("restarts %d, write retries %d: the faults did not happen", st.ControllerRestarts, st.Queue.WriteRetries)
+	}
+	for _, name := range []string{"ClaimBatchCAS", "ClaimedByRef", "Finish"} {
+		if in.Fired(name) == 0 {
+			t.Fatalf("no fault fired at %s", name)
+		}
+	}
+	if err := stop(); err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+}
+
+// TestUnservedWorkKindIsReported: work of a queue class that none of the
+// worker's executor shapes claims is logged at start-up and counted, instead
+// of silently blocking its lanes.
+func TestUnservedWorkKindIsReported(t *testing.T) {
+	f := newFixture(t, workqueue.Config{})
+	f.enqueue(1, 0, "deliver", "reports")
+	f.enqueue(1, 0, "other-type", "reports") // not this worker's type: not its report
+	var logs syncBuffer
+	cfg := quietCfg(4)
+	cfg.Logger = slog.New(slog.NewTextHandler(&logs, nil))
+	w, err := worker.New(f.qu, cfg, map[string]worker.Handler{"deliver": newCollector(nil).handle})
+	if err != nil {
+		t.Fatal(err)
+	}
+	run(t, w)
+	if err := w.Settle(f.ctx); err != nil {
+		t.Fatal(err)
+	}
+	got := w.UnservedWorkKinds()
+	if len(got) != 1 || got[0] != (workqueue.WorkKind{QueueClass: "reports", WorkType: "deliver"}) {
+		t.Fatalf("unserved work kinds %v, want [{reports deliver}]", got)
+	}
+	if !strings.Contains(logs.String(), "queue class no executor shape serves") || !strings.Contains(logs.String(), "queue_class=reports") {
+		t.Fatalf("not logged:\n%s", logs.String())
+	}
+}
+
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
