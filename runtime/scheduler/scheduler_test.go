@@ -486,14 +486,26 @@ func TestHeartbeatToleratesFailedRenewalsWhileTheLeaseLasts(t *testing.T) {
 	<-started
 	// Renewal 1 at 10s succeeds, renewal 2 at 20s fails, its retry 2.5s
 	// later (renewal 3) succeeds, renewal 4 at 32.5s says the item is lost.
-	for i, step := range []time.Duration{10 * time.Second, 10 * time.Second, 2500 * time.Millisecond, 10 * time.Second} {
+	stepRenewals(t, fc, b, 10*time.Second, 10*time.Second, 2500*time.Millisecond, 10*time.Second)
+	waitFinished(t, b, 1)
+	if err := b.outcome(1); !errors.Is(err, scheduler.ErrLeaseRenewal) || !errors.Is(err, scheduler.ErrOwnershipLost) {
+		t.Fatalf("outcome %v, want a lease-renewal failure carrying the lost ownership", err)
+	}
+	if st := s.Stats(); st.HeartbeatFailures != 2 {
+		t.Fatalf("heartbeat failures %d, want 2", st.HeartbeatFailures)
+	}
+}
+
+// stepRenewals advances the fake clock to each renewal in turn (steps apart),
+// checking that the attempt is still running before each.
+func stepRenewals(t *testing.T, fc *clock.Fake, b *fakeBackend, steps ...time.Duration) {
+	t.Helper()
+	for i, step := range steps {
 		if !fc.WaitArmed(fc.Now().Add(step), 10*time.Second) {
 			t.Fatalf("renewal %d was not armed %s ahead", i+1, step)
 		}
-		if i == 3 {
-			if n := b.finishedCount(); n != 0 {
-				t.Fatalf("%d items finished while renewals still succeeded", n)
-			}
+		if n := b.finishedCount(); n != 0 {
+			t.Fatalf("the attempt ended before renewal %d", i+1)
 		}
 		fc.Advance(step)
 		select {
@@ -501,13 +513,6 @@ func TestHeartbeatToleratesFailedRenewalsWhileTheLeaseLasts(t *testing.T) {
 		case <-time.After(10 * time.Second):
 			t.Fatalf("renewal %d did not happen", i+1)
 		}
-	}
-	waitFinished(t, b, 1)
-	if err := b.outcome(1); !errors.Is(err, scheduler.ErrLeaseRenewal) || !errors.Is(err, scheduler.ErrOwnershipLost) {
-		t.Fatalf("outcome %v, want a lease-renewal failure carrying the lost ownership", err)
-	}
-	if st := s.Stats(); st.HeartbeatFailures != 2 {
-		t.Fatalf("heartbeat failures %d, want 2", st.HeartbeatFailures)
 	}
 }
 
@@ -529,20 +534,7 @@ func TestHeartbeatGivesUpAfterTheGrace(t *testing.T) {
 	}
 	<-started
 	// Failures at 8s, 10s, 12s, 14s are retried; the one at 16s is past the grace.
-	for i, step := range []time.Duration{8 * time.Second, 2 * time.Second, 2 * time.Second, 2 * time.Second, 2 * time.Second} {
-		if !fc.WaitArmed(fc.Now().Add(step), 10*time.Second) {
-			t.Fatalf("renewal %d was not armed %s ahead", i+1, step)
-		}
-		if n := b.finishedCount(); n != 0 {
-			t.Fatalf("attempt ended after %d failed renewals, within the grace", i)
-		}
-		fc.Advance(step)
-		select {
-		case <-b.renewed:
-		case <-time.After(10 * time.Second):
-			t.Fatalf("renewal %d did not happen", i+1)
-		}
-	}
+	stepRenewals(t, fc, b, 8*time.Second, 2*time.Second, 2*time.Second, 2*time.Second, 2*time.Second)
 	waitFinished(t, b, 1)
 	if err := b.outcome(1); !errors.Is(err, scheduler.ErrLeaseRenewal) {
 		t.Fatalf("outcome %v", err)

@@ -141,12 +141,7 @@ func TestDeadProcessItemsAreReclaimedWithinALease(t *testing.T) {
 func TestReleaseByAnotherProcessIsFoundByTheProbe(t *testing.T) {
 	f := newFixture(t, workqueue.Config{})
 	c := newCollector(nil)
-	cfg := quietCfg(2)
-	cfg.Controller.GenerationProbeEvery = 50 * time.Millisecond
-	w, err := worker.New(f.qu, cfg, map[string]worker.Handler{"deliver": c.handle})
-	if err != nil {
-		t.Fatal(err)
-	}
+	w := probingWorker(t, f, c)
 	other, err := f.qu.NewClaimer(scope, "other-process", workqueue.ClaimerConfig{})
 	if err != nil {
 		t.Fatal(err)

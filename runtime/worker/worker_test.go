@@ -293,15 +293,22 @@ func TestShutdownReleasesRunningItems(t *testing.T) {
 	}
 }
 
-func TestGenerationProbeFindsOtherProcessesWork(t *testing.T) {
-	f := newFixture(t, workqueue.Config{})
-	c := newCollector(nil)
+// probingWorker is a quiet worker with a 50ms probe, the only periodic read.
+func probingWorker(t *testing.T, f *fixture, c *collector) *worker.Worker {
+	t.Helper()
 	cfg := quietCfg(2)
 	cfg.Controller.GenerationProbeEvery = 50 * time.Millisecond
 	w, err := worker.New(f.qu, cfg, map[string]worker.Handler{"deliver": c.handle})
 	if err != nil {
 		t.Fatal(err)
 	}
+	return w
+}
+
+func TestGenerationProbeFindsOtherProcessesWork(t *testing.T) {
+	f := newFixture(t, workqueue.Config{})
+	c := newCollector(nil)
+	w := probingWorker(t, f, c)
 	run(t, w)
 	if err := w.Settle(f.ctx); err != nil {
 		t.Fatal(err)

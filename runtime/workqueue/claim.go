@@ -280,14 +280,10 @@ func (c *Claimer) Claim(ctx context.Context, req ClaimRequest) ([]Claimed, Claim
 	}
 	// One point read per claim: the active generation to scan, the clock
 	// that bounds every scan, and the admission state.
-	sc, err := c.qu.q.GetScope(ctx, c.scope)
-	if errors.Is(err, sql.ErrNoRows) {
-		return nil, stats, nothingCommitted(fmt.Errorf("%w: %q", ErrUnknownScope, c.scope))
-	}
+	sc, err := c.readScope(ctx)
 	if err != nil {
-		return nil, stats, nothingCommitted(fmt.Errorf("workqueue: read scope %q: %w", c.scope, err))
+		return nil, stats, nothingCommitted(err)
 	}
-	c.observe(sc)
 	var out []Claimed
 	if req.StaleOnly || c.staleDue() {
 		classes := req.StaleClasses
@@ -311,6 +307,19 @@ func (c *Claimer) Claim(ctx context.Context, req ClaimRequest) ([]Claimed, Claim
 		}
 	}
 	return out, stats, nil
+}
+
+// readScope reads the scope row and folds it into the cursors (observe).
+func (c *Claimer) readScope(ctx context.Context) (gen.GetScopeRow, error) {
+	sc, err := c.qu.q.GetScope(ctx, c.scope)
+	if errors.Is(err, sql.ErrNoRows) {
+		return sc, fmt.Errorf("%w: %q", ErrUnknownScope, c.scope)
+	}
+	if err != nil {
+		return sc, fmt.Errorf("workqueue: read scope %q: %w", c.scope, err)
+	}
+	c.observe(sc)
+	return sc, nil
 }
 
 // observe folds a scope read into the cursors: a new generation restarts
@@ -607,29 +616,46 @@ func (c *Claimer) reclaim(ctx context.Context, sc gen.GetScopeRow, classes, work
 	slices.SortFunc(cands, func(a, b candidate) int {
 		return cmp.Or(a.row.RunAfter.Compare(b.row.RunAfter), cmp.Compare(a.row.LaneOrdinal, b.row.LaneOrdinal))
 	})
-	if len(cands) > want {
-		cands = cands[:want]
+	more := len(cands) > want
+	for _, res := range scans {
+		more = more || res.through.IsZero() // a class filled the limit
+	}
+	if more {
+		cands = cands[:min(len(cands), want)]
 		c.mu.Lock()
-		c.staleNow = true // more expired leases wait: look again next claim
+		c.staleNow = true // more expired leases may wait: look again next claim
 		c.mu.Unlock()
 	}
 	ref := c.newRef()
 	var tried []int64
 	var unknown error
-	consumed := map[string]int{}
+	// consumed counts, per class, the leading candidates handled (won, lost
+	// to another claimer, or sent to dead): the stale cursor may pass those
+	// only, never one whose CAS TiDB rejected.
+	consumed, held := map[string]int{}, map[string]bool{}
+	handled := func(class string, ok bool) {
+		if !ok {
+			held[class] = true
+		} else if !held[class] {
+			consumed[class]++
+		}
+	}
 	for _, cand := range cands {
-		consumed[cand.class]++
 		r := cand.row
 		if r.AttemptCount >= c.qu.cfg.MaxAttempts {
-			if err := c.qu.expireToDead(ctx, r); err == nil {
+			err := c.qu.expireToDead(ctx, r)
+			if err == nil {
 				stats.ExpiredToDead++
 			}
+			handled(cand.class, err == nil)
 			continue
 		}
 		n, err := c.reclaimCAS(ctx, r, ref)
 		switch {
 		case err != nil && serverRejected(err):
-			continue // rolled back: the row stays expired for the next scan
+			// Rolled back: the row stays expired for the next scan.
+			handled(cand.class, false)
+			continue
 		case err != nil:
 			unknown = err
 			tried = append(tried, r.WorkID)
@@ -638,6 +664,7 @@ func (c *Claimer) reclaim(ctx context.Context, sc gen.GetScopeRow, classes, work
 		default:
 			tried = append(tried, r.WorkID)
 		}
+		handled(cand.class, true)
 	}
 	for class, res := range scans {
 		c.settle(c.stale, class, epoch, res, consumed[class])
@@ -685,14 +712,10 @@ func (c *Claimer) claimedFrom(r gen.ClaimCandidatesRow, reclaimed bool) Claimed 
 // probe period, without a claim turn. One scope read plus one LIMIT 1 scan
 // per class from its cursor; the cursors do not move.
 func (c *Claimer) Probe(ctx context.Context, classes, workTypes []string) (uint64, error) {
-	sc, err := c.qu.q.GetScope(ctx, c.scope)
-	if errors.Is(err, sql.ErrNoRows) {
-		return 0, fmt.Errorf("%w: %q", ErrUnknownScope, c.scope)
-	}
+	sc, err := c.readScope(ctx)
 	if err != nil {
-		return 0, fmt.Errorf("workqueue: probe scope %q: %w", c.scope, err)
+		return 0, err
 	}
-	c.observe(sc)
 	h := fnv.New64a()
 	fmt.Fprintf(h, "%d/%d", sc.ActiveGeneration, sc.NextEnqueueOrdinal)
 	for _, class := range classes {

@@ -130,16 +130,7 @@ func faultFixture(t *testing.T, cfg workqueue.Config) (*fixture, *workqueue.Queu
 
 func claimWith(t *testing.T, c *workqueue.Claimer, ctx context.Context, req workqueue.ClaimRequest) ([]workqueue.Claimed, workqueue.ClaimStats, error) {
 	t.Helper()
-	if req.QueueClasses == nil {
-		req.QueueClasses = allClasses
-	}
-	if req.WorkTypes == nil {
-		req.WorkTypes = []string{"deliver"}
-	}
-	if req.Max == 0 {
-		req.Max = 100
-	}
-	return c.Claim(ctx, req)
+	return c.Claim(ctx, withTestDefaults(req))
 }
 
 // TestClaimOutcomesUnderInjectedFaults: a claim CAS that TiDB answers with

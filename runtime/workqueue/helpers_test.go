@@ -78,8 +78,9 @@ func (f *fixture) claimer(owner string) *workqueue.Claimer {
 
 var allClasses = []string{"default", "interactive", "bulk"}
 
-func (f *fixture) claim(c *workqueue.Claimer, req workqueue.ClaimRequest) []workqueue.Claimed {
-	f.t.Helper()
+// withTestDefaults fills a claim request's empty fields: every class, the
+// "deliver" work type, up to 100 items.
+func withTestDefaults(req workqueue.ClaimRequest) workqueue.ClaimRequest {
 	if req.QueueClasses == nil {
 		req.QueueClasses = allClasses
 	}
@@ -89,7 +90,12 @@ func (f *fixture) claim(c *workqueue.Claimer, req workqueue.ClaimRequest) []work
 	if req.Max == 0 {
 		req.Max = 100
 	}
-	got, _, err := c.Claim(f.ctx, req)
+	return req
+}
+
+func (f *fixture) claim(c *workqueue.Claimer, req workqueue.ClaimRequest) []workqueue.Claimed {
+	f.t.Helper()
+	got, _, err := c.Claim(f.ctx, withTestDefaults(req))
 	if err != nil {
 		f.t.Fatalf("claim: %v", err)
 	}
