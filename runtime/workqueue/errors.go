@@ -40,6 +40,7 @@ func invalidf(format string, args ...any) error {
 // MySQL and TiDB error numbers laneq reacts to.
 const (
 	errDuplicateEntry     = 1062
+	errUnknownTimeZone    = 1298
 	errLockWaitTimeout    = 1205
 	errDeadlock           = 1213
 	errWriteConflictTiDB  = 8005

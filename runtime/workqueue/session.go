@@ -67,6 +67,10 @@ func (qu *Queue) checkSession(ctx context.Context) error {
 	var errs []error
 	st, err := qu.q.SessionSettings(ctx)
 	if err != nil {
+		if mysqlErrno(err) == errUnknownTimeZone { // the DSN's time_zone, set at connect
+			return &SessionError{Setting: "time_zone", Got: "a zone this TiDB does not know", Want: "'+00:00'",
+				Why: err.Error()}
+		}
 		if strings.Contains(err.Error(), "Scan") {
 			return &SessionError{Setting: "parseTime", Got: "false", Want: "true",
 				Why: "DATETIME columns must scan into time.Time (" + err.Error() + ")"}
