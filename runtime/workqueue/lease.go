@@ -267,10 +267,13 @@ type follower struct {
 
 // followerWindow is the first ordinal window a finisher searches for the
 // next follower of a lane: a lane's followers are usually close behind its
-// head, and a window keeps a lane of thousands of followers from costing a
-// read of every one (the embedded engine reads every live entry of a
-// range). When it finds none, one unbounded statement reads on.
-const followerWindow = 64
+// head (within a thousand admissions of the scope), and a window keeps a
+// lane of thousands of followers from costing a read of every one (the
+// embedded engine reads every live entry of a range). When it finds none,
+// one unbounded statement reads on. Measured on the two-process end-to-end
+// test (lanes of 5 whose items sit 1,000 ordinals apart): a 64-ordinal
+// window cost a second statement per finish and about 15% of throughput.
+const followerWindow = 1024
 
 // nextFollower finds the first blocked row after `after` in one lane.
 func nextFollower(ctx context.Context, q *gen.Queries, lanes *laneIdentity, target bool, after int64) (*follower, error) {
