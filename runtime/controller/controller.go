@@ -5,9 +5,9 @@
 // next-work lookup) a Source is read only because of:
 //
 //   - ClaimBatch.More: the source said more claimable work exists now;
-//   - the exact due timer, armed for a NextWorkAt that was strictly in the
-//     future when it was read (it fires at once if that moment passed while
-//     the lookup returned);
+//   - the exact due timer: every NotifyDue time until it fires, and a
+//     NextWorkAt that was strictly in the future when it was read (firing at
+//     once if that moment passed while the lookup or a claim ran);
 //   - a coalesced Wake (new durable work this process knows of);
 //   - a generation change seen by the cheap generation probe;
 //   - the low-frequency reconciliation backstop, or RequestReconcile.
@@ -28,6 +28,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -161,7 +163,8 @@ type Controller struct {
 	notify    chan struct{} // capacity 1: "look at the flags"
 	wake      atomic.Bool
 	reconcile atomic.Bool
-	dueHint   atomic.Int64 // earliest NotifyDue time (unix nanos), 0 when none
+	hintsMu   sync.Mutex
+	hints     []time.Time // NotifyDue times the loop has not taken yet
 	settleReq chan chan struct{}
 
 	running  atomic.Bool
@@ -173,7 +176,9 @@ type Controller struct {
 	more       bool // the last claim said More
 	generation uint64
 	due        clock.Timer
-	dueAt      time.Time // zero when the due timer is disarmed
+	dueAt      time.Time   // zero when the due timer is disarmed
+	scheduled  []time.Time // NotifyDue times not yet due, ascending
+	lookedUp   time.Time   // the last next-work lookup's time, zero when none
 
 	readyChecks, reconciles, claims, emptyClaims, nextWork  atomic.Uint64
 	probes, genChanges, dueFires, overdue                   atomic.Uint64
@@ -222,22 +227,14 @@ func (c *Controller) signal(flag *atomic.Bool, queued, coalesced *atomic.Uint64)
 func (c *Controller) CapacityFreed() { c.poke() }
 
 // NotifyDue says work becomes claimable at (a retry this process just
-// scheduled). The due timer is armed for it when that is earlier than what
-// it waits for; a time already past counts as a wake.
+// scheduled). Every such time keeps its own place on the due timer until it
+// fires, so two retries due a moment apart cost two claim turns, not one
+// turn that comes a moment too early for the second; a time already past
+// counts as a due fire at once.
 func (c *Controller) NotifyDue(at time.Time) {
-	n := at.UnixNano()
-	if n == 0 {
-		n = 1
-	}
-	for {
-		cur := c.dueHint.Load()
-		if cur != 0 && cur <= n {
-			break
-		}
-		if c.dueHint.CompareAndSwap(cur, n) {
-			break
-		}
-	}
+	c.hintsMu.Lock()
+	c.hints = append(c.hints, at)
+	c.hintsMu.Unlock()
 	c.poke()
 }
 
@@ -294,7 +291,7 @@ func (c *Controller) Run(ctx context.Context) error {
 	defer c.running.Store(false)
 	c.due = c.cfg.Clock.NewTimer()
 	defer c.due.Stop()
-	c.dueAt = time.Time{}
+	c.dueAt, c.lookedUp = time.Time{}, time.Time{}
 	probe, backstop := c.cfg.Clock.NewTimer(), c.cfg.Clock.NewTimer()
 	defer probe.Stop()
 	defer backstop.Stop()
@@ -344,10 +341,11 @@ func (c *Controller) handleNext(ctx context.Context, probe, backstop clock.Timer
 	return c.step(ctx)
 }
 
+// onDue handles the due timer's fire: everything due by now is handed to
+// the next claim turn, and the timer moves on to what is left.
 func (c *Controller) onDue() {
-	c.dueFires.Add(1)
 	c.dueAt = time.Time{}
-	c.external, c.dueFired = true, true
+	c.rearm()
 }
 
 func (c *Controller) onProbe(ctx context.Context, probe clock.Timer) error {
@@ -433,9 +431,7 @@ func (c *Controller) step(ctx context.Context) error {
 		if c.wake.Swap(false) {
 			c.external = true
 		}
-		if n := c.dueHint.Swap(0); n != 0 {
-			c.noteDue(time.Unix(0, n))
-		}
+		c.takeHints()
 		var runnable bool
 		switch {
 		case c.external:
@@ -455,19 +451,52 @@ func (c *Controller) step(ctx context.Context) error {
 	}
 }
 
-func (c *Controller) noteDue(at time.Time) {
-	if !at.After(c.cfg.Clock.Now()) {
-		c.external, c.dueFired = true, true
+// takeHints moves the NotifyDue times sent since the last look into the
+// loop's schedule and re-arms the timer when one of them comes first.
+func (c *Controller) takeHints() {
+	c.hintsMu.Lock()
+	hints := c.hints
+	c.hints = nil
+	c.hintsMu.Unlock()
+	if len(hints) == 0 {
 		return
 	}
-	if c.dueAt.IsZero() || at.Before(c.dueAt) {
-		c.armDue(at)
+	for _, at := range hints {
+		i, _ := slices.BinarySearchFunc(c.scheduled, at, time.Time.Compare)
+		c.scheduled = slices.Insert(c.scheduled, i, at)
 	}
+	c.rearm()
 }
 
-func (c *Controller) armDue(at time.Time) {
-	c.dueAt = at
-	c.due.Reset(max(at.Sub(c.cfg.Clock.Now()), 0))
+// rearm hands everything due by now (scheduled times, the looked-up next
+// work time) to the next claim turn as a due fire, and points the timer at
+// the earliest time left. Each time is handed over once, so this cannot
+// spin.
+func (c *Controller) rearm() {
+	now := c.cfg.Clock.Now()
+	fired := false
+	for len(c.scheduled) > 0 && !c.scheduled[0].After(now) {
+		c.scheduled, fired = c.scheduled[1:], true
+	}
+	if !c.lookedUp.IsZero() && !c.lookedUp.After(now) {
+		c.lookedUp, fired = time.Time{}, true
+	}
+	if fired {
+		c.dueFires.Add(1)
+		c.external, c.dueFired = true, true
+	}
+	next := c.lookedUp
+	if len(c.scheduled) > 0 && (next.IsZero() || c.scheduled[0].Before(next)) {
+		next = c.scheduled[0]
+	}
+	if next.Equal(c.dueAt) {
+		return
+	}
+	c.due.Stop()
+	c.dueAt = next
+	if !next.IsZero() {
+		c.due.Reset(next.Sub(now))
+	}
 }
 
 func (c *Controller) claim(ctx context.Context) error {
@@ -493,13 +522,16 @@ func (c *Controller) claim(ctx context.Context) error {
 
 func (c *Controller) refreshDue(ctx context.Context) error {
 	c.nextWork.Add(1)
+	// Times that came due while the claim ran may lie past that claim's
+	// reads, and the lookup below sees only the future: hand them to the
+	// next turn first instead of losing them.
+	c.rearm()
 	asked := c.cfg.Clock.Now()
 	at, ok, err := c.src.NextWorkAt(ctx)
 	if err != nil {
 		return fmt.Errorf("controller: next work time: %w", err)
 	}
-	c.due.Stop()
-	c.dueAt = time.Time{}
+	c.lookedUp = time.Time{}
 	switch {
 	case !ok:
 	case !at.After(asked):
@@ -509,10 +541,11 @@ func (c *Controller) refreshDue(ctx context.Context) error {
 		c.overdue.Add(1)
 	default:
 		// In the future when read. If a busy machine let that moment pass
-		// while the lookup returned, the timer fires at once: a source
-		// reports each strictly-future time once, so this cannot spin.
-		c.armDue(at)
+		// while the lookup returned, rearm fires at once: a source reports
+		// each strictly-future time once, so this cannot spin.
+		c.lookedUp = at
 	}
+	c.rearm()
 	return nil
 }
 

@@ -234,6 +234,58 @@ func TestDueTimePassedWhileLookingUpStillFires(t *testing.T) {
 	}
 }
 
+// TestDueTimePassingDuringAClaimIsNotLost: the due timer was armed; a claim
+// for another reason runs across the due time, and the lookup after it only
+// sees the future. The controller claims once more instead of dropping the
+// fire it stopped.
+func TestDueTimePassingDuringAClaimIsNotLost(t *testing.T) {
+	var h *harness
+	h = newHarness(t, controller.Config{GenerationProbeEvery: -1, ReconcileEvery: -1}, func(s *countingSource) {
+		s.nextWorkAt = func(n int) (time.Time, bool, error) {
+			if n == 1 {
+				return epoch.Add(time.Second), true, nil
+			}
+			return time.Time{}, false, nil
+		}
+		s.onClaim = func(_ context.Context, n int) {
+			if n == 2 {
+				h.clock.Advance(2 * time.Second) // the claim outlasts the due time
+			}
+		}
+	})
+	h.run()
+	h.settle()
+	h.ctrl.Wake()
+	h.settle()
+	h.settle()
+	h.wantCounts(map[string]int{"ready": 1, "reconcile": 1, "claim": 3, "next_work_at": 3})
+	if st := h.ctrl.Stats(); st.DueTimerFires != 1 {
+		t.Fatalf("due fires %d, want 1", st.DueTimerFires)
+	}
+}
+
+// TestEveryScheduledTimeFires: two retries scheduled 100ms apart each get
+// a claim turn at their own time, even when the lookups after the first
+// turn report nothing (the second came due while that turn ran, and a
+// lookup sees only the future).
+func TestEveryScheduledTimeFires(t *testing.T) {
+	h := newHarness(t, controller.Config{GenerationProbeEvery: -1, ReconcileEvery: -1}, nil)
+	h.run()
+	h.settle()
+	h.ctrl.NotifyDue(epoch.Add(time.Second))
+	h.ctrl.NotifyDue(epoch.Add(1100 * time.Millisecond))
+	h.settle()
+	h.clock.Advance(time.Second)
+	h.settle()
+	h.wantCounts(map[string]int{"ready": 1, "reconcile": 1, "claim": 2, "next_work_at": 2})
+	h.clock.Advance(100 * time.Millisecond)
+	h.settle()
+	h.wantCounts(map[string]int{"ready": 1, "reconcile": 1, "claim": 3, "next_work_at": 3})
+	if st := h.ctrl.Stats(); st.DueTimerFires != 2 {
+		t.Fatalf("due fires %d, want 2", st.DueTimerFires)
+	}
+}
+
 func TestTerminalNonEmptyBatchRefreshesTimerAndCompletionDoesNotClaim(t *testing.T) {
 	h := newHarness(t, controller.Config{GenerationProbeEvery: -1}, func(s *countingSource) {
 		s.claim = func(n int, _ controller.Turn) (controller.ClaimBatch, error) {
