@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	_ "embed"
+	"errors"
 	"fmt"
 	"io"
 	"time"
@@ -27,24 +28,43 @@ const (
 	knownBase   = 1_000_000 // ids and ordinals of the target scope's interesting rows
 )
 
+// The fixture's timeline. Rows that must be due sit in the year 2000, so no
+// amount of time between seeding and checking makes them anything else.
+// Rows that must not be due yet sit from futureLead after the seeding
+// database's clock (recorded in plancheck_fixture), and Verify fails the run
+// loudly if the check starts so late that any of them came due.
+var pastBase = time.Date(2000, 1, 1, 0, 0, 0, 0, time.UTC)
+
+const futureLead = time.Hour
+
 // Values are the fixture facts cases can name as "$key" arguments.
 func Values() map[string]any {
 	return map[string]any{
 		"scope":              TargetScope,
 		"generation":         int64(targetGen),
-		"head_work_id":       int64(knownBase),             // a due pending lane head
-		"head_ordinal":       int64(knownBase),             // its lane ordinal
-		"blocked_work_id":    int64(knownBase + 100),       // a blocked follower
-		"blocked_ordinal":    int64(knownBase + 100),       // its lane ordinal
-		"processing_work_id": int64(knownBase + 200),       // a leased row
-		"event_id":           int64(knownBase),             // the head's event
-		"idempotency_key":    "known:0",                    // that event's key
-		"lane":               "lane:0",                     // the head's source lane
-		"target_lane":        "acct:0",                     // the head's target lane
-		"wake_key":           "wake:0",                     // a dependency wake key
-		"lease_token":        int64(0),                     // seeded rows' token
-		"next_ordinal":       int64(knownBase + 1_000_000), // past every seeded ordinal
+		"head_work_id":       int64(knownBase),            // a due pending lane head
+		"head_ordinal":       int64(knownBase),            // its lane ordinal
+		"blocked_work_id":    int64(knownBase + 100),      // a blocked follower
+		"blocked_ordinal":    int64(knownBase + 100),      // its lane ordinal
+		"processing_work_id": int64(knownBase + 200),      // a leased row
+		"event_id":           int64(knownBase),            // the head's event
+		"idempotency_key":    "known:0",                   // that event's key
+		"lane":               "lane:0",                    // the head's source lane
+		"target_lane":        "acct:0",                    // the head's target lane
+		"wake_key":           "wake:0",                    // a dependency wake key
+		"lease_token":        int64(0),                    // seeded rows' token
+		"long_lane":          "long:0",                    // a lane with `scale` blocked followers
+		"long_lane_head":     int64(longLaneBase - 1),     // its head's ordinal, just before them
+		"next_ordinal":       int64(maxSeededOrdinal + 1), // past every seeded ordinal
 	}
+}
+
+// when places a distribution's rows in time: the first row at base+offset
+// and the rest spread evenly over spread after it.
+type when struct {
+	future bool // base: the seeding clock plus futureLead; else the year 2000
+	offset time.Duration
+	spread time.Duration
 }
 
 // distribution is one kind of seeded row.
@@ -53,20 +73,38 @@ type distribution struct {
 	scope                string
 	generation           int64
 	state                string
-	dueInSeconds         int64
+	at                   when // run_after: when due, or the lease expiry of a processing row
 	source, target, proj string
 	projActive           bool
 	wake                 string
 	lanes                int64
 	idBase, ordinalBase  int64
 	count                int64
-	leaseInSeconds       int64
-	scaled               bool // count is the scale, not a constant
+	per                  float64 // with count 0: count = per × scale
 	workType, queueClass string
+	skew                 bool // one of the skewed distributions (see distributions)
 }
 
+// Ordinal blocks (each below the next block's base) and the largest ordinal
+// seeded; the scope's next enqueue ordinal is set past it.
+const (
+	longLaneBase     = 12 * knownBase
+	maxSeededOrdinal = 14*knownBase + 5*MaxScale
+)
+
 // distributions are the fixture: a constant set of interesting rows in the
-// target scope, and `scale` rows of every kind of noise the seeds name.
+// target scope, rows of every kind of noise the seeds name (`scale` each),
+// and the skewed distributions that defeated earlier claim scans (issue 9),
+// sized in proportion to the scale so that both scales are skewed:
+//
+//   - not-due retries in the claim range (5 × scale): the seed-002 profile,
+//     commands retrying at a five-minute cap, due over the next five minutes;
+//   - expired leases of another queue class (scale / 2);
+//   - live leases expiring over the next half hour (scale / 2, beside the
+//     `scale` processing rows of the noise);
+//   - one lane with `scale` blocked followers at consecutive ordinals;
+//   - due rows of a work type the cases do not ask for, in the same class and
+//     time range as the due backlog (scale).
 func distributions(scale int64) []distribution {
 	d := func(x distribution) distribution {
 		if x.workType == "" {
@@ -78,39 +116,60 @@ func distributions(scale int64) []distribution {
 		if x.lanes == 0 {
 			x.lanes = 20
 		}
-		if x.scaled {
-			x.count = scale
+		if x.count == 0 {
+			x.count = max(1, int64(x.per*float64(scale)))
+		}
+		if x.scope == "" {
+			x.scope = TargetScope
+		}
+		if x.generation == 0 {
+			x.generation = targetGen
 		}
 		return x
 	}
 	const noise = 10_000_000
+	backlog := when{spread: time.Hour} // the due backlog: the year 2000's first hour
+	inBacklog := when{offset: 30 * time.Minute, spread: 20 * time.Millisecond}
+	notDue := when{future: true, spread: time.Hour}
+	leases := when{future: true, spread: 30 * time.Minute}
 	return []distribution{
-		// The target scope's interesting rows (constant at every scale).
-		d(distribution{what: "lane heads", scope: TargetScope, generation: targetGen, state: "pending", source: "lane:", target: "acct:", idBase: knownBase, ordinalBase: knownBase, count: 20}),
-		d(distribution{what: "blocked followers of the heads", scope: TargetScope, generation: targetGen, state: "blocked", source: "lane:", target: "acct:", idBase: knownBase + 100, ordinalBase: knownBase + 100, count: 20}),
-		d(distribution{what: "leased rows", scope: TargetScope, generation: targetGen, state: "processing", source: "run:", leaseInSeconds: 600, idBase: knownBase + 200, ordinalBase: knownBase + 200, count: 10}),
-		d(distribution{what: "expired leases", scope: TargetScope, generation: targetGen, state: "processing", source: "stale:", leaseInSeconds: -60, idBase: knownBase + 300, ordinalBase: knownBase + 300, count: 5}),
-		d(distribution{what: "retries in backoff", scope: TargetScope, generation: targetGen, state: "pending", dueInSeconds: 600, source: "retry:", idBase: knownBase + 400, ordinalBase: knownBase + 400, count: 5}),
-		d(distribution{what: "dependency waiters", scope: TargetScope, generation: targetGen, state: "waiting_dependency", source: "dep:", wake: "wake:", idBase: knownBase + 500, ordinalBase: knownBase + 500, count: 10}),
+		// The target scope's interesting rows (constant at every scale), in
+		// the middle of the due backlog.
+		d(distribution{what: "lane heads", state: "pending", at: inBacklog, source: "lane:", target: "acct:", idBase: knownBase, ordinalBase: knownBase, count: 20}),
+		d(distribution{what: "blocked followers of the heads", state: "blocked", at: inBacklog, source: "lane:", target: "acct:", idBase: knownBase + 100, ordinalBase: knownBase + 100, count: 20}),
+		d(distribution{what: "leased rows", state: "processing", at: leases, source: "run:", idBase: knownBase + 200, ordinalBase: knownBase + 200, count: 10}),
+		d(distribution{what: "expired leases", state: "processing", at: inBacklog, source: "stale:", idBase: knownBase + 300, ordinalBase: knownBase + 300, count: 5}),
+		d(distribution{what: "retries in backoff", state: "pending", at: notDue, source: "retry:", idBase: knownBase + 400, ordinalBase: knownBase + 400, count: 5}),
+		d(distribution{what: "dependency waiters", state: "waiting_dependency", at: inBacklog, source: "dep:", wake: "wake:", idBase: knownBase + 500, ordinalBase: knownBase + 500, count: 10}),
+		d(distribution{what: "the long lane's head", state: "pending", at: inBacklog, source: "long:", lanes: 1, idBase: knownBase + 600, ordinalBase: longLaneBase - 1, count: 1}),
 
 		// Noise, `scale` rows each, placed where a careless plan would read it.
-		d(distribution{what: "other scopes", scope: OtherScope, generation: targetGen, state: "pending", source: "lane:", target: "acct:", idBase: 1 * noise, ordinalBase: knownBase, scaled: true}),
-		d(distribution{what: "other generations", scope: TargetScope, generation: targetGen - 1, state: "pending", source: "lane:", target: "acct:", idBase: 2 * noise, ordinalBase: 0, scaled: true}),
-		d(distribution{what: "terminal history in the same lanes", scope: TargetScope, generation: targetGen, state: "completed", source: "lane:", target: "acct:", idBase: 3 * noise, ordinalBase: 0, scaled: true}),
-		d(distribution{what: "processing rows", scope: TargetScope, generation: targetGen, state: "processing", source: "busy:", leaseInSeconds: 600, lanes: 1000, idBase: 4 * noise, ordinalBase: 2 * knownBase, scaled: true}),
-		d(distribution{what: "blocked followers in the same lanes", scope: TargetScope, generation: targetGen, state: "blocked", source: "lane:", target: "acct:", idBase: 5 * noise, ordinalBase: 3 * knownBase, scaled: true}),
-		d(distribution{what: "inactive projection successors", scope: TargetScope, generation: targetGen, state: "blocked", proj: "proj:", source: "proj:", idBase: 6 * noise, ordinalBase: 4 * knownBase, scaled: true}),
-		d(distribution{what: "dependency waiters", scope: TargetScope, generation: targetGen, state: "waiting_dependency", source: "wait:", wake: "wake:", lanes: 100, idBase: 7 * noise, ordinalBase: 5 * knownBase, scaled: true}),
-		d(distribution{what: "same scope, other lanes, due", scope: TargetScope, generation: targetGen, state: "pending", source: "other:", lanes: 1000, idBase: 8 * noise, ordinalBase: 6 * knownBase, scaled: true}),
-		d(distribution{what: "same scope, other lanes, not due", scope: TargetScope, generation: targetGen, state: "pending", dueInSeconds: 3600, source: "later:", lanes: 1000, idBase: 9 * noise, ordinalBase: 7 * knownBase, scaled: true}),
+		d(distribution{what: "other scopes", scope: OtherScope, state: "pending", at: backlog, source: "lane:", target: "acct:", idBase: 1 * noise, ordinalBase: knownBase, per: 1}),
+		d(distribution{what: "other generations", generation: targetGen - 1, state: "pending", at: backlog, source: "lane:", target: "acct:", idBase: 2 * noise, ordinalBase: 0, per: 1}),
+		d(distribution{what: "terminal history in the same lanes", state: "completed", at: backlog, source: "lane:", target: "acct:", idBase: 3 * noise, ordinalBase: 0, per: 1}),
+		d(distribution{what: "processing rows", state: "processing", at: leases, source: "busy:", lanes: 1000, idBase: 4 * noise, ordinalBase: 2 * knownBase, per: 1}),
+		d(distribution{what: "blocked followers in the same lanes", state: "blocked", at: backlog, source: "lane:", target: "acct:", idBase: 5 * noise, ordinalBase: 3 * knownBase, per: 1}),
+		d(distribution{what: "inactive projection successors", state: "blocked", at: backlog, proj: "proj:", source: "proj:", idBase: 6 * noise, ordinalBase: 4 * knownBase, per: 1}),
+		d(distribution{what: "dependency waiters", state: "waiting_dependency", at: backlog, source: "wait:", wake: "wake:", lanes: 100, idBase: 7 * noise, ordinalBase: 5 * knownBase, per: 1}),
+		d(distribution{what: "same scope, other lanes, due", state: "pending", at: backlog, source: "other:", lanes: 1000, idBase: 8 * noise, ordinalBase: 6 * knownBase, per: 1}),
+		d(distribution{what: "same scope, other lanes, not due", state: "pending", at: notDue, source: "later:", lanes: 1000, idBase: 9 * noise, ordinalBase: 7 * knownBase, per: 1}),
+
+		// Skew (issue 9).
+		d(distribution{what: "not-due retries in the claim range", state: "pending", at: when{future: true, spread: 5 * time.Minute}, source: "retrying:", lanes: 1000, idBase: 10 * noise, ordinalBase: 8 * knownBase, per: 5, skew: true}),
+		d(distribution{what: "expired leases of another class", state: "processing", queueClass: "bulk", at: backlog, source: "dead:", lanes: 1000, idBase: 11 * noise, ordinalBase: 10 * knownBase, per: 0.5, skew: true}),
+		d(distribution{what: "live leases", state: "processing", at: leases, source: "alive:", lanes: 1000, idBase: 12 * noise, ordinalBase: 11 * knownBase, per: 0.5, skew: true}),
+		d(distribution{what: "one lane with `scale` blocked followers", state: "blocked", at: backlog, source: "long:", lanes: 1, idBase: 13 * noise, ordinalBase: longLaneBase, per: 1, skew: true}),
+		d(distribution{what: "due rows of another work type", state: "pending", workType: "other", at: backlog, source: "foreign:", lanes: 1000, idBase: 14 * noise, ordinalBase: 13 * knownBase, per: 1, skew: true}),
 	}
 }
 
 // MaxScale is the largest scale the generators can seed.
 const MaxScale = 100_000
 
-// Seed fills an empty, migrated database with the fixture at scale and
-// analyzes the tables. Progress goes to progress.
+// Seed fills an empty, migrated database with the fixture at scale, makes
+// the scope rows consistent with it (next enqueue ordinal past every seeded
+// ordinal), records the seeding clock, and analyzes the tables. Progress
+// goes to progress.
 func Seed(ctx context.Context, db *sql.DB, scale int64, progress io.Writer) error {
 	if scale < 1 || scale > MaxScale {
 		return fmt.Errorf("plancheck: scale %d outside 1..%d", scale, MaxScale)
@@ -130,31 +189,43 @@ func Seed(ctx context.Context, db *sql.DB, scale int64, progress io.Writer) erro
 		return fmt.Errorf("plancheck: seed connection: %w", err)
 	}
 	defer conn.Close()
-	if _, err := execSeed(ctx, conn, "AllowExplicitIDs", nil); err != nil {
-		return fmt.Errorf("plancheck: %w", err)
+	for _, name := range []string{"AllowExplicitIDs", "CreateFixtureTable", "RecordSeedClock"} {
+		if _, err := execSeed(ctx, conn, name, map[string]any{"future_lead_seconds": int64(futureLead / time.Second)}); err != nil {
+			return fmt.Errorf("plancheck: %s: %w", name, err)
+		}
+	}
+	var futureBase time.Time
+	if err := conn.QueryRowContext(ctx, seedStatements()["FutureBase"]).Scan(&futureBase); err != nil {
+		return fmt.Errorf("plancheck: read the fixture's future base: %w", err)
 	}
 	var rows int64
 	for _, d := range distributions(scale) {
+		base := pastBase
+		if d.at.future {
+			base = futureBase
+		}
 		n, err := execSeed(ctx, conn, "SeedWorkItems", map[string]any{
 			"id_base": d.idBase, "scope_id": d.scope, "generation": d.generation, "work_type": d.workType,
-			"queue_class": d.queueClass, "state": d.state, "due_in_seconds": d.dueInSeconds,
+			"queue_class": d.queueClass, "state": d.state, "time_base": base.Add(d.at.offset),
+			"spacing_micros":     d.at.spread.Microseconds() / d.count,
 			"source_lane_prefix": d.source, "target_lane_prefix": d.target, "lanes": d.lanes,
 			"ordinal_base": d.ordinalBase, "projection_prefix": d.proj, "projection_active": boolInt(d.projActive),
-			"lease_in_seconds": d.leaseInSeconds, "wake_prefix": d.wake, "count": d.count,
+			"wake_prefix": d.wake, "count": d.count,
 		})
 		if err != nil {
 			return fmt.Errorf("plancheck: seed %s: %w", d.what, err)
 		}
 		rows += n
-		if d.scaled || d.idBase == knownBase {
+		if _, err := execSeed(ctx, conn, "SeedEvents", map[string]any{
 			// Events for the rows (event_id = work_id), so event reads have data.
-			if _, err := execSeed(ctx, conn, "SeedEvents", map[string]any{
-				"id_base": d.idBase, "scope_id": d.scope, "generation": d.generation,
-				"key_prefix": fmt.Sprintf("%s:", eventKeyPrefix(d)), "count": d.count,
-			}); err != nil {
-				return fmt.Errorf("plancheck: seed events of %s: %w", d.what, err)
-			}
+			"id_base": d.idBase, "scope_id": d.scope, "generation": d.generation,
+			"key_prefix": fmt.Sprintf("%s:", eventKeyPrefix(d)), "count": d.count,
+		}); err != nil {
+			return fmt.Errorf("plancheck: seed events of %s: %w", d.what, err)
 		}
+	}
+	if _, err := execSeed(ctx, conn, "AdmitSeededOrdinals", map[string]any{"next_ordinal": int64(maxSeededOrdinal + 1)}); err != nil {
+		return fmt.Errorf("plancheck: set the scopes' next ordinal: %w", err)
 	}
 	for _, table := range []string{"scope", "event", "work_item"} {
 		if _, err := db.ExecContext(ctx, "ANALYZE TABLE "+table); err != nil {
@@ -165,11 +236,43 @@ func Seed(ctx context.Context, db *sql.DB, scale int64, progress io.Writer) erro
 	return nil
 }
 
+// ErrStaleFixture reports a fixture checked so long after seeding that rows
+// meant to be in the future came due: its measurements would describe a
+// different fixture. Seed it again.
+var ErrStaleFixture = errors.New("plancheck: stale fixture")
+
+// Verify checks, just before measuring, that a seeded fixture is still what
+// the cases assume: every row meant to be due is due, every row meant to be
+// in the future (not-due retries, live leases) still is, with a margin, and
+// the scopes' next enqueue ordinal is past every seeded row.
+func Verify(ctx context.Context, db *sql.DB) error {
+	var futureBase, now time.Time
+	if err := db.QueryRowContext(ctx, seedStatements()["FutureBase"]).Scan(&futureBase); err != nil {
+		return fmt.Errorf("plancheck: not a seeded fixture (no plancheck_fixture row): %w", err)
+	}
+	if err := db.QueryRowContext(ctx, "SELECT NOW(6)").Scan(&now); err != nil {
+		return fmt.Errorf("plancheck: read the database clock: %w", err)
+	}
+	const margin = 10 * time.Minute
+	if left := futureBase.Sub(now); left < margin {
+		return fmt.Errorf("%w: its future rows start %s from now (want at least %s): it was seeded %s ago; seed it again",
+			ErrStaleFixture, left.Round(time.Second), margin, (futureLead - left).Round(time.Second))
+	}
+	var maxOrdinal, next int64
+	if err := db.QueryRowContext(ctx, seedStatements()["FixtureOrdinals"], TargetScope, TargetScope).Scan(&maxOrdinal, &next); err != nil {
+		return fmt.Errorf("plancheck: read the fixture's ordinals: %w", err)
+	}
+	if next <= maxOrdinal {
+		return fmt.Errorf("%w: the scope's next enqueue ordinal %d is not past its largest ordinal %d", ErrStaleFixture, next, maxOrdinal)
+	}
+	return nil
+}
+
 func eventKeyPrefix(d distribution) string {
 	if d.idBase == knownBase {
 		return "known"
 	}
-	return fmt.Sprintf("noise%d", d.idBase)
+	return fmt.Sprintf("rows%d", d.idBase)
 }
 
 func boolInt(b bool) int64 {
@@ -202,4 +305,18 @@ func seedStatements() map[string]string {
 		out[st.Name] = st.SQL
 	}
 	return out
+}
+
+// CountDistribution counts the rows a seeded fixture holds of the
+// distribution named what (see distributions), to show a skew is there.
+func CountDistribution(ctx context.Context, db *sql.DB, what string) (int64, error) {
+	for _, d := range distributions(1) {
+		if d.what != what {
+			continue
+		}
+		var n int64
+		err := db.QueryRowContext(ctx, "SELECT COUNT(*) FROM work_item WHERE work_id >= ? AND work_id < ?", d.idBase, d.idBase+9_000_000).Scan(&n)
+		return n, err
+	}
+	return 0, fmt.Errorf("plancheck: no distribution %q", what)
 }

@@ -2,22 +2,26 @@ package plancheck_test
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"io"
 	"os"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/laneq/laneq/internal/tidbtest"
 	"github.com/laneq/laneq/plancheck"
 	"github.com/laneq/laneq/queries"
+	"github.com/laneq/laneq/runtime/workqueue"
 )
 
 func TestMain(m *testing.M) { os.Exit(tidbtest.Main(m)) }
 
 // seeded is the two fixture databases, set by TestPlancheck for its subtests.
-var seeded []plancheck.ScaleDB
+var seeded []plancheck.Fixture
 
-func scales(t *testing.T) []plancheck.ScaleDB {
+func scales(t *testing.T) []plancheck.Fixture {
 	t.Helper()
 	if len(seeded) != 2 {
 		t.Fatal("fixture databases were not seeded")
@@ -34,7 +38,7 @@ func TestPlancheck(t *testing.T) {
 		if err := plancheck.Seed(context.Background(), db, int64(n), io.Discard); err != nil {
 			t.Fatalf("seed %d: %v", n, err)
 		}
-		seeded = append(seeded, plancheck.ScaleDB{Scale: n, DB: db})
+		seeded = append(seeded, plancheck.Fixture{Name: fmt.Sprintf("scale %d", n), Scale: n, DB: db})
 	}
 	for name, fn := range map[string]func(*testing.T){
 		"CatalogPasses":                           testCatalogPasses,
@@ -44,6 +48,11 @@ func TestPlancheck(t *testing.T) {
 		"RowsGrowingWithScaleAreCaught":           testRowsGrowingWithScaleAreCaught,
 		"OverBudgetIsCaught":                      testOverBudgetIsCaught,
 		"CoverageRuleFailsAStatementWithoutACase": testCoverageRuleFailsAStatementWithoutACase,
+		"EachSkewStaysBounded":                    testEachSkewStaysBounded,
+		"TimeRuleCatchesGrowthRowsHide":           testTimeRuleCatchesGrowthRowsHide,
+		"TracedUnboundedWindowFails":              testTracedUnboundedWindowFails,
+		"OwnDatabaseIsChecked":                    testOwnDatabaseIsChecked,
+		"StaleFixtureIsRefused":                   testStaleFixtureIsRefused,
 	} {
 		t.Run(name, fn)
 	}
@@ -53,7 +62,7 @@ func TestPlancheck(t *testing.T) {
 func check(t *testing.T, stmt string, c plancheck.Case) plancheck.Result {
 	t.Helper()
 	c.Query = "Probe"
-	rep, err := plancheck.Check(context.Background(), []plancheck.Statement{{Name: "Probe", SQL: stmt}}, []plancheck.Case{c}, scales(t), nil, io.Discard)
+	rep, err := plancheck.Check(context.Background(), []plancheck.Statement{{Name: "Probe", SQL: stmt}}, []plancheck.Case{c}, scales(t), plancheck.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -82,7 +91,7 @@ func testCatalogPasses(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	rep, err := plancheck.Check(context.Background(), stmts, cases, scales(t), nil, io.Discard)
+	rep, err := plancheck.Check(context.Background(), stmts, cases, scales(t), plancheck.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -151,7 +160,7 @@ func testOverBudgetIsCaught(t *testing.T) {
 func testCoverageRuleFailsAStatementWithoutACase(t *testing.T) {
 	stmts := []plancheck.Statement{{Name: "Covered", SQL: "SELECT 1"}, {Name: "Forgotten", SQL: "SELECT 2"}}
 	cases := []plancheck.Case{{Query: "Covered", NoRead: "constant", Args: map[string]any{}}}
-	rep, err := plancheck.Check(context.Background(), stmts, cases, scales(t), nil, io.Discard)
+	rep, err := plancheck.Check(context.Background(), stmts, cases, scales(t), plancheck.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -235,5 +244,191 @@ func TestGoldenShapes(t *testing.T) {
 	// Accepting records every shape at the largest scale.
 	if g := rep.Golden(); g.Scale != 10000 || len(g.Shapes) != 3 || g.Shapes["Changed"] != "TableFullScan table:t\n" {
 		t.Fatalf("accepted golden %+v", g)
+	}
+}
+
+// skewCases names, for each skewed distribution of the fixture, the cases
+// whose statements it used to defeat (issue 9): each must stay within its
+// rows budget and its time ratio with the skew present at both scales.
+var skewCases = map[string][]string{
+	"not-due retries in the claim range":      {"ClaimCandidates", "NextWorkAt", "NextWorkAt#inside-the-retry-backlog"},
+	"expired leases of another class":         {"StaleCandidates"},
+	"live leases":                             {"NextWorkAt#inside-the-retry-backlog"},
+	"one lane with `scale` blocked followers": {"LaneHeads", "HeadBefore#long-lane", "NextBlockedInSourceLane#long-lane", "BlockedInHeadlessLanes"},
+	"due rows of another work type":           {"ClaimCandidates", "ClaimCandidates#first-scan"},
+}
+
+// testEachSkewStaysBounded checks the cases each skewed distribution aims
+// at, one distribution at a time, and that the distribution is really in
+// the fixture. On the catalog before issue 9 these failed: the lane-ordinal
+// claim window read the not-due retries (234 rows in one window, 50,033 on
+// a rescan), the stale scan read every expired lease of other classes
+// (5,010), and the lane probes read the long lane (64 rows, 15-94 ms).
+func testEachSkewStaysBounded(t *testing.T) {
+	stmts, err := plancheck.CatalogStatements()
+	if err != nil {
+		t.Fatal(err)
+	}
+	all, err := plancheck.LoadCases(queries.PlanCases)
+	if err != nil {
+		t.Fatal(err)
+	}
+	byName := map[string]plancheck.Case{}
+	for _, c := range all {
+		byName[c.Name()] = c
+	}
+	for skew, names := range skewCases {
+		t.Run(skew, func(t *testing.T) {
+			var cases []plancheck.Case
+			for _, n := range names {
+				c, ok := byName[n]
+				if !ok {
+					t.Fatalf("no case %s", n)
+				}
+				cases = append(cases, c)
+			}
+			rep, err := plancheck.Check(context.Background(), stmts, cases, scales(t), plancheck.Options{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, res := range rep.Results {
+				if !res.Pass() {
+					t.Errorf("%s with %q: %v", res.Query, skew, res.Violations)
+				}
+				t.Logf("%s: rows %v, median ms %v", res.Query, res.RowsRead, res.MedianMs)
+			}
+			large := scales(t)[len(scales(t))-1]
+			n, err := plancheck.CountDistribution(context.Background(), large.DB, skew)
+			if err != nil || n < int64(large.Scale)/2 {
+				t.Fatalf("the fixture holds %d rows of %q at scale %d (%v)", n, skew, large.Scale, err)
+			}
+		})
+	}
+}
+
+// testTimeRuleCatchesGrowthRowsHide: a LIMIT 1 scan whose range holds the
+// whole not-due backlog reads one 64-entry batch at both scales, so rows
+// read cannot tell, but on the embedded engine its time grows with the
+// range: the time rule fails it.
+func testTimeRuleCatchesGrowthRowsHide(t *testing.T) {
+	res := check(t, `SELECT work_id FROM work_item
+		WHERE scope_id = sqlc.arg(scope_id) AND generation = sqlc.arg(generation) AND state = 'pending'
+		  AND run_after > sqlc.arg(after) ORDER BY run_after LIMIT 1`,
+		plancheck.Case{Hot: true, MaxRowsRead: 80, Args: map[string]any{"scope_id": "$scope", "generation": "$generation", "after": "@past-1h"}})
+	if len(res.RowsRead) != 2 || res.RowsRead[0] != res.RowsRead[1] {
+		t.Logf("rows read %v (the point is that they stay flat)", res.RowsRead)
+	}
+	requireViolation(t, res, "slower at scale")
+}
+
+// testTracedUnboundedWindowFails is the negative test of the traced check:
+// the same churn through runtime/worker, once with the claimer as shipped
+// (every traced call passes) and once with a claimer whose straggler window
+// reaches back fifty years, so that every claim scan reads the due backlog
+// from its front. Every hand-written case still passes; the traced calls
+// fail.
+func testTracedUnboundedWindowFails(t *testing.T) {
+	stmts, err := plancheck.CatalogStatements()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cases, err := plancheck.LoadCases(queries.PlanCases)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const scale = 2000
+	for _, tc := range []struct {
+		name    string
+		claimer workqueue.ClaimerConfig
+		fails   bool
+	}{
+		{"as shipped", workqueue.ClaimerConfig{}, false},
+		{"unbounded window", workqueue.ClaimerConfig{StragglerWindow: 50 * 365 * 24 * time.Hour}, true},
+	} {
+		db, dsn := tidbtest.NewDBWithDSN(t)
+		if err := plancheck.Seed(context.Background(), db, scale, io.Discard); err != nil {
+			t.Fatal(err)
+		}
+		trace := plancheck.NewTrace(plancheck.DefaultTraceKeep)
+		traced, err := trace.Open(dsn)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := plancheck.Churn(context.Background(), traced, plancheck.WorkloadOptions{Items: 600, Claimer: tc.claimer}); err != nil {
+			t.Fatalf("%s: %v", tc.name, err)
+		}
+		traced.Close()
+		fixtures := scales(t)
+		rep, err := plancheck.Check(context.Background(), stmts, cases, fixtures, plancheck.Options{Churned: db, Trace: trace})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var tracedFailures []string
+		for _, tr := range rep.Traced {
+			tracedFailures = append(tracedFailures, tr.Violations...)
+		}
+		for _, res := range rep.Results {
+			if strings.HasPrefix(res.Query, "ClaimCandidates") && !res.Pass() {
+				t.Fatalf("%s: the hand-written case failed: %v", tc.name, res.Violations)
+			}
+		}
+		got := strings.Join(tracedFailures, "\n")
+		switch {
+		case tc.fails && !strings.Contains(got, "traced ClaimCandidates") && !strings.Contains(got, "traced StaleCandidates"):
+			t.Fatalf("%s: the traced check did not catch it:\n%s", tc.name, got)
+		case !tc.fails && len(tracedFailures) > 0:
+			t.Fatalf("%s: traced calls failed:\n%s", tc.name, got)
+		}
+		t.Logf("%s: %d traced statements, violations:\n%s", tc.name, len(rep.Traced), got)
+	}
+}
+
+// testOwnDatabaseIsChecked: a database plancheck did not seed (a user's
+// own, with -dsn and -database) gets the plan rules, with no seeding.
+func testOwnDatabaseIsChecked(t *testing.T) {
+	stmts, err := plancheck.CatalogStatements()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cases, err := plancheck.LoadCases(queries.PlanCases)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A database with the scope the cases name ($scope, overridable with
+	// -values) and nothing else.
+	mine := tidbtest.NewDB(t)
+	if _, err := mine.Exec("INSERT INTO scope (scope_id, active_generation, created_at, updated_at) VALUES (?, 2, NOW(6), NOW(6))", plancheck.TargetScope); err != nil {
+		t.Fatal(err)
+	}
+	rep, err := plancheck.Check(context.Background(), stmts, cases, []plancheck.Fixture{{Name: "mine", DB: mine}}, plancheck.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rep.Fixtures) != 1 || rep.Fixtures[0] != "mine" || len(rep.Results) != len(cases) {
+		t.Fatalf("report on %v with %d results", rep.Fixtures, len(rep.Results))
+	}
+	if !rep.Pass() {
+		var b strings.Builder
+		_ = rep.WriteText(&b)
+		t.Fatalf("an empty database fails the plan rules:\n%s", b.String())
+	}
+}
+
+// testStaleFixtureIsRefused: a fixture whose future rows are about to come
+// due (seeded long before the check) fails loudly instead of measuring
+// something else.
+func testStaleFixtureIsRefused(t *testing.T) {
+	db := tidbtest.NewDB(t)
+	if err := plancheck.Seed(context.Background(), db, 10, io.Discard); err != nil {
+		t.Fatal(err)
+	}
+	if err := plancheck.Verify(context.Background(), db); err != nil {
+		t.Fatalf("a fresh fixture: %v", err)
+	}
+	if _, err := db.Exec("UPDATE plancheck_fixture SET value = DATE_ADD(NOW(6), INTERVAL 1 MINUTE)"); err != nil {
+		t.Fatal(err)
+	}
+	if err := plancheck.Verify(context.Background(), db); !errors.Is(err, plancheck.ErrStaleFixture) {
+		t.Fatalf("a fixture an hour older: %v, want ErrStaleFixture", err)
 	}
 }

@@ -8,19 +8,22 @@ import (
 	"text/tabwriter"
 )
 
-func (r Result) verdict() string {
-	if r.Pass() {
-		return "ok"
-	}
-	return "FAIL"
-}
+func (r Result) verdict() string { return verdict(r.Pass()) }
 
-// times is "fresh/churned" milliseconds for a timed hot case, else "-".
-func (r Result) times() string {
-	if r.ChurnedMs == 0 {
+// times is a hot case's median per fixture, then on the churned fixture.
+func (r Result) times(sep string) string {
+	if len(r.MedianMs) == 0 {
 		return "-"
 	}
-	return fmt.Sprintf("%.2f/%.2f", r.FreshMs, r.ChurnedMs)
+	parts := make([]string, len(r.MedianMs))
+	for i, m := range r.MedianMs {
+		parts[i] = fmt.Sprintf("%.2f", m)
+	}
+	s := strings.Join(parts, sep)
+	if r.ChurnedMs > 0 {
+		s += fmt.Sprintf("%s(churned %.2f)", sep, r.ChurnedMs)
+	}
+	return s
 }
 
 func (r Report) counts() (passed, failed int) {
@@ -28,6 +31,11 @@ func (r Report) counts() (passed, failed int) {
 		if res.Pass() {
 			passed++
 		} else {
+			failed++
+		}
+	}
+	for _, tr := range r.Traced {
+		if !tr.Pass() {
 			failed++
 		}
 	}
@@ -40,16 +48,19 @@ func (r Report) problems() []string {
 	for _, res := range r.Results {
 		out = append(out, res.Violations...)
 	}
+	for _, tr := range r.Traced {
+		out = append(out, tr.Violations...)
+	}
 	for _, q := range r.Uncovered {
 		out = append(out, fmt.Sprintf("%s: no plan-check case: add one to queries/plancheck.json", q))
 	}
 	return out
 }
 
-func (r Report) scaleHeader(sep string) string {
-	parts := make([]string, len(r.Scales))
-	for i, s := range r.Scales {
-		parts[i] = fmt.Sprintf("ROWS@%d", s)
+func (r Report) fixtureHeader(prefix, sep string) string {
+	parts := make([]string, len(r.Fixtures))
+	for i, f := range r.Fixtures {
+		parts[i] = prefix + f
 	}
 	return strings.Join(parts, sep)
 }
@@ -62,21 +73,33 @@ func joinRows(v []int64, sep string) string {
 	return strings.Join(parts, sep)
 }
 
-// WriteText writes the terminal table: one line per case with rows read at
-// every scale, the scan operators at the largest scale, and the verdict,
-// then every violation in full.
+// WriteText writes the terminal tables: one line per case with rows read
+// and, for hot cases, median milliseconds on every fixture, the scan
+// operators at the largest, and the verdict; then the runtime's traced
+// calls; then every violation in full.
 func (r Report) WriteText(w io.Writer) error {
-	fmt.Fprintf(w, "\nlaneq plancheck — %s — %d cases, scales %v\n\n", r.Server, len(r.Results), r.Scales)
+	fmt.Fprintf(w, "\nlaneq plancheck — %s — %d cases on %s\n\n", r.Server, len(r.Results), strings.Join(r.Fixtures, ", "))
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintf(tw, "STATEMENT\t%s\tFRESH/CHURNED ms\tSCAN OPERATORS (largest scale)\tVERDICT\n", r.scaleHeader("\t"))
+	fmt.Fprintf(tw, "CASE\t%s\tMEDIAN ms (hot)\tSCAN OPERATORS (largest)\tVERDICT\n", r.fixtureHeader("ROWS ", "\t"))
 	for _, res := range r.Results {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", res.Query, joinRows(res.RowsRead, "\t"), res.times(), res.Operators, res.verdict())
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", res.Query, joinRows(res.RowsRead, "\t"), res.times(" / "), res.Operators, res.verdict())
 	}
 	for _, q := range r.Uncovered {
-		fmt.Fprintf(tw, "%s\t%s\t-\t(no plan-check case)\tFAIL\n", q, strings.Repeat("-\t", len(r.Scales)-1)+"-")
+		fmt.Fprintf(tw, "%s\t%s\t-\t(no plan-check case)\tFAIL\n", q, strings.Repeat("-\t", len(r.Fixtures)-1)+"-")
 	}
 	if err := tw.Flush(); err != nil {
 		return err
+	}
+	if len(r.Traced) > 0 {
+		fmt.Fprintf(w, "\ntraced: the runtime's own calls on the churned fixture, explained with the arguments it sent\n\n")
+		tw = tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+		fmt.Fprintf(tw, "STATEMENT\tCALLS\tEXPLAINED\tMAX ROWS\tMEDIAN ms\tSLOWEST CALL'S ARGUMENTS\tVERDICT\n")
+		for _, tr := range r.Traced {
+			fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%.2f\t%s\t%s\n", tr.Query, tr.Calls, tr.Explained, tr.RowsRead, tr.MedianMs, orDash(tr.Args), verdict(tr.Pass()))
+		}
+		if err := tw.Flush(); err != nil {
+			return err
+		}
 	}
 	passed, failed := r.counts()
 	if problems := r.problems(); len(problems) > 0 {
@@ -89,6 +112,13 @@ func (r Report) WriteText(w io.Writer) error {
 	return nil
 }
 
+func orDash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}
+
 // WriteMarkdown writes the report for a CI job summary or a PR comment.
 func (r Report) WriteMarkdown(w io.Writer) error {
 	passed, failed := r.counts()
@@ -96,14 +126,21 @@ func (r Report) WriteMarkdown(w io.Writer) error {
 	if failed > 0 {
 		status = fmt.Sprintf("❌ %d failed", failed)
 	}
-	fmt.Fprintf(w, "## laneq plancheck: %s\n\n%s — %d cases, scales %v.\n\n", status, r.Server, len(r.Results), r.Scales)
-	fmt.Fprintf(w, "| statement | %s | fresh/churned ms | scan operators (largest scale) | verdict |\n|---|%s---:|---|---|\n",
-		r.scaleHeader(" | "), strings.Repeat("---:|", len(r.Scales)))
+	fmt.Fprintf(w, "## laneq plancheck: %s\n\n%s — %d cases on %s.\n\n", status, r.Server, len(r.Results), strings.Join(r.Fixtures, ", "))
+	fmt.Fprintf(w, "| case | %s | median ms (hot) | scan operators (largest) | verdict |\n|---|%s---:|---|---|\n",
+		r.fixtureHeader("rows ", " | "), strings.Repeat("---:|", len(r.Fixtures)))
 	for _, res := range r.Results {
-		fmt.Fprintf(w, "| `%s` | %s | %s | %s | %s |\n", res.Query, joinRows(res.RowsRead, " | "), res.times(), res.Operators, res.verdict())
+		fmt.Fprintf(w, "| `%s` | %s | %s | %s | %s |\n", res.Query, joinRows(res.RowsRead, " | "), res.times(" / "), res.Operators, res.verdict())
 	}
 	for _, q := range r.Uncovered {
-		fmt.Fprintf(w, "| `%s` | %s | - | no plan-check case | FAIL |\n", q, strings.TrimSuffix(strings.Repeat("- | ", len(r.Scales)), " | "))
+		fmt.Fprintf(w, "| `%s` | %s | - | no plan-check case | FAIL |\n", q, strings.TrimSuffix(strings.Repeat("- | ", len(r.Fixtures)), " | "))
+	}
+	if len(r.Traced) > 0 {
+		fmt.Fprintf(w, "\n### Traced: the runtime's own calls, with the arguments it sent\n\n")
+		fmt.Fprintf(w, "| statement | calls | explained | max rows | median ms | slowest call's arguments | verdict |\n|---|---:|---:|---:|---:|---|---|\n")
+		for _, tr := range r.Traced {
+			fmt.Fprintf(w, "| `%s` | %d | %d | %d | %.2f | `%s` | %s |\n", tr.Query, tr.Calls, tr.Explained, tr.RowsRead, tr.MedianMs, orDash(tr.Args), verdict(tr.Pass()))
+		}
 	}
 	if problems := r.problems(); len(problems) > 0 {
 		fmt.Fprintf(w, "\n### Violations\n\n")

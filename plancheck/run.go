@@ -47,29 +47,31 @@ func LoadCases(b []byte) ([]Case, error) {
 		if c.Query == "" {
 			return nil, fmt.Errorf("plancheck: case %d has no query", i)
 		}
-		if seen[c.Query] {
-			return nil, fmt.Errorf("plancheck: two cases for %s", c.Query)
+		if seen[c.Name()] {
+			return nil, fmt.Errorf("plancheck: two cases named %s (give them labels)", c.Name())
 		}
-		seen[c.Query] = true
+		seen[c.Name()] = true
 		if c.MaxRowsRead <= 0 && c.NoRead == "" {
-			return nil, fmt.Errorf("plancheck: case %s needs max_rows_read (or no_read with a reason)", c.Query)
+			return nil, fmt.Errorf("plancheck: case %s needs max_rows_read (or no_read with a reason)", c.Name())
 		}
 	}
 	return f.Cases, nil
 }
 
-// Result is the verdict on one case across the scales.
+// Result is the verdict on one case across the fixtures.
 type Result struct {
-	Query        string        `json:"query"`
+	Query        string        `json:"query"` // the case's name (see Case.Name)
 	Observations []Observation `json:"-"`
-	RowsRead     []int64       `json:"rows_read"` // per scale, in Scales order
-	Operators    string        `json:"operators"` // at the largest scale
-	Shape        string        `json:"shape"`     // at the largest scale
-	// FreshMs and ChurnedMs: median execution time of a hot case at the
-	// largest scale, without and with churn (0 when not measured).
-	FreshMs    float64  `json:"fresh_ms,omitempty"`
+	RowsRead     []int64       `json:"rows_read"` // per fixture, in Report.Fixtures order
+	// MedianMs: a hot case's median execution time per fixture (empty when
+	// not timed).
+	MedianMs  []float64 `json:"median_ms,omitempty"`
+	Operators string    `json:"operators"` // at the largest fixture
+	Shape     string    `json:"shape"`     // at the largest fixture
+	// ChurnedMs: a hot case's median on the churned fixture (0 when none).
 	ChurnedMs  float64  `json:"churned_ms,omitempty"`
 	Violations []string `json:"violations,omitempty"`
+	boundArgs  int      // arguments the case binds (see Case.PerElement)
 }
 
 // Pass reports whether the case has no violation.
@@ -77,20 +79,29 @@ func (r Result) Pass() bool { return len(r.Violations) == 0 }
 
 // Report is a whole run.
 type Report struct {
-	Server  string   `json:"server"`
-	Scales  []int    `json:"scales"`
-	Results []Result `json:"results"`
+	Server   string   `json:"server"`
+	Fixtures []string `json:"fixtures"` // smallest first
+	Scales   []int    `json:"scales"`   // per fixture; 0 for one plancheck did not seed
+	Results  []Result `json:"results"`
+	// Traced are the runtime's recorded calls, explained (see Trace).
+	Traced []TracedResult `json:"traced,omitempty"`
 	// Uncovered lists catalog statements without a case: each fails the run.
 	Uncovered []string `json:"uncovered,omitempty"`
 }
 
-// Pass reports whether every case passed and every statement has a case.
+// Pass reports whether every case and traced statement passed and every
+// statement has a case.
 func (r Report) Pass() bool {
 	if len(r.Uncovered) > 0 {
 		return false
 	}
 	for _, res := range r.Results {
 		if !res.Pass() {
+			return false
+		}
+	}
+	for _, tr := range r.Traced {
+		if !tr.Pass() {
 			return false
 		}
 	}
@@ -121,20 +132,52 @@ func Coverage(stmts []Statement, cases []Case) (uncovered, unknown []string) {
 	return uncovered, unknown
 }
 
-// ScaleDB is one seeded database at one scale.
-type ScaleDB struct {
+// Fixture is one database the cases are explained on: a fixture plancheck
+// seeded at a scale, or a database of the user's (Scale 0), such as a copy
+// of production data.
+type Fixture struct {
+	Name  string
 	Scale int
 	DB    *sql.DB
 }
 
-// Check explains every case on every scale's database and judges it. When
-// churned is not nil (a fixture at the largest scale after Churn), hot cases
-// are also timed there against the largest fresh scale.
-func Check(ctx context.Context, stmts []Statement, cases []Case, scales []ScaleDB, churned *sql.DB, progress io.Writer) (Report, error) {
-	sort.Slice(scales, func(i, j int) bool { return scales[i].Scale < scales[j].Scale })
+// Options are the optional parts of a Check.
+type Options struct {
+	// Churned is a copy of the largest fixture after Churn: hot cases are
+	// also timed there against the largest fresh fixture.
+	Churned *sql.DB
+	// Trace recorded the runtime's statements on Churned (see Churn): they
+	// are explained there with the arguments the runtime sent.
+	Trace *Trace
+	// Values override fixture values for "$name" arguments (for a database
+	// plancheck did not seed).
+	Values map[string]any
+	// Runs is how many timed runs each median takes. Default DefaultRuns.
+	Runs int
+	// Progress receives a line per case.
+	Progress io.Writer
+}
+
+// Check explains every case on every fixture (in the order given, smallest
+// first) and judges it: the plan rules on each, the scale and time rules
+// between the first and the last, the churn rule against Options.Churned,
+// and then the runtime's traced calls.
+func Check(ctx context.Context, stmts []Statement, cases []Case, fixtures []Fixture, opts Options) (Report, error) {
 	rep := Report{}
-	for _, s := range scales {
-		rep.Scales = append(rep.Scales, s.Scale)
+	if len(fixtures) == 0 {
+		return rep, fmt.Errorf("plancheck: no database to check")
+	}
+	if opts.Progress == nil {
+		opts.Progress = io.Discard
+	}
+	for _, f := range fixtures {
+		rep.Fixtures = append(rep.Fixtures, f.Name)
+		rep.Scales = append(rep.Scales, f.Scale)
+		if f.Scale > 0 {
+			if err := Verify(ctx, f.DB); err != nil {
+				return rep, fmt.Errorf("plancheck: %s: %w", f.Name, err)
+			}
+		}
 	}
 	uncovered, unknown := Coverage(stmts, cases)
 	if len(unknown) > 0 {
@@ -146,131 +189,161 @@ func Check(ctx context.Context, stmts []Statement, cases []Case, scales []ScaleD
 		sqlOf[s.Name] = s.SQL
 	}
 	values := Values()
+	for k, v := range opts.Values {
+		values[k] = v
+	}
+	byQuery := map[string]Case{}                // the first case of each statement, for traced calls
+	boundArgs := map[string]int{}               // how many arguments that case binds
+	churnedMedian := map[string]time.Duration{} // each hot case's time where the traced calls ran
 	for _, c := range cases {
-		res := Result{Query: c.Query}
-		stmt := sqlOf[c.Query]
-		if c.Inner != "" {
-			stmt = c.Inner
+		res, churned, err := checkCase(ctx, c, sqlOf[c.Query], values, fixtures, opts)
+		if err != nil {
+			return rep, err
 		}
-		for _, s := range scales {
-			args, err := resolveOn(ctx, s.DB, c.Args, values)
-			if err != nil {
-				return rep, fmt.Errorf("plancheck: %s at scale %d: %w", c.Query, s.Scale, err)
-			}
-			o, err := Explain(ctx, s.DB, stmt, args)
-			if err != nil {
-				return rep, fmt.Errorf("plancheck: %s at scale %d: %w", c.Query, s.Scale, err)
-			}
-			o.Scale = s.Scale
-			res.Observations = append(res.Observations, o)
-			res.RowsRead = append(res.RowsRead, o.RowsRead)
-			res.Violations = append(res.Violations, judgePlan(c, o)...)
+		if _, ok := byQuery[c.Query]; !ok {
+			byQuery[c.Query], boundArgs[c.Query] = c, res.boundArgs
 		}
-		if n := len(res.Observations); n > 1 {
-			res.Violations = append(res.Violations, judgeScale(c, res.Observations[0], res.Observations[n-1])...)
-		}
-		last := res.Observations[len(res.Observations)-1]
-		res.Operators, res.Shape = Brief(last.Ops), Shape(last.Ops)
-		if c.Hot && churned != nil {
-			largest := scales[len(scales)-1].DB
-			args, err := resolveOn(ctx, largest, c.Args, values)
-			if err != nil {
-				return rep, fmt.Errorf("plancheck: %s: %w", c.Query, err)
+		if churned > 0 {
+			if _, ok := churnedMedian[c.Query]; !ok {
+				churnedMedian[c.Query] = churned
 			}
-			fresh, err := medianTime(ctx, largest, stmt, args, 5)
-			if err != nil {
-				return rep, fmt.Errorf("plancheck: time %s fresh: %w", c.Query, err)
-			}
-			if args, err = resolveOn(ctx, churned, c.Args, values); err != nil {
-				return rep, fmt.Errorf("plancheck: %s: %w", c.Query, err)
-			}
-			churnedTime, err := medianTime(ctx, churned, stmt, args, 5)
-			if err != nil {
-				return rep, fmt.Errorf("plancheck: time %s churned: %w", c.Query, err)
-			}
-			res.FreshMs, res.ChurnedMs = ms(fresh), ms(churnedTime)
-			res.Violations = append(res.Violations, judgeChurn(c, fresh, churnedTime)...)
 		}
 		rep.Results = append(rep.Results, res)
-		verdict := "ok"
-		if !res.Pass() {
-			verdict = "FAIL"
+		fmt.Fprintf(opts.Progress, "plancheck: %-34s rows %v ms %v %s\n", res.Query, res.RowsRead, res.MedianMs, verdict(res.Pass()))
+	}
+	if opts.Trace != nil && opts.Churned != nil {
+		traced, err := checkTrace(ctx, opts.Churned, opts.Trace, byQuery, boundArgs, churnedMedian, opts.Runs)
+		if err != nil {
+			return rep, err
 		}
-		fmt.Fprintf(progress, "plancheck: %-28s rows %v %s\n", c.Query, res.RowsRead, verdict)
+		rep.Traced = traced
+		for _, tr := range traced {
+			fmt.Fprintf(opts.Progress, "plancheck: traced %-27s %d calls, rows %d, %.2f ms %s\n", tr.Query, tr.Calls, tr.RowsRead, tr.MedianMs, verdict(tr.Pass()))
+		}
 	}
 	return rep, nil
 }
 
-func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
-
-// resolveOn resolves a case's arguments for one database: "$name" strings
-// become fixture values, and "@now", "@now-90s", "@now+1h" become times
-// relative to that database's NOW(6), as the runtime's scan bounds are.
-func resolveOn(ctx context.Context, db *sql.DB, args map[string]any, values map[string]any) (map[string]any, error) {
-	var now time.Time
-	if err := db.QueryRowContext(ctx, "SELECT NOW(6)").Scan(&now); err != nil {
-		return nil, fmt.Errorf("read the database clock: %w", err)
+func verdict(ok bool) string {
+	if ok {
+		return "ok"
 	}
-	return resolve(args, values, now)
+	return "FAIL"
 }
 
-// resolve replaces "$name" string arguments with fixture values and
-// "@now[±duration]" with times relative to now, inside lists too.
-func resolve(args map[string]any, values map[string]any, now time.Time) (map[string]any, error) {
-	out := make(map[string]any, len(args))
-	var bad error
-	var one func(v any) any
-	one = func(v any) any {
-		switch x := v.(type) {
-		case string:
-			if strings.HasPrefix(x, "$") {
-				if val, ok := values[x[1:]]; ok {
-					return val
-				}
-			}
-			if rest, ok := strings.CutPrefix(x, "@now"); ok {
-				if rest == "" {
-					return now
-				}
-				d, err := time.ParseDuration(rest)
-				if err != nil {
-					bad = fmt.Errorf("argument %q: want @now, @now+DURATION or @now-DURATION: %w", x, err)
-					return x
-				}
-				return now.Add(d)
-			}
-			return x
-		case []any:
-			l := make([]any, len(x))
-			for i := range x {
-				l[i] = one(x[i])
-			}
-			return l
-		case float64: // JSON numbers: the catalog's numeric parameters are integers
-			return int64(x)
+// checkCase runs one case on every fixture (and the churned one) and
+// returns its result and, for a hot case, its median on the churned fixture.
+func checkCase(ctx context.Context, c Case, stmt string, values map[string]any, fixtures []Fixture, opts Options) (Result, time.Duration, error) {
+	res := Result{Query: c.Name()}
+	if c.Inner != "" {
+		stmt = c.Inner
+	}
+	timed := c.Hot && c.NoRead == ""
+	for _, f := range fixtures {
+		args, err := resolveOn(ctx, f.DB, c.Args, values)
+		if err != nil {
+			return res, 0, fmt.Errorf("plancheck: %s at %s: %w", c.Name(), f.Name, err)
 		}
-		return v
+		query, bound, err := Bind(stmt, args)
+		if err != nil {
+			return res, 0, fmt.Errorf("plancheck: %s: %w", c.Name(), err)
+		}
+		o, err := explainBound(ctx, f.DB, query, bound)
+		if err != nil {
+			return res, 0, fmt.Errorf("plancheck: %s at %s: %w", c.Name(), f.Name, err)
+		}
+		o.Fixture, res.boundArgs = f.Name, len(bound)
+		if timed {
+			if o.Median, err = MedianTime(ctx, f.DB, query, bound, opts.Runs); err != nil {
+				return res, 0, fmt.Errorf("plancheck: time %s at %s: %w", c.Name(), f.Name, err)
+			}
+			res.MedianMs = append(res.MedianMs, ms(o.Median))
+		}
+		res.Observations = append(res.Observations, o)
+		res.RowsRead = append(res.RowsRead, o.RowsRead)
+		res.Violations = append(res.Violations, judgePlan(c, o)...)
 	}
-	for k, v := range args {
-		out[k] = one(v)
+	if n := len(res.Observations); n > 1 {
+		small, large := res.Observations[0], res.Observations[n-1]
+		res.Violations = append(res.Violations, judgeScale(c, small, large)...)
+		if timed {
+			v := judgeTime(c, small, large)
+			if len(v) > 0 {
+				var err error
+				// One slow median on a busy machine is not a finding: time
+				// both again, and judge the second pair.
+				if v, err = retime(ctx, c, stmt, values, fixtures[0], fixtures[n-1], opts.Runs, &small, &large); err != nil {
+					return res, 0, err
+				}
+				res.MedianMs[0], res.MedianMs[n-1] = ms(small.Median), ms(large.Median)
+			}
+			res.Violations = append(res.Violations, v...)
+		}
 	}
-	return out, bad
+	last := res.Observations[len(res.Observations)-1]
+	res.Operators, res.Shape = Brief(last.Ops), Shape(last.Ops)
+	if !timed || opts.Churned == nil {
+		return res, 0, nil
+	}
+	args, err := resolveOn(ctx, opts.Churned, c.Args, values)
+	if err != nil {
+		return res, 0, fmt.Errorf("plancheck: %s churned: %w", c.Name(), err)
+	}
+	query, bound, err := Bind(stmt, args)
+	if err != nil {
+		return res, 0, err
+	}
+	churned, err := MedianTime(ctx, opts.Churned, query, bound, opts.Runs)
+	if err != nil {
+		return res, 0, fmt.Errorf("plancheck: time %s churned: %w", c.Name(), err)
+	}
+	res.ChurnedMs = ms(churned)
+	res.Violations = append(res.Violations, judgeChurn(c, last.Median, churned)...)
+	return res, churned, nil
 }
 
-// Explain runs EXPLAIN ANALYZE of one statement with its arguments. A
-// statement that writes runs inside a transaction that is rolled back:
-// EXPLAIN ANALYZE executes it.
+// retime measures a case's medians on the smallest and largest fixture
+// again and judges the time rule on them.
+func retime(ctx context.Context, c Case, stmt string, values map[string]any, small, large Fixture, runs int, so, lo *Observation) ([]string, error) {
+	for _, m := range []struct {
+		f Fixture
+		o *Observation
+	}{{small, so}, {large, lo}} {
+		args, err := resolveOn(ctx, m.f.DB, c.Args, values)
+		if err != nil {
+			return nil, err
+		}
+		query, bound, err := Bind(stmt, args)
+		if err != nil {
+			return nil, err
+		}
+		if m.o.Median, err = MedianTime(ctx, m.f.DB, query, bound, runs); err != nil {
+			return nil, fmt.Errorf("plancheck: time %s at %s: %w", c.Name(), m.f.Name, err)
+		}
+	}
+	return judgeTime(c, *so, *lo), nil
+}
+
+// Explain runs EXPLAIN ANALYZE of one catalog statement with its named
+// arguments (see Bind).
 func Explain(ctx context.Context, db *sql.DB, stmt string, args map[string]any) (Observation, error) {
 	query, bound, err := Bind(stmt, args)
 	if err != nil {
 		return Observation{}, err
 	}
+	return explainBound(ctx, db, query, bound)
+}
+
+// explainBound runs EXPLAIN ANALYZE of a bound statement. A statement that
+// writes runs inside a transaction that is rolled back: EXPLAIN ANALYZE
+// executes it.
+func explainBound(ctx context.Context, db *sql.DB, query string, args []any) (Observation, error) {
 	tx, err := db.BeginTx(ctx, nil)
 	if err != nil {
 		return Observation{}, err
 	}
-	defer tx.Rollback()
-	rows, err := tx.QueryContext(ctx, "EXPLAIN ANALYZE "+query, bound...)
+	defer tx.Rollback() //nolint:errcheck // the explain must change nothing
+	rows, err := tx.QueryContext(ctx, "EXPLAIN ANALYZE "+query, args...)
 	if err != nil {
 		return Observation{}, fmt.Errorf("EXPLAIN ANALYZE: %w", err)
 	}

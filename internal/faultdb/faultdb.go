@@ -10,6 +10,7 @@ package faultdb
 import (
 	"context"
 	"database/sql"
+	"database/sql/driver"
 	"fmt"
 	"sync"
 
@@ -105,7 +106,7 @@ func (in *Injector) match(query string) *rule {
 
 // Before applies a matching rule's callback and pre-send faults
 // (sqlwrap.Hook).
-func (in *Injector) Before(ctx context.Context, query string) (any, error) {
+func (in *Injector) Before(ctx context.Context, query string, _ []driver.NamedValue) (any, error) {
 	r := in.match(query)
 	if r == nil {
 		return nil, nil

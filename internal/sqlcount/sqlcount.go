@@ -6,6 +6,7 @@ package sqlcount
 import (
 	"context"
 	"database/sql"
+	"database/sql/driver"
 	"maps"
 	"sync"
 	"sync/atomic"
@@ -32,7 +33,7 @@ func (c *Counter) ByStatement() map[string]int64 {
 }
 
 // Before counts the statement (sqlwrap.Hook).
-func (c *Counter) Before(_ context.Context, query string) (any, error) {
+func (c *Counter) Before(_ context.Context, query string, _ []driver.NamedValue) (any, error) {
 	c.n.Add(1)
 	name := sqlwrap.Name(query)
 	c.mu.Lock()

@@ -17,9 +17,10 @@ import (
 
 // Hook sees every statement of a DB's connections.
 type Hook interface {
-	// Before runs before a statement is sent. A non-nil error is returned
-	// in its place, and the statement is not sent. note is handed to After.
-	Before(ctx context.Context, query string) (note any, err error)
+	// Before runs before a statement is sent, with its arguments (none for
+	// transaction control). A non-nil error is returned in its place, and the
+	// statement is not sent. note is handed to After.
+	Before(ctx context.Context, query string, args []driver.NamedValue) (note any, err error)
 	// After runs once the statement returned err (nil on success); what it
 	// returns replaces err. Returning mysql.ErrInvalidConn for a statement
 	// that succeeded simulates a reply lost on its way back: the connection
@@ -87,8 +88,8 @@ type conn struct {
 }
 
 // run wraps one round trip.
-func (c *conn) run(ctx context.Context, query string, do func() error) error {
-	note, err := c.hook.Before(ctx, query)
+func (c *conn) run(ctx context.Context, query string, args []driver.NamedValue, do func() error) error {
+	note, err := c.hook.Before(ctx, query, args)
 	if err != nil {
 		return err
 	}
@@ -100,7 +101,7 @@ func (c *conn) run(ctx context.Context, query string, do func() error) error {
 }
 
 func (c *conn) ExecContext(ctx context.Context, query string, args []driver.NamedValue) (res driver.Result, err error) {
-	err = c.run(ctx, query, func() error {
+	err = c.run(ctx, query, args, func() error {
 		res, err = c.Conn.(driver.ExecerContext).ExecContext(ctx, query, args)
 		return err
 	})
@@ -108,7 +109,7 @@ func (c *conn) ExecContext(ctx context.Context, query string, args []driver.Name
 }
 
 func (c *conn) QueryContext(ctx context.Context, query string, args []driver.NamedValue) (rows driver.Rows, err error) {
-	err = c.run(ctx, query, func() error {
+	err = c.run(ctx, query, args, func() error {
 		rows, err = c.Conn.(driver.QueryerContext).QueryContext(ctx, query, args)
 		return err
 	})
@@ -121,7 +122,7 @@ func (c *conn) QueryContext(ctx context.Context, query string, args []driver.Nam
 
 func (c *conn) PrepareContext(ctx context.Context, query string) (driver.Stmt, error) {
 	var st driver.Stmt
-	err := c.run(ctx, "PREPARE "+query, func() (err error) {
+	err := c.run(ctx, "PREPARE "+query, nil, func() (err error) {
 		st, err = c.Conn.(driver.ConnPrepareContext).PrepareContext(ctx, query)
 		return err
 	})
@@ -133,7 +134,7 @@ func (c *conn) PrepareContext(ctx context.Context, query string) (driver.Stmt, e
 
 func (c *conn) BeginTx(ctx context.Context, opts driver.TxOptions) (driver.Tx, error) {
 	var t driver.Tx
-	err := c.run(ctx, Begin, func() (err error) {
+	err := c.run(ctx, Begin, nil, func() (err error) {
 		t, err = c.Conn.(driver.ConnBeginTx).BeginTx(ctx, opts)
 		return err
 	})
@@ -144,7 +145,7 @@ func (c *conn) BeginTx(ctx context.Context, opts driver.TxOptions) (driver.Tx, e
 }
 
 func (c *conn) Ping(ctx context.Context) error {
-	return c.run(ctx, Ping, func() error { return c.Conn.(driver.Pinger).Ping(ctx) })
+	return c.run(ctx, Ping, nil, func() error { return c.Conn.(driver.Pinger).Ping(ctx) })
 }
 
 func (c *conn) ResetSession(ctx context.Context) error {
@@ -167,7 +168,7 @@ type stmt struct {
 }
 
 func (s *stmt) ExecContext(ctx context.Context, args []driver.NamedValue) (res driver.Result, err error) {
-	err = s.conn.run(ctx, s.query, func() error {
+	err = s.conn.run(ctx, s.query, args, func() error {
 		res, err = s.Stmt.(driver.StmtExecContext).ExecContext(ctx, args)
 		return err
 	})
@@ -175,7 +176,7 @@ func (s *stmt) ExecContext(ctx context.Context, args []driver.NamedValue) (res d
 }
 
 func (s *stmt) QueryContext(ctx context.Context, args []driver.NamedValue) (rows driver.Rows, err error) {
-	err = s.conn.run(ctx, s.query, func() error {
+	err = s.conn.run(ctx, s.query, args, func() error {
 		rows, err = s.Stmt.(driver.StmtQueryContext).QueryContext(ctx, args)
 		return err
 	})
@@ -192,9 +193,9 @@ type tx struct {
 }
 
 func (t *tx) Commit() error {
-	return t.conn.run(context.Background(), Commit, t.Tx.Commit)
+	return t.conn.run(context.Background(), Commit, nil, t.Tx.Commit)
 }
 
 func (t *tx) Rollback() error {
-	return t.conn.run(context.Background(), Rollback, t.Tx.Rollback)
+	return t.conn.run(context.Background(), Rollback, nil, t.Tx.Rollback)
 }

@@ -1,8 +1,12 @@
 // Command plancheck is laneq's main job: it finds or starts a TiDB (see
 // internal/tidbenv for the order), seeds one migrated database per scale
-// with the plan-check fixture, runs EXPLAIN ANALYZE for every case of
-// queries/plancheck.json, prints a report, writes it as Markdown and JSON,
-// and exits 1 when any statement fails a rule or has no case.
+// with the plan-check fixture (skewed distributions included), churns a copy
+// of the largest through runtime/worker while recording the statements it
+// sends, runs EXPLAIN ANALYZE for every case of queries/plancheck.json and
+// for the runtime's recorded calls, prints a report, writes it as Markdown
+// and JSON, and exits 1 when any statement fails a rule or has no case.
+// With -dsn and -database it checks your own databases instead (a copy of
+// production data, say), without seeding.
 package main
 
 import (
@@ -10,6 +14,7 @@ import (
 	"crypto/rand"
 	"database/sql"
 	"encoding/hex"
+	"encoding/json"
 	"flag"
 	"fmt"
 	"os"
@@ -18,6 +23,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/go-sql-driver/mysql"
 
 	"github.com/laneq/laneq/internal/tidbenv"
 	"github.com/laneq/laneq/plancheck"
@@ -30,12 +37,18 @@ func main() {
 	large := flag.Bool("large", false, "also check at scale 100000")
 	out := flag.String("out", "plancheck/out", "directory for report.md and report.json")
 	keep := flag.Bool("keep", false, "keep the scratch databases after the run (for inspection)")
-	churn := flag.Int("churn", 5000, "items to push through the claim path for the churned fixture (0: no churn check)")
+	churn := flag.Int("churn", 5000, "items to push through runtime/worker for the churned fixture, whose calls are traced (0: no churn or trace check)")
+	runs := flag.Int("runs", plancheck.DefaultRuns, "timed runs per median (after one warm-up run)")
 	accept := flag.String("accept", "", "write this run's plan shapes to this golden file (queries/plancheck.golden.json) instead of comparing")
+	dsn := flag.String("dsn", "", "check databases of an existing TiDB instead of seeding fixtures (with -database)")
+	databases := flag.String("database", "", "with -dsn: comma-separated databases to check, smallest first (no seeding, no churn); two or more also get the scale and time rules")
+	valuesFile := flag.String("values", "", "JSON object overriding the fixture values cases name as \"$name\" (for your own databases)")
 	flag.Parse()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()
-	ok, err := run(ctx, *scales, *large, *out, *keep, *accept, *churn)
+	cfg := config{scales: *scales, large: *large, outDir: *out, keep: *keep, accept: *accept, churn: *churn, runs: *runs,
+		dsn: *dsn, databases: *databases, valuesFile: *valuesFile}
+	ok, err := run(ctx, cfg)
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "plancheck: %v\n", err)
 		os.Exit(2)
@@ -43,6 +56,14 @@ func main() {
 	if !ok {
 		os.Exit(1)
 	}
+}
+
+type config struct {
+	scales                     string
+	large, keep                bool
+	outDir, accept             string
+	churn, runs                int
+	dsn, databases, valuesFile string
 }
 
 func parseScales(s string, large bool) ([]int, error) {
@@ -63,11 +84,7 @@ func parseScales(s string, large bool) ([]int, error) {
 	return out, nil
 }
 
-func run(ctx context.Context, scaleList string, large bool, outDir string, keep bool, accept string, churn int) (bool, error) {
-	scales, err := parseScales(scaleList, large)
-	if err != nil {
-		return false, err
-	}
+func run(ctx context.Context, cfg config) (bool, error) {
 	stmts, err := plancheck.CatalogStatements()
 	if err != nil {
 		return false, err
@@ -76,73 +93,59 @@ func run(ctx context.Context, scaleList string, large bool, outDir string, keep 
 	if err != nil {
 		return false, err
 	}
-	opts, err := tidbenv.OptionsFromEnv()
-	if err != nil {
-		return false, err
-	}
-	opts.Progress = os.Stderr
-	srv, err := tidbenv.Start(ctx, opts)
-	if err != nil {
-		return false, err
-	}
-	defer srv.Close()
-	fmt.Fprintf(os.Stderr, "plancheck: TiDB %s (%s: %s)\n", srv.Version, srv.Kind, srv.Detail)
-
-	suffix := make([]byte, 3)
-	if _, err := rand.Read(suffix); err != nil {
-		return false, fmt.Errorf("random database suffix: %w", err)
-	}
-	var dbs []plancheck.ScaleDB
-	var churned *sql.DB
-	fixtures := append([]int(nil), scales...)
-	if churn > 0 { // one more fixture at the largest scale, to churn
-		fixtures = append(fixtures, scales[len(scales)-1])
-	}
-	for i, scale := range fixtures {
-		name := fmt.Sprintf("laneq_plancheck_%s_%d", hex.EncodeToString(suffix), scale)
-		isChurned := i == len(scales)
-		if isChurned {
-			name += "_churned"
+	opts := plancheck.Options{Runs: cfg.runs, Progress: os.Stderr}
+	if cfg.valuesFile != "" {
+		b, err := os.ReadFile(cfg.valuesFile)
+		if err != nil {
+			return false, fmt.Errorf("-values: %w", err)
 		}
-		if err := srv.CreateDatabase(ctx, name); err != nil {
-			return false, err
+		if err := json.Unmarshal(b, &opts.Values); err != nil {
+			return false, fmt.Errorf("-values %s: %w", cfg.valuesFile, err)
 		}
-		if !keep {
-			defer func() {
-				dropCtx, cancel := context.WithTimeout(context.Background(), time.Minute)
-				defer cancel()
-				if err := srv.DropDatabase(dropCtx, name); err != nil {
-					fmt.Fprintf(os.Stderr, "plancheck: %v\n", err)
-				}
-			}()
+	}
+	var fixtures []plancheck.Fixture
+	var server string
+	if cfg.dsn != "" || cfg.databases != "" {
+		if cfg.dsn == "" || cfg.databases == "" {
+			return false, fmt.Errorf("-dsn and -database go together")
 		}
-		db, err := srv.Open(name)
+		var closeAll func()
+		fixtures, closeAll, server, err = openOwn(ctx, cfg.dsn, cfg.databases)
 		if err != nil {
 			return false, err
 		}
-		defer db.Close()
-		if _, err := schema.Up(ctx, db); err != nil {
+		defer closeAll()
+	} else {
+		scales, err := parseScales(cfg.scales, cfg.large)
+		if err != nil {
 			return false, err
 		}
-		if err := plancheck.Seed(ctx, db, int64(scale), os.Stderr); err != nil {
+		tidbOpts, err := tidbenv.OptionsFromEnv()
+		if err != nil {
 			return false, err
 		}
-		if isChurned {
-			if err := plancheck.Churn(ctx, db, churn, os.Stderr); err != nil {
-				return false, err
-			}
-			churned = db
-			continue
+		tidbOpts.Progress = os.Stderr
+		srv, err := tidbenv.Start(ctx, tidbOpts)
+		if err != nil {
+			return false, err
 		}
-		dbs = append(dbs, plancheck.ScaleDB{Scale: scale, DB: db})
+		defer srv.Close()
+		fmt.Fprintf(os.Stderr, "plancheck: TiDB %s (%s: %s)\n", srv.Version, srv.Kind, srv.Detail)
+		server = "TiDB " + srv.Version + " (" + string(srv.Kind) + ")"
+		var cleanup func()
+		fixtures, cleanup, err = seedFixtures(ctx, srv, scales, cfg, &opts)
+		defer cleanup()
+		if err != nil {
+			return false, err
+		}
 	}
-	rep, err := plancheck.Check(ctx, stmts, cases, dbs, churned, os.Stderr)
+	rep, err := plancheck.Check(ctx, stmts, cases, fixtures, opts)
 	if err != nil {
 		return false, err
 	}
-	rep.Server = "TiDB " + srv.Version + " (" + string(srv.Kind) + ")"
-	if accept != "" {
-		if err := writeGolden(rep.Golden(), accept); err != nil {
+	rep.Server = server
+	if cfg.accept != "" {
+		if err := writeGolden(rep.Golden(), cfg.accept); err != nil {
 			return false, err
 		}
 	} else {
@@ -155,10 +158,115 @@ func run(ctx context.Context, scaleList string, large bool, outDir string, keep 
 	if err := rep.WriteText(os.Stdout); err != nil {
 		return false, err
 	}
-	if err := writeFiles(rep, outDir); err != nil {
+	if err := writeFiles(rep, cfg.outDir); err != nil {
 		return false, err
 	}
 	return rep.Pass(), nil
+}
+
+// seedFixtures creates and seeds one database per scale and, with -churn, a
+// copy of the largest that the runtime churns while a Trace records its
+// calls. cleanup drops them (unless -keep) and closes the pools.
+func seedFixtures(ctx context.Context, srv *tidbenv.Server, scales []int, cfg config, opts *plancheck.Options) ([]plancheck.Fixture, func(), error) {
+	var undo []func()
+	cleanup := func() {
+		for i := len(undo) - 1; i >= 0; i-- {
+			undo[i]()
+		}
+	}
+	suffix := make([]byte, 3)
+	if _, err := rand.Read(suffix); err != nil {
+		return nil, cleanup, fmt.Errorf("random database suffix: %w", err)
+	}
+	open := func(name string, scale int) (*sql.DB, error) {
+		if err := srv.CreateDatabase(ctx, name); err != nil {
+			return nil, err
+		}
+		if !cfg.keep {
+			undo = append(undo, func() {
+				dropCtx, cancel := context.WithTimeout(context.Background(), time.Minute)
+				defer cancel()
+				if err := srv.DropDatabase(dropCtx, name); err != nil {
+					fmt.Fprintf(os.Stderr, "plancheck: %v\n", err)
+				}
+			})
+		}
+		db, err := srv.Open(name)
+		if err != nil {
+			return nil, err
+		}
+		undo = append(undo, func() { db.Close() })
+		if _, err := schema.Up(ctx, db); err != nil {
+			return nil, err
+		}
+		return db, plancheck.Seed(ctx, db, int64(scale), os.Stderr)
+	}
+	var fixtures []plancheck.Fixture
+	for _, scale := range scales {
+		db, err := open(fmt.Sprintf("laneq_plancheck_%s_%d", hex.EncodeToString(suffix), scale), scale)
+		if err != nil {
+			return nil, cleanup, err
+		}
+		fixtures = append(fixtures, plancheck.Fixture{Name: fmt.Sprintf("scale %d", scale), Scale: scale, DB: db})
+	}
+	if cfg.churn <= 0 {
+		return fixtures, cleanup, nil
+	}
+	largest := scales[len(scales)-1]
+	name := fmt.Sprintf("laneq_plancheck_%s_%d_churned", hex.EncodeToString(suffix), largest)
+	db, err := open(name, largest)
+	if err != nil {
+		return nil, cleanup, err
+	}
+	trace := plancheck.NewTrace(plancheck.DefaultTraceKeep)
+	traced, err := trace.Open(srv.DSN(name))
+	if err != nil {
+		return nil, cleanup, err
+	}
+	undo = append(undo, func() { traced.Close() })
+	if err := plancheck.Churn(ctx, traced, plancheck.WorkloadOptions{Items: cfg.churn, Progress: os.Stderr}); err != nil {
+		return nil, cleanup, err
+	}
+	opts.Churned, opts.Trace = db, trace
+	return fixtures, cleanup, nil
+}
+
+// openOwn opens the user's databases on dsn, unseeded.
+func openOwn(ctx context.Context, dsn, databases string) ([]plancheck.Fixture, func(), string, error) {
+	var dbs []*sql.DB
+	closeAll := func() {
+		for _, db := range dbs {
+			db.Close()
+		}
+	}
+	var fixtures []plancheck.Fixture
+	for _, name := range strings.Split(databases, ",") {
+		name = strings.TrimSpace(name)
+		cfg, err := mysql.ParseDSN(dsn)
+		if err != nil {
+			return nil, closeAll, "", fmt.Errorf("-dsn: %w", err)
+		}
+		cfg.DBName = name
+		cfg.ParseTime, cfg.ClientFoundRows, cfg.InterpolateParams, cfg.Loc = true, true, true, time.UTC
+		if cfg.Params == nil {
+			cfg.Params = map[string]string{}
+		}
+		cfg.Params["time_zone"] = "'+00:00'"
+		db, err := sql.Open("mysql", cfg.FormatDSN())
+		if err != nil {
+			return nil, closeAll, "", err
+		}
+		dbs = append(dbs, db)
+		if err := db.PingContext(ctx); err != nil {
+			return nil, closeAll, "", fmt.Errorf("database %s: %w", name, err)
+		}
+		fixtures = append(fixtures, plancheck.Fixture{Name: name, DB: db})
+	}
+	var version string
+	if err := dbs[0].QueryRowContext(ctx, "SELECT VERSION()").Scan(&version); err != nil {
+		return nil, closeAll, "", err
+	}
+	return fixtures, closeAll, "TiDB " + version + " (your databases)", nil
 }
 
 func writeGolden(g plancheck.Golden, path string) error {

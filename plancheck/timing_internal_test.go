@@ -25,6 +25,23 @@ func TestJudgeChurn(t *testing.T) {
 	}
 }
 
+func TestJudgeTime(t *testing.T) {
+	hot := Case{Query: "Hot", Hot: true}
+	obs := func(fixture string, d time.Duration) Observation { return Observation{Fixture: fixture, Median: d} }
+	if v := judgeTime(hot, obs("scale 100", time.Millisecond), obs("scale 10000", 20*time.Millisecond)); len(v) != 1 || !strings.Contains(v[0], "20.0x slower at scale 10000") {
+		t.Fatalf("20x slower: %v", v)
+	}
+	if v := judgeTime(hot, obs("scale 100", 100*time.Microsecond), obs("scale 10000", 1900*time.Microsecond)); len(v) != 0 {
+		t.Fatalf("under the noise floor: %v", v)
+	}
+	if v := judgeTime(Case{Query: "Hot", TimeRatio: 25}, obs("a", time.Millisecond), obs("b", 20*time.Millisecond)); len(v) != 0 {
+		t.Fatalf("a stated ratio of 25: %v", v)
+	}
+	if v := judgeTime(Case{Query: "Hot", TimeAllow: "reviewed"}, obs("a", time.Millisecond), obs("b", time.Second)); len(v) != 0 {
+		t.Fatalf("allowed: %v", v)
+	}
+}
+
 func TestExecTime(t *testing.T) {
 	for info, want := range map[string]time.Duration{
 		"time:24.3ms, loops:2, RU:11.38":    24300 * time.Microsecond,
