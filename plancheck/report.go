@@ -20,6 +20,9 @@ func (r Result) times(sep string) string {
 		parts[i] = fmt.Sprintf("%.2f", m)
 	}
 	s := strings.Join(parts, sep)
+	if n := len(r.MedianMs); n > 1 && r.MedianMs[0] > 0 {
+		s += fmt.Sprintf(" (x%.1f)", r.MedianMs[n-1]/r.MedianMs[0])
+	}
 	if r.ChurnedMs > 0 {
 		s += fmt.Sprintf("%s(churned %.2f)", sep, r.ChurnedMs)
 	}
