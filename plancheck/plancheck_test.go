@@ -80,9 +80,9 @@ func requireViolation(t *testing.T, res plancheck.Result, wants ...string) {
 	t.Logf("caught:\n  %s", strings.Join(res.Violations, "\n  "))
 }
 
-// The whole catalog passes on the fixture: the same check make plancheck
-// runs, at the test's scales.
-func testCatalogPasses(t *testing.T) {
+// catalog is the real catalog and its cases.
+func catalog(t *testing.T) ([]plancheck.Statement, []plancheck.Case) {
+	t.Helper()
 	stmts, err := plancheck.CatalogStatements()
 	if err != nil {
 		t.Fatal(err)
@@ -91,6 +91,13 @@ func testCatalogPasses(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return stmts, cases
+}
+
+// The whole catalog passes on the fixture: the same check make plancheck
+// runs, at the test's scales.
+func testCatalogPasses(t *testing.T) {
+	stmts, cases := catalog(t)
 	rep, err := plancheck.Check(context.Background(), stmts, cases, scales(t), plancheck.Options{})
 	if err != nil {
 		t.Fatal(err)
@@ -265,14 +272,7 @@ var skewCases = map[string][]string{
 // a rescan), the stale scan read every expired lease of other classes
 // (5,010), and the lane probes read the long lane (64 rows, 15-94 ms).
 func testEachSkewStaysBounded(t *testing.T) {
-	stmts, err := plancheck.CatalogStatements()
-	if err != nil {
-		t.Fatal(err)
-	}
-	all, err := plancheck.LoadCases(queries.PlanCases)
-	if err != nil {
-		t.Fatal(err)
-	}
+	stmts, all := catalog(t)
 	byName := map[string]plancheck.Case{}
 	for _, c := range all {
 		byName[c.Name()] = c
@@ -328,14 +328,7 @@ func testTimeRuleCatchesGrowthRowsHide(t *testing.T) {
 // from its front. Every hand-written case still passes; the traced calls
 // fail.
 func testTracedUnboundedWindowFails(t *testing.T) {
-	stmts, err := plancheck.CatalogStatements()
-	if err != nil {
-		t.Fatal(err)
-	}
-	cases, err := plancheck.LoadCases(queries.PlanCases)
-	if err != nil {
-		t.Fatal(err)
-	}
+	stmts, cases := catalog(t)
 	const scale = 2000
 	for _, tc := range []struct {
 		name    string
@@ -386,14 +379,7 @@ func testTracedUnboundedWindowFails(t *testing.T) {
 // testOwnDatabaseIsChecked: a database plancheck did not seed (a user's
 // own, with -dsn and -database) gets the plan rules, with no seeding.
 func testOwnDatabaseIsChecked(t *testing.T) {
-	stmts, err := plancheck.CatalogStatements()
-	if err != nil {
-		t.Fatal(err)
-	}
-	cases, err := plancheck.LoadCases(queries.PlanCases)
-	if err != nil {
-		t.Fatal(err)
-	}
+	stmts, cases := catalog(t)
 	// A database with the scope the cases name ($scope, overridable with
 	// -values) and nothing else.
 	mine := tidbtest.NewDB(t)
