@@ -76,7 +76,8 @@ type ClaimerConfig struct {
 	StaleScanEvery time.Duration
 	// ScanWindow is the starting width, in database time, of a class's scan
 	// window. The window halves when a scan fills its limit and doubles when
-	// one finds nothing before now, so a statement's range holds about a
+	// it holds less than a claim's worth before now (a second statement then
+	// reads on to now for the rest), so a statement's range holds about a
 	// claim's worth of due rows and an idle class costs one statement per
 	// claim. Default 1s.
 	ScanWindow time.Duration
@@ -403,37 +404,47 @@ type scanFunc func(from, until time.Time, limit int) ([]gen.ClaimCandidatesRow, 
 
 // scanWindows reads a class's range from its cursor up to now, at most want
 // rows, in at most two statements: the cursor's window first (see
-// ClaimerConfig.ScanWindow), and when that window is empty short of now,
-// the rest up to now in one more. A window that fills the limit halves the
-// width for next time; an empty one doubles it. A class without a floor is
+// ClaimerConfig.ScanWindow), and when that window holds fewer than want
+// rows short of now, the rest up to now in one more, for the rows still
+// wanted. A claim therefore comes back short only when the class has no more
+// due rows: the controller claims again only when a claim filled its slots,
+// so a short claim with due work left behind the window would strand that
+// work until the next event. A window that fills the limit halves the width
+// for next time; one that does not doubles it. A class without a floor is
 // read from the front of its range in one statement.
 func (c *Claimer) scanWindows(cur cursor, now time.Time, want int, stats *ClaimStats, scan scanFunc) (classScan, error) {
-	read := func(from, until time.Time) ([]gen.ClaimCandidatesRow, error) {
+	read := func(from, until time.Time, limit int) ([]gen.ClaimCandidatesRow, error) {
 		stats.Statements++
-		return scan(from, until, want)
+		return scan(from, until, limit)
 	}
 	if !cur.known {
-		rows, err := read(epochTime, now)
+		rows, err := read(epochTime, now, want)
 		if err != nil {
 			return classScan{}, err
 		}
 		return classScan{rows: rows, through: throughIf(len(rows) < want, now), window: cur.window}, nil
 	}
 	from := cur.floor.Add(-c.cfg.StragglerWindow)
-	until := earliest(cur.floor.Add(cur.window), now)
+	// Whole microseconds, DATETIME(6)'s resolution: the second statement
+	// starts one microsecond after the first one's end, so no row is in both.
+	until := earliest(cur.floor.Add(cur.window), now).Truncate(time.Microsecond)
 	if until.Before(from) { // a database clock behind the floor's
 		until = from
 	}
-	rows, err := read(from, until)
+	rows, err := read(from, until, want)
 	if err != nil {
 		return classScan{}, err
 	}
 	window := cur.window
-	if len(rows) == 0 && until.Before(now) {
+	if len(rows) < want && until.Before(now) {
 		window = min(2*window, maxScanWindow)
-		if rows, err = read(until, now); err != nil {
+		// The first range was read to exhaustion (fewer rows than its
+		// limit), rows due at exactly until included.
+		rest, err := read(until.Add(time.Microsecond), now, want-len(rows))
+		if err != nil {
 			return classScan{}, err
 		}
+		rows = append(rows, rest...)
 		until = now
 	}
 	if len(rows) >= want {

@@ -4,6 +4,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -617,5 +618,92 @@ func TestNewRefusesOptimisticSessions(t *testing.T) {
 	defer db.Close()
 	if _, err := workqueue.New(db, workqueue.Config{}); !errors.Is(err, workqueue.ErrOptimisticMode) {
 		t.Fatalf("New on optimistic sessions: err = %v, want ErrOptimisticMode", err)
+	}
+}
+
+// A claim comes back short only when no more work is due: the controller
+// claims again only after a claim filled its slots, so due rows left behind
+// a narrow scan window would wait for the next event (found by
+// TestDependencyQuietBacklog: a worker with its periodic reads off stalled
+// with 972 due items).
+func TestShortClaimMeansNothingMoreIsDue(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, workqueue.Config{})
+	c, err := f.qu.NewClaimer(scope, "w", workqueue.ClaimerConfig{ScanWindow: time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Twenty items from ten enqueues of two: the two of a pair are due
+	// microseconds apart, pairs a transaction apart, wider than the 1ms
+	// window. A claim of five ends inside a pair, so the next claim's window
+	// holds that pair's second item only.
+	var all []int64
+	for range 10 {
+		f.seq++
+		res, err := f.qu.Enqueue(f.ctx, scope, []workqueue.Event{
+			{IdempotencyKey: fmt.Sprint("pair-a-", f.seq), Work: []workqueue.Work{{WorkType: "deliver"}}},
+			{IdempotencyKey: fmt.Sprint("pair-b-", f.seq), Work: []workqueue.Work{{WorkType: "deliver"}}},
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		all = append(all, res[0].Work[0].WorkID, res[1].Work[0].WorkID)
+	}
+	var order []int64
+	for turn := 0; len(order) < len(all); turn++ {
+		got, stats, err := c.Claim(f.ctx, withTestDefaults(workqueue.ClaimRequest{QueueClasses: []string{"default"}, Max: 5}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(got) != 5 {
+			t.Fatalf("turn %d: claimed %d of the %d items due (in %d statements)", turn, len(got), len(all)-len(order), stats.Statements)
+		}
+		if turn > 0 && stats.Statements > 2 { // the first also looks for expired leases
+			t.Fatalf("turn %d: %d statements, want at most 2", turn, stats.Statements)
+		}
+		order = append(order, ids(got)...)
+	}
+	if !slices.Equal(order, all) {
+		t.Fatalf("claim order %v, want the due order %v", order, all)
+	}
+}
+
+// A row due at exactly the end of a claim's first window is in both of its
+// statements' ranges. Counted once, the claim holds fewer rows than it
+// asked for although the second statement was cut by its limit: the claim
+// must not take that for "nothing more is due" and move its cursor to now,
+// past the rest (the stall TestDependencyQuietBacklog found).
+func TestRowAtTheWindowEdgeDoesNotHideTheRest(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, workqueue.Config{})
+	c, err := f.qu.NewClaimer(scope, "w", workqueue.ClaimerConfig{ScanWindow: time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rows []int64
+	for range 5 {
+		rows = append(rows, f.one(workqueue.Work{}))
+	}
+	// Due a minute ago, the second row at exactly the first's time plus
+	// the window, the rest a microsecond apart after it.
+	t0 := f.dbNow().Add(-time.Minute).Truncate(time.Microsecond)
+	dues := []time.Time{t0, t0.Add(time.Millisecond), t0.Add(time.Millisecond + time.Microsecond),
+		t0.Add(time.Millisecond + 2*time.Microsecond), t0.Add(time.Millisecond + 3*time.Microsecond)}
+	for i, id := range rows {
+		f.exec("UPDATE work_item SET run_after = ? WHERE work_id = ?", dues[i], id)
+	}
+	claim := func(max int) []int64 {
+		t.Helper()
+		got, _, err := c.Claim(f.ctx, withTestDefaults(workqueue.ClaimRequest{QueueClasses: []string{"default"}, Max: max}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return ids(got)
+	}
+	got := claim(1)                // from the front: the first row; the floor is its due time
+	got = append(got, claim(3)...) // the window's edge row, then two more
+	got = append(got, claim(3)...) // the last one
+	if !slices.Equal(got, rows) {
+		t.Fatalf("claimed %v, want %v", got, rows)
 	}
 }
