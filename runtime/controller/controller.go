@@ -10,7 +10,9 @@
 //     once if that moment passed while the lookup or a claim ran);
 //   - a coalesced Wake (new durable work this process knows of);
 //   - a generation change seen by the cheap generation probe;
-//   - the low-frequency reconciliation backstop, or RequestReconcile.
+//   - the low-frequency reconciliation backstop, or RequestReconcile;
+//   - a Maintainer's maintenance (Config.MaintainEvery) that reports it may
+//     have made work claimable.
 //
 // Completing an attempt is not one of them: it frees capacity, which lets a
 // pending turn run, but it never creates a turn. An already-past next-work
@@ -94,10 +96,22 @@ type Source interface {
 	Capacity(continuation bool) int
 }
 
+// Maintainer is an optional extension of a Source: bounded maintenance the
+// controller runs on its own timer, between claim turns, such as the
+// dependency safety pass. claimable asks for a claim turn. Its errors never
+// stop the controller (maintenance must leave nothing of unknown outcome
+// that a claim turn could not recover): they are logged, and the next run
+// comes after a backoff that doubles from MaintainRetryMin up to the period.
+type Maintainer interface {
+	Maintain(ctx context.Context) (claimable bool, err error)
+}
+
 // Defaults of Config's periods.
 const (
 	DefaultGenerationProbeEvery = 15 * time.Second
 	DefaultReconcileEvery       = time.Minute
+	DefaultMaintainEvery        = 2 * time.Minute
+	MaintainRetryMin            = time.Second
 )
 
 // Config tunes a Controller. Zero fields take the defaults.
@@ -111,6 +125,10 @@ type Config struct {
 	// ReconcileEvery is the reconciliation backstop period. Default 1m;
 	// negative disables it.
 	ReconcileEvery time.Duration
+	// MaintainEvery is the period of a Maintainer source's maintenance (the
+	// first run comes one period after start). Default 2m; negative
+	// disables it. Ignored for a source that is not a Maintainer.
+	MaintainEvery time.Duration
 	// Logger receives lifecycle and error records. Default slog.Default().
 	Logger *slog.Logger
 }
@@ -125,13 +143,18 @@ func (c Config) withDefaults() (Config, error) {
 	if c.ReconcileEvery == 0 {
 		c.ReconcileEvery = DefaultReconcileEvery
 	}
+	if c.MaintainEvery == 0 {
+		c.MaintainEvery = DefaultMaintainEvery
+	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
 	const floor = 10 * time.Millisecond
-	if (c.GenerationProbeEvery > 0 && c.GenerationProbeEvery < floor) || (c.ReconcileEvery > 0 && c.ReconcileEvery < floor) {
-		return c, fmt.Errorf("controller: probe and reconcile periods must be at least %s (or negative to disable), got %s and %s",
-			floor, c.GenerationProbeEvery, c.ReconcileEvery)
+	for _, p := range []time.Duration{c.GenerationProbeEvery, c.ReconcileEvery, c.MaintainEvery} {
+		if p > 0 && p < floor {
+			return c, fmt.Errorf("controller: probe, reconcile and maintain periods must be at least %s (or negative to disable), got %s, %s and %s",
+				floor, c.GenerationProbeEvery, c.ReconcileEvery, c.MaintainEvery)
+		}
 	}
 	return c, nil
 }
@@ -151,14 +174,18 @@ type Stats struct {
 	WakesCoalesced      uint64
 	ReconcilesQueued    uint64 // RequestReconcile calls that queued a signal
 	ReconcilesCoalesced uint64
+	Maintenances        uint64 // Maintainer runs
+	MaintenanceErrors   uint64
+	MaintenanceClaims   uint64 // runs that asked for a claim turn
 }
 
 // Controller drives one Source. Its signal methods are safe for concurrent
 // use and never block; Run is the single loop that reads the source.
 type Controller struct {
-	src Source
-	cfg Config
-	log *slog.Logger
+	src      Source
+	maintain Maintainer // nil when src is not one, or maintenance is disabled
+	cfg      Config
+	log      *slog.Logger
 
 	notify    chan struct{} // capacity 1: "look at the flags"
 	wake      atomic.Bool
@@ -171,19 +198,25 @@ type Controller struct {
 	unusable atomic.Pointer[error]
 
 	// Loop state, touched only by Run's goroutine.
-	external   bool // an event arrived since the last claim
-	dueFired   bool // the due timer fired since the last claim
-	more       bool // the last claim said More
-	generation uint64
-	due        clock.Timer
-	dueAt      time.Time   // zero when the due timer is disarmed
-	scheduled  []time.Time // NotifyDue times not yet due, ascending
-	lookedUp   time.Time   // the last next-work lookup's time, zero when none
+	external        bool // an event arrived since the last claim
+	dueFired        bool // the due timer fired since the last claim
+	more            bool // the last claim said More
+	generation      uint64
+	due             clock.Timer
+	dueAt           time.Time   // zero when the due timer is disarmed
+	scheduled       []time.Time // NotifyDue times not yet due, ascending
+	lookedUp        time.Time   // the last next-work lookup's time, zero when none
+	timers          loopTimers
+	maintainBackoff time.Duration // the last retry delay after failed maintenance; zero when the last run succeeded
 
 	readyChecks, reconciles, claims, emptyClaims, nextWork  atomic.Uint64
 	probes, genChanges, dueFires, overdue                   atomic.Uint64
 	wakesQueued, wakesCoalesced, reconQueued, reconCoalesce atomic.Uint64
+	maintenances, maintainErrors, maintainClaims            atomic.Uint64
 }
+
+// loopTimers are Run's periodic timers.
+type loopTimers struct{ probe, backstop, maintain clock.Timer }
 
 // New returns a Controller for src.
 func New(src Source, cfg Config) (*Controller, error) {
@@ -194,10 +227,14 @@ func New(src Source, cfg Config) (*Controller, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Controller{
+	c := &Controller{
 		src: src, cfg: cfg, log: cfg.Logger,
 		notify: make(chan struct{}, 1), settleReq: make(chan chan struct{}),
-	}, nil
+	}
+	if m, ok := src.(Maintainer); ok && cfg.MaintainEvery > 0 {
+		c.maintain = m
+	}
+	return c, nil
 }
 
 // Wake says durable work may be claimable now (an enqueue, a release, a
@@ -256,6 +293,7 @@ func (c *Controller) Stats() Stats {
 		GenerationChanges: c.genChanges.Load(), DueTimerFires: c.dueFires.Load(), OverdueSuppressions: c.overdue.Load(),
 		WakesQueued: c.wakesQueued.Load(), WakesCoalesced: c.wakesCoalesced.Load(),
 		ReconcilesQueued: c.reconQueued.Load(), ReconcilesCoalesced: c.reconCoalesce.Load(),
+		Maintenances: c.maintenances.Load(), MaintenanceErrors: c.maintainErrors.Load(), MaintenanceClaims: c.maintainClaims.Load(),
 	}
 }
 
@@ -292,19 +330,25 @@ func (c *Controller) Run(ctx context.Context) error {
 	c.due = c.cfg.Clock.NewTimer()
 	defer c.due.Stop()
 	c.dueAt, c.lookedUp = time.Time{}, time.Time{}
-	probe, backstop := c.cfg.Clock.NewTimer(), c.cfg.Clock.NewTimer()
-	defer probe.Stop()
-	defer backstop.Stop()
+	c.timers = loopTimers{probe: c.cfg.Clock.NewTimer(), backstop: c.cfg.Clock.NewTimer(), maintain: c.cfg.Clock.NewTimer()}
+	defer c.timers.probe.Stop()
+	defer c.timers.backstop.Stop()
+	defer c.timers.maintain.Stop()
 
 	if err := c.startup(ctx); err != nil {
 		return err
 	}
-	c.arm(probe, c.cfg.GenerationProbeEvery)
-	c.arm(backstop, c.cfg.ReconcileEvery)
-	c.log.Debug("controller started", "probe_every", c.cfg.GenerationProbeEvery, "reconcile_every", c.cfg.ReconcileEvery)
+	c.arm(c.timers.probe, c.cfg.GenerationProbeEvery)
+	c.arm(c.timers.backstop, c.cfg.ReconcileEvery)
+	if c.maintain != nil {
+		c.maintainBackoff = 0
+		c.arm(c.timers.maintain, c.cfg.MaintainEvery)
+	}
+	c.log.Debug("controller started", "probe_every", c.cfg.GenerationProbeEvery, "reconcile_every", c.cfg.ReconcileEvery,
+		"maintain_every", c.cfg.MaintainEvery, "maintainer", c.maintain != nil)
 
 	for {
-		if err := c.handleNext(ctx, probe, backstop); err != nil {
+		if err := c.handleNext(ctx); err != nil {
 			return err
 		}
 	}
@@ -312,19 +356,21 @@ func (c *Controller) Run(ctx context.Context) error {
 
 // handleNext waits for one event, folds it into the loop state and runs
 // whatever claim turns it makes runnable.
-func (c *Controller) handleNext(ctx context.Context, probe, backstop clock.Timer) error {
+func (c *Controller) handleNext(ctx context.Context) error {
 	select {
 	case <-ctx.Done():
 		return ctx.Err()
 	case <-c.notify:
 	case <-c.due.C():
 		c.onDue()
-	case <-probe.C():
-		if err := c.onProbe(ctx, probe); err != nil {
+	case <-c.timers.probe.C():
+		if err := c.onProbe(ctx); err != nil {
 			return err
 		}
-	case <-backstop.C():
-		c.onBackstop(backstop)
+	case <-c.timers.backstop.C():
+		c.onBackstop()
+	case <-c.timers.maintain.C():
+		c.onMaintain(ctx)
 	case ack := <-c.settleReq:
 		defer close(ack)
 		// Handle everything already pending before acknowledging.
@@ -332,7 +378,7 @@ func (c *Controller) handleNext(ctx context.Context, probe, backstop clock.Timer
 			if err := c.step(ctx); err != nil {
 				return err
 			}
-			handled, err := c.drainOne(ctx, probe, backstop)
+			handled, err := c.drainOne(ctx)
 			if err != nil || !handled {
 				return err
 			}
@@ -348,27 +394,53 @@ func (c *Controller) onDue() {
 	c.rearm()
 }
 
-func (c *Controller) onProbe(ctx context.Context, probe clock.Timer) error {
-	c.arm(probe, c.cfg.GenerationProbeEvery)
+func (c *Controller) onProbe(ctx context.Context) error {
+	c.arm(c.timers.probe, c.cfg.GenerationProbeEvery)
 	return c.probe(ctx)
 }
 
-func (c *Controller) onBackstop(backstop clock.Timer) {
-	c.arm(backstop, c.cfg.ReconcileEvery)
+func (c *Controller) onBackstop() {
+	c.arm(c.timers.backstop, c.cfg.ReconcileEvery)
 	c.reconcile.Store(true)
+}
+
+// onMaintain runs the Maintainer once. A failure is logged and retried
+// after a backoff (doubling, at most the period); it never stops the loop.
+func (c *Controller) onMaintain(ctx context.Context) {
+	c.maintenances.Add(1)
+	claimable, err := c.maintain.Maintain(ctx)
+	if claimable {
+		// Even a failed run may have committed wakes before it failed.
+		c.maintainClaims.Add(1)
+		c.external = true
+	}
+	switch {
+	case err == nil:
+		c.maintainBackoff = 0
+		c.arm(c.timers.maintain, c.cfg.MaintainEvery)
+	case ctx.Err() != nil:
+		return // shutting down: Run returns on its next look
+	default:
+		c.maintainErrors.Add(1)
+		c.maintainBackoff = min(max(2*c.maintainBackoff, MaintainRetryMin), c.cfg.MaintainEvery)
+		c.log.Warn("maintenance failed; retrying after a backoff", "err", err, "after", c.maintainBackoff)
+		c.arm(c.timers.maintain, c.maintainBackoff)
+	}
 }
 
 // drainOne handles one already-ready event without blocking (the same
 // cases as handleNext, which must block instead).
-func (c *Controller) drainOne(ctx context.Context, probe, backstop clock.Timer) (bool, error) {
+func (c *Controller) drainOne(ctx context.Context) (bool, error) {
 	select {
 	case <-c.notify:
 	case <-c.due.C():
 		c.onDue()
-	case <-probe.C():
-		return true, c.onProbe(ctx, probe)
-	case <-backstop.C():
-		c.onBackstop(backstop)
+	case <-c.timers.probe.C():
+		return true, c.onProbe(ctx)
+	case <-c.timers.backstop.C():
+		c.onBackstop()
+	case <-c.timers.maintain.C():
+		c.onMaintain(ctx)
 	default:
 		return false, nil
 	}

@@ -34,6 +34,13 @@ type harness struct {
 // tweak adjusts the source before Run starts.
 func newHarness(t *testing.T, cfg controller.Config, tweak func(*countingSource)) *harness {
 	t.Helper()
+	return newHarnessOf(t, cfg, tweak, func(s *countingSource) controller.Source { return s })
+}
+
+// newHarnessOf is newHarness for a source that wraps the counting one (to
+// add an optional interface such as Maintainer).
+func newHarnessOf(t *testing.T, cfg controller.Config, tweak func(*countingSource), wrap func(*countingSource) controller.Source) *harness {
+	t.Helper()
 	fc := clock.NewFake(epoch)
 	src := newCountingSource(fc)
 	if tweak != nil {
@@ -47,7 +54,7 @@ func newHarness(t *testing.T, cfg controller.Config, tweak func(*countingSource)
 		cfg.ReconcileEvery = reconcileEvery
 	}
 	cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
-	ctrl, err := controller.New(src, cfg)
+	ctrl, err := controller.New(wrap(src), cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
