@@ -173,7 +173,7 @@ func (q *Queries) ClaimCandidates(ctx context.Context, arg ClaimCandidatesParams
 const claimedByRef = `-- name: ClaimedByRef :many
 SELECT w.work_id, w.event_id, w.work_type, w.queue_class, w.lease_token, w.lane_ordinal,
        w.attempt_count, w.safe_retry_count, w.generation, w.source_lane_key, w.target_lane_key,
-       w.run_after, s.active_generation
+       w.run_after, w.dependency_wake_key, w.dependency_keys, s.active_generation
 FROM work_item w
 JOIN scope s ON s.scope_id = w.scope_id
 WHERE w.work_id IN (/*SLICE:work_ids*/?)
@@ -188,19 +188,21 @@ type ClaimedByRefParams struct {
 }
 
 type ClaimedByRefRow struct {
-	WorkID           int64
-	EventID          int64
-	WorkType         string
-	QueueClass       string
-	LeaseToken       int64
-	LaneOrdinal      int64
-	AttemptCount     int32
-	SafeRetryCount   int32
-	Generation       int64
-	SourceLaneKey    sql.NullString
-	TargetLaneKey    sql.NullString
-	RunAfter         time.Time
-	ActiveGeneration int64
+	WorkID            int64
+	EventID           int64
+	WorkType          string
+	QueueClass        string
+	LeaseToken        int64
+	LaneOrdinal       int64
+	AttemptCount      int32
+	SafeRetryCount    int32
+	Generation        int64
+	SourceLaneKey     sql.NullString
+	TargetLaneKey     sql.NullString
+	RunAfter          time.Time
+	DependencyWakeKey sql.NullString
+	DependencyKeys    []byte
+	ActiveGeneration  int64
 }
 
 // The rows ClaimBatchCAS won, with the lease tokens it set: batch point gets
@@ -244,6 +246,8 @@ func (q *Queries) ClaimedByRef(ctx context.Context, arg ClaimedByRefParams) ([]C
 			&i.SourceLaneKey,
 			&i.TargetLaneKey,
 			&i.RunAfter,
+			&i.DependencyWakeKey,
+			&i.DependencyKeys,
 			&i.ActiveGeneration,
 		); err != nil {
 			return nil, err

@@ -170,7 +170,7 @@ const headBefore = `-- name: HeadBefore :many
  WHERE w.scope_id = ?
    AND w.generation = ?
    AND w.source_lane_key = ?
-   AND w.state IN ('pending', 'processing', 'waiting_dependency')
+   AND w.state IN ('pending', 'processing', 'dependency_registration', 'waiting_dependency')
    AND w.lane_ordinal < ?
  LIMIT 1)
 UNION ALL
@@ -179,7 +179,7 @@ UNION ALL
  WHERE t.scope_id = ?
    AND t.generation = ?
    AND t.target_lane_key = ?
-   AND t.state IN ('pending', 'processing', 'waiting_dependency')
+   AND t.state IN ('pending', 'processing', 'dependency_registration', 'waiting_dependency')
    AND t.lane_ordinal < ?
  LIMIT 1)
 `
@@ -238,7 +238,7 @@ const laneHeads = `-- name: LaneHeads :many
  WHERE w.scope_id = ?
    AND w.generation = ?
    AND w.source_lane_key IN (/*SLICE:source_lanes*/?)
-   AND w.state IN ('pending', 'processing', 'waiting_dependency')
+   AND w.state IN ('pending', 'processing', 'dependency_registration', 'waiting_dependency')
    AND w.lane_ordinal < ?)
 UNION ALL
 (SELECT t.work_id, t.state, t.lane_ordinal, 'target' AS lane_kind, t.target_lane_key AS lane_key
@@ -246,7 +246,7 @@ UNION ALL
  WHERE t.scope_id = ?
    AND t.generation = ?
    AND t.target_lane_key IN (/*SLICE:target_lanes*/?)
-   AND t.state IN ('pending', 'processing', 'waiting_dependency')
+   AND t.state IN ('pending', 'processing', 'dependency_registration', 'waiting_dependency')
    AND t.lane_ordinal < ?)
 `
 
@@ -268,10 +268,10 @@ type LaneHeadsRow struct {
 
 // Lanes. A lane is the live rows of one source or target lane key of one
 // generation, in lane_ordinal order. At most one of them is not blocked: the
-// lane's head (pending, processing or waiting_dependency); every live row
-// after it is blocked. The lane indexes put state before the ordinal, so the
-// head is a range of its own: a probe for it reads one entry however many
-// followers the lane has. Source and target lanes are disjoint UNION ALL
+// lane's head (pending, processing, dependency_registration or
+// waiting_dependency); every live row after it is blocked. The lane indexes
+// put state before the ordinal, so the head is a range of its own: a probe
+// for it reads one entry however many followers the lane has. Source and target lanes are disjoint UNION ALL
 // branches, each on its own index: an OR over both columns reads the whole
 // scope prefix instead (seed 002's measured falsification).
 // Enqueue: the heads of the lanes a batch appends to, all lanes in one

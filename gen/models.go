@@ -103,4 +103,5 @@ type WorkItem struct {
 	DependencyProbeAfter sql.NullTime
 	CreatedAt            time.Time
 	UpdatedAt            time.Time
+	DependencyKeys       []byte
 }

@@ -16,6 +16,32 @@ type Querier interface {
 	// its items are due no earlier than admitted_at (claimers rely on that; see
 	// ClaimCandidates).
 	AdvanceEnqueueOrdinal(ctx context.Context, arg AdvanceEnqueueOrdinalParams) error
+	// Dependency waits (seed 002). A work item whose durable prerequisite is
+	// missing waits instead of retrying: it is invisible to claims and due
+	// times, counts no retries, and as its lanes' head keeps its followers
+	// behind it. dependency_satisfied rows are the readiness authority; the
+	// wake key only groups waiters so a producer can wake them.
+	//
+	// Entering a wait takes two transactions. BeginDependencyWait moves the
+	// claimed row to dependency_registration and commits: from then on a
+	// producer's wake (WakeDependencyWaiters) sees it. SettleDependencyRegistration
+	// then reads the candidate keys with a locking read and moves the row to
+	// waiting_dependency, or back to pending when one is satisfied, by a CAS on
+	// the registration's token. Against a producer (SatisfyDependency, then
+	// WakeDependencyWaiters, one transaction):
+	//   - a key committed, or locked by a producer still running, before the
+	//     settle's read is seen by it (a locking read waits for the lock);
+	//   - a key inserted after that read is followed by its producer's wake,
+	//     which finds the row as a registration (the settle's CAS then loses)
+	//     or as a waiter (it waits for the settle's row lock, then sees it).
+	// No step relies on locking an absent key: under READ COMMITTED TiDB's
+	// locking point get does not lock one (measured on v8.5.6). A registration
+	// interrupted between the two transactions is settled by the safety pass.
+	// The claimed row leaves processing for dependency_registration, fenced by
+	// its lease token. The attempt is given back (waiting is not a failure and
+	// counts no retry), the lease is dropped, and run_after marks when the wait
+	// began (the safety pass pages waiters in that order).
+	BeginDependencyWait(ctx context.Context, arg BeginDependencyWaitParams) (int64, error)
 	// Promotion, when HeadBefore found no head: is a blocked row ahead of the
 	// follower in those lanes? Only a lane without a head can hold one (its rows
 	// all wait for their other lanes), so this range is that rare lane's rows.
@@ -60,6 +86,19 @@ type Querier interface {
 	// lost the reply of the CAS or of this read runs it again with the same
 	// reference to learn what it owns.
 	ClaimedByRef(ctx context.Context, arg ClaimedByRefParams) ([]ClaimedByRefRow, error)
+	// One page of the safety pass over a scope's waiters of the active
+	// generation, on idx_work_item_due, in wait order (run_after is when the
+	// wait began): registrations older than a grace (a worker interrupted
+	// between BeginDependencyWait and SettleDependencyRegistration left them),
+	// from the front each pass, since the pass settles them; and waiting rows
+	// after the pass's cursor. The cursor is a (run_after, work_id) pair: the OR
+	// becomes two ranges of the index, so ties at one time are neither skipped
+	// nor read twice. Each branch reads at most its LIMIT of entries whatever
+	// the number of waiters (registrations are seconds-long and rare, so a
+	// fixed 100 per pass; the waiting page is the caller's); the scalar subquery
+	// (the scope's primary key) is folded into the range before execution. A
+	// scope with no waiters costs this one statement.
+	DependencySafetyPage(ctx context.Context, arg DependencySafetyPageParams) ([]DependencySafetyPageRow, error)
 	// Idempotent creation. ON DUPLICATE KEY keeps an existing row untouched (its
 	// generation and ordinal counter must never be reset by a late writer).
 	EnsureScope(ctx context.Context, arg EnsureScopeParams) error
@@ -108,14 +147,16 @@ type Querier interface {
 	// work_id is AUTO_RANDOM; the driver returns the generated id. run_after is
 	// the database clock plus a delay, never a host's clock. Enqueue finds
 	// duplicates with current reads first (LockWorkItemsByEvents), so
-	// uk_work_item_event_type only fires for a writer that bypassed it.
+	// uk_work_item_event_type only fires for a writer that bypassed it. A
+	// dependency declared at enqueue is stored, not checked: the item is
+	// claimable and the worker checks it before any work (see dependency.sql).
 	InsertWorkItem(ctx context.Context, arg InsertWorkItemParams) (int64, error)
 	// Lanes. A lane is the live rows of one source or target lane key of one
 	// generation, in lane_ordinal order. At most one of them is not blocked: the
-	// lane's head (pending, processing or waiting_dependency); every live row
-	// after it is blocked. The lane indexes put state before the ordinal, so the
-	// head is a range of its own: a probe for it reads one entry however many
-	// followers the lane has. Source and target lanes are disjoint UNION ALL
+	// lane's head (pending, processing, dependency_registration or
+	// waiting_dependency); every live row after it is blocked. The lane indexes
+	// put state before the ordinal, so the head is a range of its own: a probe
+	// for it reads one entry however many followers the lane has. Source and target lanes are disjoint UNION ALL
 	// branches, each on its own index: an OR over both columns reads the whole
 	// scope prefix instead (seed 002's measured falsification).
 	// Enqueue: the heads of the lanes a batch appends to, all lanes in one
@@ -134,6 +175,12 @@ type Querier interface {
 	// transaction's start snapshot) would miss and then fail on 1062.
 	// Batch point gets on uk_event_idempotency.
 	LockEventsByIdempotencyKeys(ctx context.Context, arg LockEventsByIdempotencyKeysParams) ([]LockEventsByIdempotencyKeysRow, error)
+	// The candidate keys that are satisfied, read under locks: a batch point get
+	// on the primary key that waits for a producer holding one of them
+	// (inserted, not yet committed) and then sees its commit. Locks: the keys
+	// that exist, then (SettleDependencyRegistration) the row, the order a
+	// producer takes them in.
+	LockSatisfiedDependencies(ctx context.Context, arg LockSatisfiedDependenciesParams) ([]string, error)
 	// Current read under a row lock. Enqueue takes this lock first, then writes
 	// events, then work items: one lock order for every admission path.
 	LockScopeForEnqueue(ctx context.Context, scopeID string) (LockScopeForEnqueueRow, error)
@@ -206,6 +253,14 @@ type Querier interface {
 	// every compare-and-swap needs RowsAffected to count matched rows, and
 	// without clientFoundRows this statement reports 0.
 	RewriteScopeUnchanged(ctx context.Context, scopeID string) (int64, error)
+	// The candidate keys that are satisfied, read without locks: the recheck of
+	// a woken item before any work, and the safety pass's probe. A batch point
+	// get on the primary key (exact, NO PAD keys: an equality rides the key).
+	SatisfiedDependencies(ctx context.Context, arg SatisfiedDependenciesParams) ([]string, error)
+	// A producer records a dependency key. Idempotent: a key satisfied twice
+	// keeps its first time. The producer wakes the key's waiters in the same
+	// transaction (WakeDependencyWaiters).
+	SatisfyDependency(ctx context.Context, arg SatisfyDependencyParams) error
 	// What workqueue.New checks about a session before trusting it: the
 	// transaction mode (laneq's finish and enqueue transactions rely on
 	// pessimistic READ COMMITTED, which TiDB honors only in pessimistic mode; in
@@ -219,6 +274,11 @@ type Querier interface {
 	// claimable at once: every claim CAS compares with active_generation, and a
 	// claim CAS already in flight is caught by ClaimedByRef's generation check.
 	SetScopeGeneration(ctx context.Context, arg SetScopeGenerationParams) (int64, error)
+	// A registration becomes waiting_dependency, or pending when a candidate key
+	// was satisfied; a CAS on the token BeginDependencyWait set, so a producer's
+	// wake in between (which moved the token on) wins. A row made pending sorts
+	// at now for claimers (see PromoteBlocked).
+	SettleDependencyRegistration(ctx context.Context, arg SettleDependencyRegistrationParams) (int64, error)
 	// Processing rows of one queue class whose lease expired by the database
 	// clock, oldest expiry first, on idx_work_item_claim: the class leads the
 	// expiry, so expired leases of other classes are outside the range. For a
@@ -228,6 +288,14 @@ type Querier interface {
 	// it in the past, so expiries the claimer's last complete scan saw need not
 	// be read again (the MVCC delete markers of renewals and finishes lie there).
 	StaleCandidates(ctx context.Context, arg StaleCandidatesParams) ([]StaleCandidatesRow, error)
+	// The safety pass wakes one waiter whose key is satisfied: an idempotent CAS
+	// on the token its page read saw.
+	WakeDependencyWaiter(ctx context.Context, arg WakeDependencyWaiterParams) (int64, error)
+	// Every waiter of a wake key (registrations too) returns to pending, through
+	// idx_work_item_dependency: a point range per state. Over-notification is
+	// harmless (a woken item rechecks its exact keys before any work and waits
+	// again); a missed wake is not, which is why registrations are included.
+	WakeDependencyWaiters(ctx context.Context, arg WakeDependencyWaitersParams) (int64, error)
 }
 
 var _ Querier = (*Queries)(nil)

@@ -12,7 +12,7 @@ import (
 )
 
 const getWorkItem = `-- name: GetWorkItem :one
-SELECT work_id, event_id, scope_id, generation, work_type, queue_class, state, run_after, priority, attempt_count, safe_retry_count, lease_owner, lease_token, source_lane_key, target_lane_key, lane_ordinal, projection_key, projection_active_key, terminal_at, replay_of_work_id, replayed_at, failure_class, failure_summary, dependency_wake_key, dependency_probe_after, created_at, updated_at
+SELECT work_id, event_id, scope_id, generation, work_type, queue_class, state, run_after, priority, attempt_count, safe_retry_count, lease_owner, lease_token, source_lane_key, target_lane_key, lane_ordinal, projection_key, projection_active_key, terminal_at, replay_of_work_id, replayed_at, failure_class, failure_summary, dependency_wake_key, dependency_probe_after, created_at, updated_at, dependency_keys
 FROM work_item
 WHERE work_id = ?
 `
@@ -49,12 +49,13 @@ func (q *Queries) GetWorkItem(ctx context.Context, workID int64) (WorkItem, erro
 		&i.DependencyProbeAfter,
 		&i.CreatedAt,
 		&i.UpdatedAt,
+		&i.DependencyKeys,
 	)
 	return i, err
 }
 
 const getWorkItemByEventAndType = `-- name: GetWorkItemByEventAndType :one
-SELECT work_id, event_id, scope_id, generation, work_type, queue_class, state, run_after, priority, attempt_count, safe_retry_count, lease_owner, lease_token, source_lane_key, target_lane_key, lane_ordinal, projection_key, projection_active_key, terminal_at, replay_of_work_id, replayed_at, failure_class, failure_summary, dependency_wake_key, dependency_probe_after, created_at, updated_at
+SELECT work_id, event_id, scope_id, generation, work_type, queue_class, state, run_after, priority, attempt_count, safe_retry_count, lease_owner, lease_token, source_lane_key, target_lane_key, lane_ordinal, projection_key, projection_active_key, terminal_at, replay_of_work_id, replayed_at, failure_class, failure_summary, dependency_wake_key, dependency_probe_after, created_at, updated_at, dependency_keys
 FROM work_item
 WHERE event_id = ?
   AND work_type = ?
@@ -97,6 +98,7 @@ func (q *Queries) GetWorkItemByEventAndType(ctx context.Context, arg GetWorkItem
 		&i.DependencyProbeAfter,
 		&i.CreatedAt,
 		&i.UpdatedAt,
+		&i.DependencyKeys,
 	)
 	return i, err
 }
@@ -105,11 +107,13 @@ const insertWorkItem = `-- name: InsertWorkItem :execlastid
 INSERT INTO work_item (
     event_id, scope_id, generation, work_type, queue_class, state, run_after,
     priority, source_lane_key, target_lane_key, lane_ordinal,
-    projection_key, projection_active_key, created_at, updated_at
+    projection_key, projection_active_key, dependency_wake_key, dependency_keys,
+    created_at, updated_at
 ) VALUES (
     ?, ?, ?,
     ?, ?, ?,
     DATE_ADD(NOW(6), INTERVAL CAST(? AS SIGNED) MICROSECOND),
+    ?, ?,
     ?, ?,
     ?, ?,
     ?, ?,
@@ -131,12 +135,16 @@ type InsertWorkItemParams struct {
 	LaneOrdinal         int64
 	ProjectionKey       sql.NullString
 	ProjectionActiveKey sql.NullString
+	DependencyWakeKey   sql.NullString
+	DependencyKeys      []byte
 }
 
 // work_id is AUTO_RANDOM; the driver returns the generated id. run_after is
 // the database clock plus a delay, never a host's clock. Enqueue finds
 // duplicates with current reads first (LockWorkItemsByEvents), so
-// uk_work_item_event_type only fires for a writer that bypassed it.
+// uk_work_item_event_type only fires for a writer that bypassed it. A
+// dependency declared at enqueue is stored, not checked: the item is
+// claimable and the worker checks it before any work (see dependency.sql).
 func (q *Queries) InsertWorkItem(ctx context.Context, arg InsertWorkItemParams) (int64, error) {
 	result, err := q.db.ExecContext(ctx, insertWorkItem,
 		arg.EventID,
@@ -152,6 +160,8 @@ func (q *Queries) InsertWorkItem(ctx context.Context, arg InsertWorkItemParams) 
 		arg.LaneOrdinal,
 		arg.ProjectionKey,
 		arg.ProjectionActiveKey,
+		arg.DependencyWakeKey,
+		arg.DependencyKeys,
 	)
 	if err != nil {
 		return 0, err

@@ -51,7 +51,11 @@ func Values() map[string]any {
 		"idempotency_key":    "known:0",                   // that event's key
 		"lane":               "lane:0",                    // the head's source lane
 		"target_lane":        "acct:0",                    // the head's target lane
-		"wake_key":           "wake:0",                    // a dependency wake key
+		"wake_key":           "known-wake:0",              // the wake key of one known waiter
+		"waiter_work_id":     int64(knownBase + 500),      // that waiter
+		"registration_id":    int64(knownBase + 700),      // an interrupted dependency registration
+		"satisfied_key":      "known-wake:key:0",          // a satisfied dependency key
+		"missing_key":        "known-wake:key:1",          // a dependency key not satisfied
 		"lease_token":        int64(0),                    // seeded rows' token
 		"long_lane":          "long:0",                    // a lane with `scale` blocked followers
 		"long_lane_head":     int64(longLaneBase - 1),     // its head's ordinal, just before them
@@ -140,7 +144,8 @@ func distributions(scale int64) []distribution {
 		d(distribution{what: "leased rows", state: "processing", at: leases, source: "run:", idBase: knownBase + 200, ordinalBase: knownBase + 200, count: 10}),
 		d(distribution{what: "expired leases", state: "processing", at: inBacklog, source: "stale:", idBase: knownBase + 300, ordinalBase: knownBase + 300, count: 5}),
 		d(distribution{what: "retries in backoff", state: "pending", at: notDue, source: "retry:", idBase: knownBase + 400, ordinalBase: knownBase + 400, count: 5}),
-		d(distribution{what: "dependency waiters", state: "waiting_dependency", at: inBacklog, source: "dep:", wake: "wake:", idBase: knownBase + 500, ordinalBase: knownBase + 500, count: 10}),
+		d(distribution{what: "known dependency waiters", state: "waiting_dependency", at: inBacklog, source: "dep:", wake: "known-wake:", idBase: knownBase + 500, ordinalBase: knownBase + 500, count: 10}),
+		d(distribution{what: "interrupted dependency registrations", state: "dependency_registration", at: inBacklog, source: "reg:", wake: "known-reg:", idBase: knownBase + 700, ordinalBase: knownBase + 700, count: 5}),
 		d(distribution{what: "the long lane's head", state: "pending", at: inBacklog, source: "long:", lanes: 1, idBase: knownBase + 600, ordinalBase: longLaneBase - 1, count: 1}),
 
 		// Noise, `scale` rows each, placed where a careless plan would read it.
@@ -160,6 +165,10 @@ func distributions(scale int64) []distribution {
 		d(distribution{what: "live leases", state: "processing", at: leases, source: "alive:", lanes: 1000, idBase: 12 * noise, ordinalBase: 11 * knownBase, per: 0.5, skew: true}),
 		d(distribution{what: "one lane with `scale` blocked followers", state: "blocked", at: backlog, source: "long:", lanes: 1, idBase: 13 * noise, ordinalBase: longLaneBase, per: 1, skew: true}),
 		d(distribution{what: "due rows of another work type", state: "pending", workType: "other", at: backlog, source: "foreign:", lanes: 1000, idBase: 14 * noise, ordinalBase: 13 * knownBase, per: 1, skew: true}),
+		// Issue 10: waiters of another scope (same wake keys and dependency
+		// keys as the target scope's), and dependency registrations there.
+		d(distribution{what: "dependency waiters of another scope", scope: OtherScope, state: "waiting_dependency", at: backlog, source: "wait:", wake: "wake:", lanes: 100, idBase: 15 * noise, ordinalBase: 14 * knownBase, per: 1}),
+		d(distribution{what: "dependency registrations of another scope", scope: OtherScope, state: "dependency_registration", at: backlog, source: "wait:", wake: "wake:", lanes: 100, idBase: 16 * noise, ordinalBase: 14*knownBase + MaxScale, per: 1}),
 	}
 }
 
@@ -224,10 +233,17 @@ func Seed(ctx context.Context, db *sql.DB, scale int64, progress io.Writer) erro
 			return fmt.Errorf("plancheck: seed events of %s: %w", d.what, err)
 		}
 	}
+	for _, s := range []struct {
+		scope, prefix string
+	}{{TargetScope, "wake:"}, {TargetScope, "known-wake:"}, {OtherScope, "wake:"}} {
+		if _, err := execSeed(ctx, conn, "SeedSatisfiedDependencies", map[string]any{"scope_id": s.scope, "prefix": s.prefix}); err != nil {
+			return fmt.Errorf("plancheck: seed satisfied dependencies of %s: %w", s.scope, err)
+		}
+	}
 	if _, err := execSeed(ctx, conn, "AdmitSeededOrdinals", map[string]any{"next_ordinal": int64(maxSeededOrdinal + 1)}); err != nil {
 		return fmt.Errorf("plancheck: set the scopes' next ordinal: %w", err)
 	}
-	for _, table := range []string{"scope", "event", "work_item"} {
+	for _, table := range []string{"scope", "event", "work_item", "dependency_satisfied"} {
 		if _, err := db.ExecContext(ctx, "ANALYZE TABLE "+table); err != nil {
 			return fmt.Errorf("plancheck: analyze %s: %w", table, err)
 		}

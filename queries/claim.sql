@@ -60,7 +60,7 @@ WHERE w.work_id IN (sqlc.slice(work_ids))
 -- reference to learn what it owns.
 SELECT w.work_id, w.event_id, w.work_type, w.queue_class, w.lease_token, w.lane_ordinal,
        w.attempt_count, w.safe_retry_count, w.generation, w.source_lane_key, w.target_lane_key,
-       w.run_after, s.active_generation
+       w.run_after, w.dependency_wake_key, w.dependency_keys, s.active_generation
 FROM work_item w
 JOIN scope s ON s.scope_id = w.scope_id
 WHERE w.work_id IN (sqlc.slice(work_ids))

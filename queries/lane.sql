@@ -1,9 +1,9 @@
 -- Lanes. A lane is the live rows of one source or target lane key of one
 -- generation, in lane_ordinal order. At most one of them is not blocked: the
--- lane's head (pending, processing or waiting_dependency); every live row
--- after it is blocked. The lane indexes put state before the ordinal, so the
--- head is a range of its own: a probe for it reads one entry however many
--- followers the lane has. Source and target lanes are disjoint UNION ALL
+-- lane's head (pending, processing, dependency_registration or
+-- waiting_dependency); every live row after it is blocked. The lane indexes
+-- put state before the ordinal, so the head is a range of its own: a probe
+-- for it reads one entry however many followers the lane has. Source and target lanes are disjoint UNION ALL
 -- branches, each on its own index: an OR over both columns reads the whole
 -- scope prefix instead (seed 002's measured falsification).
 
@@ -19,7 +19,7 @@
  WHERE w.scope_id = sqlc.arg(scope_id)
    AND w.generation = sqlc.arg(generation)
    AND w.source_lane_key IN (sqlc.slice(source_lanes))
-   AND w.state IN ('pending', 'processing', 'waiting_dependency')
+   AND w.state IN ('pending', 'processing', 'dependency_registration', 'waiting_dependency')
    AND w.lane_ordinal < sqlc.arg(before_ordinal))
 UNION ALL
 (SELECT t.work_id, t.state, t.lane_ordinal, 'target' AS lane_kind, t.target_lane_key AS lane_key
@@ -27,7 +27,7 @@ UNION ALL
  WHERE t.scope_id = sqlc.arg(scope_id)
    AND t.generation = sqlc.arg(generation)
    AND t.target_lane_key IN (sqlc.slice(target_lanes))
-   AND t.state IN ('pending', 'processing', 'waiting_dependency')
+   AND t.state IN ('pending', 'processing', 'dependency_registration', 'waiting_dependency')
    AND t.lane_ordinal < sqlc.arg(before_ordinal));
 
 -- name: BlockedInHeadlessLanes :many
@@ -64,7 +64,7 @@ UNION ALL
  WHERE w.scope_id = sqlc.arg(scope_id)
    AND w.generation = sqlc.arg(generation)
    AND w.source_lane_key = sqlc.narg(source_lane)
-   AND w.state IN ('pending', 'processing', 'waiting_dependency')
+   AND w.state IN ('pending', 'processing', 'dependency_registration', 'waiting_dependency')
    AND w.lane_ordinal < sqlc.arg(before_ordinal)
  LIMIT 1)
 UNION ALL
@@ -73,7 +73,7 @@ UNION ALL
  WHERE t.scope_id = sqlc.arg(scope_id)
    AND t.generation = sqlc.arg(generation)
    AND t.target_lane_key = sqlc.narg(target_lane)
-   AND t.state IN ('pending', 'processing', 'waiting_dependency')
+   AND t.state IN ('pending', 'processing', 'dependency_registration', 'waiting_dependency')
    AND t.lane_ordinal < sqlc.arg(before_ordinal)
  LIMIT 1);
 

@@ -46,6 +46,17 @@ func (b backend) Renew(ctx context.Context, c *workqueue.Claimed) error {
 
 func (b backend) Handle(ctx context.Context, c *workqueue.Claimed) error {
 	w := b.w
+	if c.Dependency != nil {
+		// The item was woken (or enqueued) with a dependency: its exact keys
+		// decide, never the wake. Unsatisfied, it waits again unrun.
+		ok, err := w.q.DependencySatisfied(ctx, c.Scope, *c.Dependency)
+		if err != nil {
+			return fmt.Errorf("worker: recheck dependency: %w", err)
+		}
+		if !ok {
+			return &DependencyWait{Dependency: *c.Dependency}
+		}
+	}
 	start := time.Now()
 	ev, err := w.q.LoadEvent(ctx, c.EventID)
 	if err != nil {
@@ -72,8 +83,16 @@ func (b backend) Finish(ctx context.Context, cp *workqueue.Claimed, outcome erro
 		fin  workqueue.Finished
 		err  error
 		kind string
+		wait *DependencyWait
 	)
 	switch {
+	case errors.As(outcome, &wait) && wait.Dependency.Validate() == nil:
+		kind = "waiting"
+		var runnable bool
+		runnable, err = w.q.Wait(ctx, c, wait.Dependency)
+		if runnable {
+			w.ctrl.Wake()
+		}
 	case outcome == nil:
 		kind = "completed"
 		fin, err = w.q.Complete(ctx, c.Lease)

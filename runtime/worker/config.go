@@ -18,13 +18,14 @@ import (
 // Environment variables read by Config.FromEnv. Each overrides the field
 // named beside it; unset variables leave the field as it is.
 const (
-	EnvExecutors            = "LANEQ_EXECUTORS"              // Scheduler.Executors
-	EnvMaxProcessingRows    = "LANEQ_MAX_PROCESSING_ROWS"    // Scheduler.MaxProcessingRows
-	EnvQueueProfile         = "LANEQ_QUEUE_PROFILE"          // Scheduler.Profile: reserved | default-heavy
-	EnvStageTiming          = "LANEQ_STAGE_TIMING"           // StageTiming: true | false
-	EnvHandlerDeadline      = "LANEQ_HANDLER_DEADLINE"       // Scheduler.HandlerDeadline, a Go duration
-	EnvGenerationProbeEvery = "LANEQ_GENERATION_PROBE_EVERY" // Controller.GenerationProbeEvery
-	EnvReconcileEvery       = "LANEQ_RECONCILE_EVERY"        // Controller.ReconcileEvery
+	EnvExecutors             = "LANEQ_EXECUTORS"               // Scheduler.Executors
+	EnvMaxProcessingRows     = "LANEQ_MAX_PROCESSING_ROWS"     // Scheduler.MaxProcessingRows
+	EnvQueueProfile          = "LANEQ_QUEUE_PROFILE"           // Scheduler.Profile: reserved | default-heavy
+	EnvStageTiming           = "LANEQ_STAGE_TIMING"            // StageTiming: true | false
+	EnvHandlerDeadline       = "LANEQ_HANDLER_DEADLINE"        // Scheduler.HandlerDeadline, a Go duration
+	EnvGenerationProbeEvery  = "LANEQ_GENERATION_PROBE_EVERY"  // Controller.GenerationProbeEvery
+	EnvReconcileEvery        = "LANEQ_RECONCILE_EVERY"         // Controller.ReconcileEvery
+	EnvDependencySafetyEvery = "LANEQ_DEPENDENCY_SAFETY_EVERY" // Controller.MaintainEvery
 )
 
 // ConservativeExecutors is the executor count above which New logs the
@@ -39,10 +40,15 @@ type Config struct {
 	Owner string
 	// Scheduler: executors, queue profile, processing budget, deadlines.
 	Scheduler scheduler.Config
-	// Controller: generation probe and reconciliation periods, clock.
+	// Controller: generation probe, reconciliation and dependency safety
+	// pass periods (MaintainEvery, default 2m), clock.
 	Controller controller.Config
 	// Claimer: scan windows and rescans (see workqueue.ClaimerConfig).
 	Claimer workqueue.ClaimerConfig
+	// DependencySweep bounds each dependency safety pass (time and probe
+	// budgets, page size; see workqueue.DependencySweep). The pass runs
+	// every Controller.MaintainEvery.
+	DependencySweep workqueue.DependencySweepConfig
 	// StageTiming logs each attempt's stage durations (no payloads).
 	StageTiming bool
 	// Logger for the worker and its parts. Default slog.Default().
@@ -119,6 +125,7 @@ func (c Config) fromLookup(lookup func(string) (string, bool)) (Config, error) {
 		duration(EnvHandlerDeadline, &c.Scheduler.HandlerDeadline, false),
 		duration(EnvGenerationProbeEvery, &c.Controller.GenerationProbeEvery, true),
 		duration(EnvReconcileEvery, &c.Controller.ReconcileEvery, true),
+		duration(EnvDependencySafetyEvery, &c.Controller.MaintainEvery, true),
 	}
 	if v, ok := lookup(EnvQueueProfile); ok {
 		switch p := scheduler.Profile(v); p {
@@ -161,6 +168,9 @@ func (c Config) Unsafe(lease time.Duration) []string {
 	}
 	if p := c.Controller.ReconcileEvery; p < 0 {
 		out = append(out, "the reconciliation backstop is disabled: work no event announces waits for a restart")
+	}
+	if p := c.Controller.MaintainEvery; p < 0 {
+		out = append(out, "the dependency safety pass is disabled: a waiter whose producer missed its wake waits forever")
 	}
 	return out
 }

@@ -16,22 +16,26 @@ import (
 // Metric names. Attributes are low-cardinality only: executor shape, queue
 // class, outcome. Scope, owner and item ids are never attributes.
 const (
-	MetricClaims              = "laneq.worker.claims"               // counter; shape
-	MetricClaimed             = "laneq.worker.claimed_items"        // counter; shape
-	MetricLostCAS             = "laneq.worker.claim_lost_cas"       // counter; shape
-	MetricClaimDuration       = "laneq.worker.claim.duration"       // histogram, seconds; shape
-	MetricStaleReclaims       = "laneq.worker.stale_reclaims"       // counter; shape
-	MetricFinished            = "laneq.worker.finished"             // counter; queue_class, outcome
-	MetricFinishErrors        = "laneq.worker.finish_errors"        // counter; outcome
-	MetricProcessingRows      = "laneq.worker.processing_rows"      // gauge
-	MetricWakesCoalesced      = "laneq.worker.wakes_coalesced"      // observable counter
-	MetricOverdueSuppressions = "laneq.worker.overdue_suppressions" // observable counter
-	MetricPanics              = "laneq.worker.panics"               // observable counter
-	MetricExpiredToDead       = "laneq.worker.expired_to_dead"      // counter; shape
-	MetricClaimFenced         = "laneq.worker.claim_fenced"         // counter; shape
-	MetricWriteRetries        = "laneq.worker.write_retries"        // observable counter
-	MetricWritesAbandoned     = "laneq.worker.writes_abandoned"     // observable counter
-	MetricUnservedWorkKinds   = "laneq.worker.unserved_work_kinds"  // gauge
+	MetricClaims              = "laneq.worker.claims"                   // counter; shape
+	MetricClaimed             = "laneq.worker.claimed_items"            // counter; shape
+	MetricLostCAS             = "laneq.worker.claim_lost_cas"           // counter; shape
+	MetricClaimDuration       = "laneq.worker.claim.duration"           // histogram, seconds; shape
+	MetricStaleReclaims       = "laneq.worker.stale_reclaims"           // counter; shape
+	MetricFinished            = "laneq.worker.finished"                 // counter; queue_class, outcome
+	MetricFinishErrors        = "laneq.worker.finish_errors"            // counter; outcome
+	MetricProcessingRows      = "laneq.worker.processing_rows"          // gauge
+	MetricWakesCoalesced      = "laneq.worker.wakes_coalesced"          // observable counter
+	MetricOverdueSuppressions = "laneq.worker.overdue_suppressions"     // observable counter
+	MetricPanics              = "laneq.worker.panics"                   // observable counter
+	MetricExpiredToDead       = "laneq.worker.expired_to_dead"          // counter; shape
+	MetricClaimFenced         = "laneq.worker.claim_fenced"             // counter; shape
+	MetricWriteRetries        = "laneq.worker.write_retries"            // observable counter
+	MetricWritesAbandoned     = "laneq.worker.writes_abandoned"         // observable counter
+	MetricUnservedWorkKinds   = "laneq.worker.unserved_work_kinds"      // gauge
+	MetricSweepWoken          = "laneq.worker.dependency_sweep_woken"   // counter
+	MetricSweepSettled        = "laneq.worker.dependency_sweep_settled" // counter
+	MetricSweepPasses         = "laneq.worker.dependency_sweep_passes"  // observable counter
+	MetricSweepErrors         = "laneq.worker.dependency_sweep_errors"  // observable counter
 )
 
 // metrics holds the worker's OpenTelemetry instruments. OpenTelemetry's
@@ -42,7 +46,7 @@ const (
 // format and its dependency tree on every importer.
 type metrics struct {
 	claims, claimedItems, lostCAS, stale, finishedN, finishErrs metric.Int64Counter
-	expiredToDead, fenced                                       metric.Int64Counter
+	expiredToDead, fenced, sweepWoken, sweepSettled             metric.Int64Counter
 	claimDuration                                               metric.Float64Histogram
 	reg                                                         metric.Registration
 }
@@ -67,6 +71,9 @@ func newMetrics(mp metric.MeterProvider, w *Worker) (*metrics, error) {
 	out.finishErrs = counter(MetricFinishErrors, "Finish calls that failed (a lost lease, a database error).")
 	out.expiredToDead = counter(MetricExpiredToDead, "Expired leases sent to dead with their attempt budget spent.")
 	out.fenced = counter(MetricClaimFenced, "Items won by a claim in flight when the generation moved, released unrun.")
+	out.sweepWoken = counter(MetricSweepWoken,
+		"Dependency waiters the safety pass woke: each is a wake a producer missed (a writer that bypassed Satisfy).")
+	out.sweepSettled = counter(MetricSweepSettled, "Dependency registrations an interrupted wait left, settled by the safety pass.")
 	var err error
 	out.claimDuration, err = m.Float64Histogram(MetricClaimDuration, metric.WithUnit("s"),
 		metric.WithDescription("Duration of one claim (scan, CAS and read-back)."))
@@ -86,6 +93,11 @@ func newMetrics(mp metric.MeterProvider, w *Worker) (*metrics, error) {
 	abandoned, err := m.Int64ObservableCounter(MetricWritesAbandoned,
 		metric.WithDescription("Queue writes that still failed transiently after every attempt."))
 	errs = append(errs, err)
+	passes, err := m.Int64ObservableCounter(MetricSweepPasses, metric.WithDescription("Dependency safety passes run."))
+	errs = append(errs, err)
+	passErrs, err := m.Int64ObservableCounter(MetricSweepErrors,
+		metric.WithDescription("Dependency safety passes that stopped on an error (run again after a backoff)."))
+	errs = append(errs, err)
 	unserved, err := m.Int64ObservableGauge(MetricUnservedWorkKinds,
 		metric.WithDescription("Work kinds (queue class, work type) this worker has a handler for but no executor shape claims."))
 	errs = append(errs, err)
@@ -101,8 +113,10 @@ func newMetrics(mp metric.MeterProvider, w *Worker) (*metrics, error) {
 		o.ObserveInt64(retries, int64(st.Queue.WriteRetries))
 		o.ObserveInt64(abandoned, int64(st.Queue.WritesAbandoned))
 		o.ObserveInt64(unserved, int64(len(w.UnservedWorkKinds())))
+		o.ObserveInt64(passes, int64(st.Controller.Maintenances))
+		o.ObserveInt64(passErrs, int64(st.Controller.MaintenanceErrors))
 		return nil
-	}, processing, wakes, overdue, panics, retries, abandoned, unserved)
+	}, processing, wakes, overdue, panics, retries, abandoned, unserved, passes, passErrs)
 	if err != nil {
 		return nil, err
 	}
@@ -133,6 +147,15 @@ func (m *metrics) claimed(ctx context.Context, req scheduler.Request, items []wo
 	}
 	if stale > 0 {
 		m.stale.Add(ctx, stale, shape)
+	}
+}
+
+func (m *metrics) swept(ctx context.Context, st workqueue.SweepStats) {
+	if st.Woken > 0 {
+		m.sweepWoken.Add(ctx, int64(st.Woken))
+	}
+	if st.Settled > 0 {
+		m.sweepSettled.Add(ctx, int64(st.Settled))
 	}
 }
 

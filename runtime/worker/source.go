@@ -84,3 +84,20 @@ func (w *Worker) claimError(won int, err error) error {
 	}
 	return fmt.Errorf("%w: %w", controller.ErrSourceOperationNotCommitted, err)
 }
+
+// Maintain runs one dependency safety pass (the controller's maintenance,
+// every Controller.MaintainEvery): it wakes waiters whose key a producer
+// satisfied without waking them, and settles registrations a crashed
+// worker left. A pass that woke anything, or may have, asks for a claim
+// turn; a failed pass keeps its cursor and is run again after a backoff.
+func (s source) Maintain(ctx context.Context) (bool, error) {
+	st, err := s.w.sweep.Pass(ctx)
+	s.w.metrics.swept(ctx, st)
+	if st.Woken > 0 {
+		s.w.log.Warn("dependency safety pass woke waiters a producer did not wake", "woken", st.Woken, "probed", st.Probed)
+	}
+	if err != nil {
+		return st.Claimable(), fmt.Errorf("dependency safety pass: %w", err)
+	}
+	return st.Claimable(), nil
+}

@@ -6,9 +6,11 @@
 //	w, err := worker.New(queue, cfg, map[string]worker.Handler{"deliver": deliver})
 //	err = w.Run(ctx) // until ctx ends or the controller fails
 //
-// A handler returns nil to complete its item, ErrSkip to skip it, an error
-// wrapping workqueue.ErrPermanent to send it to dead, and any other error to
-// retry it with the queue's backoff (dead once the retry budget is spent).
+// A handler returns nil to complete its item, ErrSkip to skip it,
+// WaitForDependency when a durable prerequisite is missing (the item waits
+// for its producer's Satisfy instead of retrying), an error wrapping
+// workqueue.ErrPermanent to send it to dead, and any other error to retry it
+// with the queue's backoff (dead once the retry budget is spent).
 // A panic or a blown deadline is a retry too. On shutdown running items are
 // released, due at once.
 package worker
@@ -56,6 +58,25 @@ func (j *Job) RecordProgress(ctx context.Context) error {
 	return nil
 }
 
+// DependencyWait is the outcome WaitForDependency returns.
+type DependencyWait struct{ Dependency workqueue.Dependency }
+
+func (e *DependencyWait) Error() string {
+	if err := e.Dependency.Validate(); err != nil {
+		return fmt.Sprintf("worker: invalid dependency wait: %v", err)
+	}
+	return fmt.Sprintf("worker: waiting for dependency %q (%d keys)", e.Dependency.WakeKey, len(e.Dependency.Keys))
+}
+
+// WaitForDependency is a handler outcome: the item's prerequisite is
+// missing, so it waits (workqueue.Queue.Wait) until a producer satisfies one
+// of dep's keys, instead of retrying. The attempt is given back and no retry
+// is counted; the item keeps its lanes' followers behind it. Before the
+// item's next work the worker checks dep's keys again and waits again,
+// without running the handler, while none is satisfied. An invalid dep
+// fails the attempt as an ordinary error.
+func WaitForDependency(dep workqueue.Dependency) error { return &DependencyWait{Dependency: dep} }
+
 // FailureClass lets a handler's error name its failure class (stored on the
 // item, low-cardinality, no payloads); otherwise "handler_error".
 type FailureClass interface{ FailureClass() string }
@@ -70,6 +91,7 @@ type Worker struct {
 	handlers map[string]Handler
 	types    []string // handlers' work types, sorted
 	classes  []string // queue classes the executor shapes serve, sorted
+	sweep    *workqueue.DependencySweep
 	log      *slog.Logger
 	metrics  *metrics
 	clock    clock.Clock
@@ -119,6 +141,9 @@ func New(q *workqueue.Queue, cfg Config, handlers map[string]Handler) (*Worker, 
 	if w.claimer, err = q.NewClaimer(cfg.Scope, cfg.Owner, cfg.Claimer); err != nil {
 		return nil, err
 	}
+	if w.sweep, err = q.NewDependencySweep(cfg.Scope, cfg.DependencySweep); err != nil {
+		return nil, err
+	}
 	cfg.Scheduler.OnCapacityFreed = func() { w.ctrl.CapacityFreed() }
 	if w.sched, err = scheduler.New[*workqueue.Claimed](backend{w}, cfg.Scheduler); err != nil {
 		return nil, err
@@ -142,10 +167,10 @@ func New(q *workqueue.Queue, cfg Config, handlers map[string]Handler) (*Worker, 
 // clocks, Logger, MeterProvider, a custom Limiter) are not part of it:
 // changing only those does not rebuild a running worker.
 func (c Config) Fingerprint(workTypes []string) string {
-	cl := c.Claimer
-	return fmt.Sprintf("%s|%s|%q|%s|%s|%t|%s", c.Scope, c.Owner, workTypes, c.Scheduler.Fingerprint(),
-		fmt.Sprint(c.Controller.GenerationProbeEvery, c.Controller.ReconcileEvery), c.StageTiming,
-		fmt.Sprint(cl.StaleScanEvery, cl.ScanWindow, cl.StragglerWindow))
+	cl, ctl := c.Claimer, c.Controller
+	return fmt.Sprintf("%s|%s|%q|%s|%s|%t|%s|%+v", c.Scope, c.Owner, workTypes, c.Scheduler.Fingerprint(),
+		fmt.Sprint(ctl.GenerationProbeEvery, ctl.ReconcileEvery, ctl.MaintainEvery), c.StageTiming,
+		fmt.Sprint(cl.StaleScanEvery, cl.ScanWindow, cl.StragglerWindow), c.DependencySweep)
 }
 
 // WorkTypes returns the work types this worker claims, sorted.
@@ -273,6 +298,18 @@ func (w *Worker) Running() bool { return w.running.Load() }
 // in this process; other processes see the enqueue on their next
 // generation probe).
 func (w *Worker) Wake() { w.ctrl.Wake() }
+
+// Satisfy records a dependency key of the worker's scope and wakes the
+// waiters of wakeKey in the same transaction (workqueue.Queue.Satisfy), then
+// wakes this worker when it woke any. A producer that must commit its
+// prerequisite and the wake together uses Queue.SatisfyInTx and then Wake.
+func (w *Worker) Satisfy(ctx context.Context, wakeKey, key string) (woken int64, err error) {
+	woken, err = w.q.Satisfy(ctx, w.cfg.Scope, wakeKey, key)
+	if woken > 0 {
+		w.ctrl.Wake()
+	}
+	return woken, err
+}
 
 // Stats reports what the worker's parts did.
 type Stats struct {

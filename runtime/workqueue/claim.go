@@ -18,6 +18,7 @@ import (
 
 // Claimed is an item this process now owns until its lease ends.
 type Claimed struct {
+	Scope       string
 	WorkID      int64
 	EventID     int64
 	WorkType    string
@@ -26,7 +27,11 @@ type Claimed struct {
 	Attempt     int32 // attempts including this one
 	SafeRetries int32 // consecutive safe retries before this attempt
 	Reclaimed   bool  // taken over from an expired lease
-	Lease       Lease
+	// Dependency is what the item declared it waits for (at enqueue, or
+	// when an earlier attempt waited); nil for none. A worker rechecks it
+	// before any work and waits again when none of its keys is satisfied.
+	Dependency *Dependency
+	Lease      Lease
 }
 
 // Lease is the proof of ownership every lease-fenced call presents.
@@ -578,6 +583,7 @@ func (c *Claimer) readBack(ctx context.Context, ref sql.NullString, ids []int64,
 			SafeRetryCount: r.SafeRetryCount, Generation: r.Generation, SourceLaneKey: r.SourceLaneKey,
 			TargetLaneKey: r.TargetLaneKey, RunAfter: r.RunAfter,
 		}, reclaimed)
+		claimed.Dependency = dependencyFrom(r.DependencyWakeKey, r.DependencyKeys)
 		if r.Generation != r.ActiveGeneration {
 			// Not handed to anyone. If the release fails too, the row waits
 			// for its lease to expire; reclaim of the active generation never
@@ -706,7 +712,7 @@ func (c *Claimer) reclaimCAS(ctx context.Context, r gen.ClaimCandidatesRow, ref 
 // claimedFrom builds the owner's view of a row as it is after its claim CAS.
 func (c *Claimer) claimedFrom(r gen.ClaimCandidatesRow, reclaimed bool) Claimed {
 	return Claimed{
-		WorkID: r.WorkID, EventID: r.EventID, WorkType: r.WorkType, QueueClass: r.QueueClass,
+		Scope: c.scope, WorkID: r.WorkID, EventID: r.EventID, WorkType: r.WorkType, QueueClass: r.QueueClass,
 		LaneOrdinal: r.LaneOrdinal, Attempt: r.AttemptCount, SafeRetries: r.SafeRetryCount, Reclaimed: reclaimed,
 		Lease: Lease{WorkID: r.WorkID, Token: r.LeaseToken, lanes: &laneIdentity{
 			scope: c.scope, generation: r.Generation, ordinal: r.LaneOrdinal,

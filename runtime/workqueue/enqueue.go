@@ -41,6 +41,10 @@ type Work struct {
 	// Priority is stored for operators and for schedulers to come; claim
 	// order does not use it yet (it is lane ordinal, then due time).
 	Priority int32
+	// WaitFor declares a prerequisite the item needs before any work: it is
+	// claimed as usual, and a worker checks the keys before running it and
+	// parks it (Queue.Wait) while none is satisfied. Nil for none.
+	WaitFor *Dependency
 }
 
 // EnqueuedEvent reports what Enqueue did for one input event.
@@ -220,6 +224,13 @@ func enqueueTx(ctx context.Context, q *gen.Queries, scope string, events []Event
 			if work.SourceLane != "" || work.TargetLane != "" {
 				state = StateBlocked
 			}
+			var wake sql.NullString
+			var depKeys []byte
+			if work.WaitFor != nil {
+				if wake, depKeys, err = work.WaitFor.columns(); err != nil {
+					return nil, err
+				}
+			}
 			id, err := q.InsertWorkItem(ctx, gen.InsertWorkItemParams{
 				EventID:       res.EventID,
 				ScopeID:       scope,
@@ -232,6 +243,9 @@ func enqueueTx(ctx context.Context, q *gen.Queries, scope string, events []Event
 				SourceLaneKey: nullString(work.SourceLane),
 				TargetLaneKey: nullString(work.TargetLane),
 				LaneOrdinal:   next,
+
+				DependencyWakeKey: wake,
+				DependencyKeys:    depKeys,
 			})
 			if err != nil {
 				return nil, fmt.Errorf("event %q: insert work item %q: %w", ev.IdempotencyKey, work.WorkType, err)
@@ -472,6 +486,11 @@ func (qu *Queue) validateEnqueue(scope string, events []Event) error {
 			}
 			if w.Delay < 0 {
 				return invalidf("event %d work %d: Delay must not be negative, got %s", i, j, w.Delay)
+			}
+			if w.WaitFor != nil {
+				if err := w.WaitFor.Validate(); err != nil {
+					return fmt.Errorf("event %d work %d: %w", i, j, err)
+				}
 			}
 		}
 	}

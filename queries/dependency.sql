@@ -1,0 +1,139 @@
+-- Dependency waits (seed 002). A work item whose durable prerequisite is
+-- missing waits instead of retrying: it is invisible to claims and due
+-- times, counts no retries, and as its lanes' head keeps its followers
+-- behind it. dependency_satisfied rows are the readiness authority; the
+-- wake key only groups waiters so a producer can wake them.
+--
+-- Entering a wait takes two transactions. BeginDependencyWait moves the
+-- claimed row to dependency_registration and commits: from then on a
+-- producer's wake (WakeDependencyWaiters) sees it. SettleDependencyRegistration
+-- then reads the candidate keys with a locking read and moves the row to
+-- waiting_dependency, or back to pending when one is satisfied, by a CAS on
+-- the registration's token. Against a producer (SatisfyDependency, then
+-- WakeDependencyWaiters, one transaction):
+--   - a key committed, or locked by a producer still running, before the
+--     settle's read is seen by it (a locking read waits for the lock);
+--   - a key inserted after that read is followed by its producer's wake,
+--     which finds the row as a registration (the settle's CAS then loses)
+--     or as a waiter (it waits for the settle's row lock, then sees it).
+-- No step relies on locking an absent key: under READ COMMITTED TiDB's
+-- locking point get does not lock one (measured on v8.5.6). A registration
+-- interrupted between the two transactions is settled by the safety pass.
+
+-- name: BeginDependencyWait :execrows
+-- The claimed row leaves processing for dependency_registration, fenced by
+-- its lease token. The attempt is given back (waiting is not a failure and
+-- counts no retry), the lease is dropped, and run_after marks when the wait
+-- began (the safety pass pages waiters in that order).
+UPDATE work_item
+SET state = 'dependency_registration',
+    dependency_wake_key = sqlc.arg(wake_key),
+    dependency_keys = sqlc.arg(dependency_keys),
+    attempt_count = GREATEST(attempt_count - 1, 0),
+    run_after = NOW(6),
+    lease_owner = NULL,
+    lease_token = lease_token + 1,
+    updated_at = NOW(6)
+WHERE work_id = sqlc.arg(work_id)
+  AND lease_token = sqlc.arg(lease_token)
+  AND state = 'processing';
+
+-- name: LockSatisfiedDependencies :many
+-- The candidate keys that are satisfied, read under locks: a batch point get
+-- on the primary key that waits for a producer holding one of them
+-- (inserted, not yet committed) and then sees its commit. Locks: the keys
+-- that exist, then (SettleDependencyRegistration) the row, the order a
+-- producer takes them in.
+SELECT dependency_key
+FROM dependency_satisfied
+WHERE scope_id = sqlc.arg(scope_id)
+  AND dependency_key IN (sqlc.slice(dependency_keys))
+FOR UPDATE;
+
+-- name: SatisfiedDependencies :many
+-- The candidate keys that are satisfied, read without locks: the recheck of
+-- a woken item before any work, and the safety pass's probe. A batch point
+-- get on the primary key (exact, NO PAD keys: an equality rides the key).
+SELECT dependency_key
+FROM dependency_satisfied
+WHERE scope_id = sqlc.arg(scope_id)
+  AND dependency_key IN (sqlc.slice(dependency_keys));
+
+-- name: SettleDependencyRegistration :execrows
+-- A registration becomes waiting_dependency, or pending when a candidate key
+-- was satisfied; a CAS on the token BeginDependencyWait set, so a producer's
+-- wake in between (which moved the token on) wins. A row made pending sorts
+-- at now for claimers (see PromoteBlocked).
+UPDATE work_item
+SET state = sqlc.arg(next_state),
+    run_after = GREATEST(run_after, NOW(6)),
+    lease_token = lease_token + 1,
+    updated_at = NOW(6)
+WHERE work_id = sqlc.arg(work_id)
+  AND lease_token = sqlc.arg(lease_token)
+  AND state = 'dependency_registration';
+
+-- name: SatisfyDependency :exec
+-- A producer records a dependency key. Idempotent: a key satisfied twice
+-- keeps its first time. The producer wakes the key's waiters in the same
+-- transaction (WakeDependencyWaiters).
+INSERT INTO dependency_satisfied (scope_id, dependency_key, satisfied_at)
+VALUES (sqlc.arg(scope_id), sqlc.arg(dependency_key), NOW(6))
+ON DUPLICATE KEY UPDATE scope_id = scope_id;
+
+-- name: WakeDependencyWaiters :execrows
+-- Every waiter of a wake key (registrations too) returns to pending, through
+-- idx_work_item_dependency: a point range per state. Over-notification is
+-- harmless (a woken item rechecks its exact keys before any work and waits
+-- again); a missed wake is not, which is why registrations are included.
+UPDATE work_item
+SET state = 'pending',
+    run_after = GREATEST(run_after, NOW(6)),
+    lease_token = lease_token + 1,
+    updated_at = NOW(6)
+WHERE scope_id = sqlc.arg(scope_id)
+  AND dependency_wake_key = sqlc.arg(wake_key)
+  AND state IN ('dependency_registration', 'waiting_dependency');
+
+-- name: DependencySafetyPage :many
+-- One page of the safety pass over a scope's waiters of the active
+-- generation, on idx_work_item_due, in wait order (run_after is when the
+-- wait began): registrations older than a grace (a worker interrupted
+-- between BeginDependencyWait and SettleDependencyRegistration left them),
+-- from the front each pass, since the pass settles them; and waiting rows
+-- after the pass's cursor. The cursor is a (run_after, work_id) pair: the OR
+-- becomes two ranges of the index, so ties at one time are neither skipped
+-- nor read twice. Each branch reads at most its LIMIT of entries whatever
+-- the number of waiters (registrations are seconds-long and rare, so a
+-- fixed 100 per pass; the waiting page is the caller's); the scalar subquery
+-- (the scope's primary key) is folded into the range before execution. A
+-- scope with no waiters costs this one statement.
+(SELECT r.work_id, r.lease_token, r.state, r.run_after, r.dependency_keys
+ FROM work_item r
+ WHERE r.scope_id = sqlc.arg(scope_id)
+   AND r.generation = (SELECT s.active_generation FROM scope s WHERE s.scope_id = sqlc.arg(scope_id))
+   AND r.state = 'dependency_registration'
+   AND r.run_after <= DATE_SUB(NOW(6), INTERVAL CAST(sqlc.arg(grace_micros) AS SIGNED) MICROSECOND)
+ ORDER BY r.run_after, r.work_id
+ LIMIT 100)
+UNION ALL
+(SELECT w.work_id, w.lease_token, w.state, w.run_after, w.dependency_keys
+ FROM work_item w
+ WHERE w.scope_id = sqlc.arg(scope_id)
+   AND w.generation = (SELECT s.active_generation FROM scope s WHERE s.scope_id = sqlc.arg(scope_id))
+   AND w.state = 'waiting_dependency'
+   AND (w.run_after > sqlc.arg(after_time) OR (w.run_after = sqlc.arg(after_time) AND w.work_id > sqlc.arg(after_work_id)))
+ ORDER BY w.run_after, w.work_id
+ LIMIT ?);
+
+-- name: WakeDependencyWaiter :execrows
+-- The safety pass wakes one waiter whose key is satisfied: an idempotent CAS
+-- on the token its page read saw.
+UPDATE work_item
+SET state = 'pending',
+    run_after = GREATEST(run_after, NOW(6)),
+    lease_token = lease_token + 1,
+    updated_at = NOW(6)
+WHERE work_id = sqlc.arg(work_id)
+  AND lease_token = sqlc.arg(lease_token)
+  AND state = 'waiting_dependency';
