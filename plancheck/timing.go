@@ -66,6 +66,31 @@ func MedianTime(ctx context.Context, db *sql.DB, query string, args []any, runs 
 	return ds[len(ds)/2], nil
 }
 
+// interleavedMedians times two sides alternately (one warm-up round, then
+// runs rounds) and stores each side's median in medians.
+func interleavedMedians(runs int, time1 func(side int) (time.Duration, error), medians *[2]time.Duration) error {
+	if runs < 1 {
+		runs = DefaultRuns
+	}
+	var ds [2][]time.Duration
+	for i := range runs + 1 {
+		for side := range 2 {
+			d, err := time1(side)
+			if err != nil {
+				return err
+			}
+			if i > 0 {
+				ds[side] = append(ds[side], d)
+			}
+		}
+	}
+	for side := range 2 {
+		slices.Sort(ds[side])
+		medians[side] = ds[side][len(ds[side])/2]
+	}
+	return nil
+}
+
 // overRatio reports whether slow is over ratio × fast, noise-aware: a slow
 // median under TimeFloor never is.
 func overRatio(fast, slow time.Duration, ratio float64) bool {

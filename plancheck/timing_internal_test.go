@@ -1,6 +1,7 @@
 package plancheck
 
 import (
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -53,5 +54,43 @@ func TestExecTime(t *testing.T) {
 		if !ok || got != want {
 			t.Errorf("%q: %v %v, want %v", info, got, ok, want)
 		}
+	}
+}
+
+// A burst of load that slows three consecutive runs falls on both sides,
+// so neither median moves and the ratio stays honest; a side that is
+// really slower stays slower.
+func TestInterleavedMediansShareABurst(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		large  time.Duration
+		wantHi time.Duration
+	}{{"same cost", time.Millisecond, time.Millisecond}, {"growing range", 10 * time.Millisecond, 10 * time.Millisecond}} {
+		t.Run(tc.name, func(t *testing.T) {
+			var order []int
+			call := 0
+			var medians [2]time.Duration
+			err := interleavedMedians(5, func(side int) (time.Duration, error) {
+				call++
+				order = append(order, side)
+				d := time.Millisecond
+				if side == 1 {
+					d = tc.large
+				}
+				if call >= 5 && call <= 7 { // the burst
+					d += 50 * time.Millisecond
+				}
+				return d, nil
+			}, &medians)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if want := []int{0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1}; !slices.Equal(order, want) {
+				t.Fatalf("order %v, want alternating with a warm-up round", order)
+			}
+			if medians != [2]time.Duration{time.Millisecond, tc.wantHi} {
+				t.Fatalf("medians %v", medians)
+			}
+		})
 	}
 }
