@@ -124,6 +124,7 @@ bench: tidb ## Claim throughput and churn benchmarks on the embedded TiDB.
 	$(GO) test -run '^$$' -bench . -benchmem -count 3 ./runtime/controller/ ./runtime/scheduler/
 	LANEQ_TIDB=embedded $(GO) test -run '^$$' -bench 'ClaimComplete' $(BENCH_FLAGS) -timeout 60m ./runtime/workqueue/
 	LANEQ_TIDB=embedded $(GO) test -run '^$$' -bench 'Churn' -benchtime=1x -timeout 30m -v ./runtime/workqueue/
+	LANEQ_TIDB=embedded $(GO) test -run '^$$' -bench 'ThroughputVsFloor' -benchtime=1x -timeout 30m ./runtime/worker/
 
 .PHONY: plancheck
 plancheck: tidb ## Plan-check the whole query catalog on TiDB and print the report.

@@ -5,8 +5,11 @@ package queuetest
 import (
 	"context"
 	"database/sql"
+	"errors"
 	"testing"
 
+	"github.com/laneq/laneq/internal/naivedb"
+	"github.com/laneq/laneq/internal/sqlcount"
 	"github.com/laneq/laneq/internal/tidbtest"
 	"github.com/laneq/laneq/runtime/workqueue"
 )
@@ -52,4 +55,46 @@ func Item(t testing.TB, db *sql.DB, id int64) ItemFacts {
 		t.Fatalf("queuetest: read work item %d: %v", id, err)
 	}
 	return r
+}
+
+// Counted opens a second Queue with cfg on the database at dsn whose every
+// statement is counted, for tests that assert SQL budgets.
+func Counted(t testing.TB, dsn string, cfg workqueue.Config) (*workqueue.Queue, *sqlcount.Counter) {
+	t.Helper()
+	db, counter, err := sqlcount.Open(dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	qu, err := workqueue.New(db, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return qu, counter
+}
+
+// NaiveClaimComplete is the naive queue loop laneq is measured against:
+// SELECT ... LIMIT 1 FOR UPDATE, mark processing, commit, then complete.
+// It reports false when nothing was claimable.
+func NaiveClaimComplete(ctx context.Context, db *sql.DB, scopeID string) (bool, error) {
+	tx, err := db.BeginTx(ctx, nil)
+	if err != nil {
+		return false, err
+	}
+	defer tx.Rollback()
+	q := naivedb.New(tx)
+	id, err := q.NaiveClaimNext(ctx, naivedb.NaiveClaimNextParams{ScopeID: scopeID, Generation: 1})
+	if errors.Is(err, sql.ErrNoRows) {
+		return false, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	if err := q.NaiveMarkProcessing(ctx, id); err != nil {
+		return false, err
+	}
+	if err := tx.Commit(); err != nil {
+		return false, err
+	}
+	return true, naivedb.New(db).NaiveComplete(ctx, id)
 }

@@ -32,6 +32,18 @@ func (c *Counter) ByStatement() map[string]int64 {
 	return maps.Clone(c.byName)
 }
 
+// Since returns the statements sent since before (an earlier ByStatement),
+// by statement; statements not sent since are left out.
+func (c *Counter) Since(before map[string]int64) map[string]int64 {
+	out := map[string]int64{}
+	for k, v := range c.ByStatement() {
+		if d := v - before[k]; d > 0 {
+			out[k] = d
+		}
+	}
+	return out
+}
+
 // Before counts the statement (sqlwrap.Hook).
 func (c *Counter) Before(_ context.Context, query string, _ []driver.NamedValue) (any, error) {
 	c.n.Add(1)

@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/laneq/laneq/internal/queuetest"
-	"github.com/laneq/laneq/internal/sqlcount"
 	"github.com/laneq/laneq/runtime/clock"
 	"github.com/laneq/laneq/runtime/controller"
 	"github.com/laneq/laneq/runtime/worker"
@@ -183,15 +182,7 @@ func TestDependencyQuietBacklog(t *testing.T) {
 			const waiters = 1000
 			f := newFixture(t, workqueue.Config{})
 			f.enqueue(waiters, 0, "deliver")
-			db, counter, err := sqlcount.Open(f.dsn)
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { db.Close() })
-			qu, err := workqueue.New(db, workqueue.Config{})
-			if err != nil {
-				t.Fatal(err)
-			}
+			qu, counter := queuetest.Counted(t, f.dsn, workqueue.Config{})
 			c := newCollector(func(job *worker.Job, _ int) error {
 				return worker.WaitForDependency(linkDep(job.Item.WorkID))
 			})
@@ -219,7 +210,7 @@ func TestDependencyQuietBacklog(t *testing.T) {
 				}
 			}
 			stats1 := w.Stats()
-			sent := diffCounts(count0, counter.ByStatement())
+			sent := counter.Since(count0)
 			after := snapshot(t, f)
 			if !maps.Equal(before, after) {
 				t.Fatalf("waiters changed during the quiet hour")
@@ -280,16 +271,6 @@ func snapshot(t *testing.T, f *fixture) map[int64]string {
 			t.Fatalf("work %d: %s, %d attempts, %d retries", id, state, attempts, retries)
 		}
 		out[id] = fmt.Sprint(state, token, runAfter, updated)
-	}
-	return out
-}
-
-func diffCounts(before, after map[string]int64) map[string]int64 {
-	out := map[string]int64{}
-	for k, v := range after {
-		if d := v - before[k]; d > 0 {
-			out[k] = d
-		}
 	}
 	return out
 }

@@ -2,7 +2,6 @@ package workqueue_test
 
 import (
 	"context"
-	"database/sql"
 	"errors"
 	"fmt"
 	"slices"
@@ -13,6 +12,7 @@ import (
 
 	"github.com/laneq/laneq/gen"
 	"github.com/laneq/laneq/internal/naivedb"
+	"github.com/laneq/laneq/internal/queuetest"
 	"github.com/laneq/laneq/internal/tidbtest"
 	"github.com/laneq/laneq/runtime/workqueue"
 )
@@ -77,7 +77,7 @@ func BenchmarkClaimComplete(b *testing.B) {
 		b.Run(fmt.Sprintf("naive/executors=%d", executors), func(b *testing.B) {
 			scopeID := prefill(b, qu, b.N)
 			drain(b, executors, func(ctx context.Context, _ int) (bool, error) {
-				return naiveClaimComplete(ctx, db, scopeID)
+				return queuetest.NaiveClaimComplete(ctx, db, scopeID)
 			})
 		})
 	}
@@ -151,29 +151,6 @@ func dispatch(b *testing.B, qu *workqueue.Queue, c *workqueue.Claimer, executors
 		b.Fatalf("claimed %d of %d items", claimed, b.N)
 	}
 	b.ReportMetric(float64(b.N)/time.Since(began).Seconds(), "items/s")
-}
-
-func naiveClaimComplete(ctx context.Context, db *sql.DB, scopeID string) (bool, error) {
-	tx, err := db.BeginTx(ctx, nil)
-	if err != nil {
-		return false, err
-	}
-	defer tx.Rollback()
-	q := naivedb.New(tx)
-	id, err := q.NaiveClaimNext(ctx, naivedb.NaiveClaimNextParams{ScopeID: scopeID, Generation: 1})
-	if errors.Is(err, sql.ErrNoRows) {
-		return false, nil
-	}
-	if err != nil {
-		return false, err
-	}
-	if err := q.NaiveMarkProcessing(ctx, id); err != nil {
-		return false, err
-	}
-	if err := tx.Commit(); err != nil {
-		return false, err
-	}
-	return true, naivedb.New(db).NaiveComplete(ctx, id)
 }
 
 // drain runs executors goroutines until b.N items were claimed and completed.

@@ -13,7 +13,6 @@ import (
 
 	"github.com/laneq/laneq/internal/faultdb"
 	"github.com/laneq/laneq/internal/queuetest"
-	"github.com/laneq/laneq/internal/sqlcount"
 	"github.com/laneq/laneq/runtime/workqueue"
 )
 
@@ -447,15 +446,7 @@ func TestDependencySweepResumesAfterTransientError(t *testing.T) {
 // cursor, and a scope without waiters costs one statement a pass.
 func TestDependencySweepBudgets(t *testing.T) {
 	f := newFixture(t, workqueue.Config{})
-	db, counter, err := sqlcount.Open(f.dsn)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { db.Close() })
-	qu, err := workqueue.New(db, workqueue.Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	qu, counter := queuetest.Counted(t, f.dsn, workqueue.Config{})
 	sweep, err := qu.NewDependencySweep(scope, workqueue.DependencySweepConfig{ProbeBudget: 10, PageSize: 4})
 	if err != nil {
 		t.Fatal(err)

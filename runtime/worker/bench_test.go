@@ -1,0 +1,250 @@
+package worker_test
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/laneq/laneq/internal/naivedb"
+	"github.com/laneq/laneq/internal/queuetest"
+	"github.com/laneq/laneq/internal/sqlcount"
+	"github.com/laneq/laneq/runtime/worker"
+	"github.com/laneq/laneq/runtime/workqueue"
+)
+
+// throughputItems is how many items each measurement drains.
+const throughputItems = 3000
+
+// BenchmarkThroughputVsFloor measures, in one run on one server, the path
+// users run against what the database allows (issue 15):
+//
+//   - floor: two autocommit primary-key UPDATEs per item (claim, finish)
+//     from 16 connections, on a queue of the same size: the least work any
+//     row-CAS queue must do per item;
+//   - naive: the SELECT ... LIMIT 1 FOR UPDATE + UPDATE loop on 16
+//     connections;
+//   - laneq: the assembled runtime/worker (controller, scheduler, 16
+//     executors, handler returning nil at once), one worker and two
+//     (separate connection pools and claimers, as two processes have), on
+//     no-lane items and on lanes of five.
+//
+// Each laneq figure reports items/s, floor-ratio and naive-ratio against
+// the floor and naive loop measured just before it, and statements/item
+// counted by internal/sqlcount. Run with -benchtime=1x: one drain of
+// throughputItems is the measurement.
+func BenchmarkThroughputVsFloor(b *testing.B) {
+	floor := measure(b, "floor", func(b *testing.B) float64 { return floorRate(b) })
+	naive := measure(b, "naive", func(b *testing.B) float64 { return naiveRate(b) })
+	for _, lanes := range []int{0, 5} {
+		for _, workers := range []int{1, 2} {
+			name := fmt.Sprintf("laneq/lanes=%d/workers=%d", lanes, workers)
+			b.Run(name, func(b *testing.B) {
+				rate, perItem := workerRate(b, lanes, workers)
+				b.ReportMetric(rate, "items/s")
+				if floor > 0 {
+					b.ReportMetric(rate/floor, "floor-ratio")
+				}
+				if naive > 0 {
+					b.ReportMetric(rate/naive, "naive-ratio")
+				}
+				b.ReportMetric(perItem, "statements/item")
+			})
+		}
+	}
+}
+
+// measure runs one baseline as a sub-benchmark (so its figure is printed)
+// and returns its items/s.
+func measure(b *testing.B, name string, rate func(*testing.B) float64) float64 {
+	var got float64
+	b.Run(name, func(b *testing.B) {
+		got = rate(b)
+		b.ReportMetric(got, "items/s")
+	})
+	return got // 0 when -bench filtered it out
+}
+
+// benchQueue is a fresh database holding n queued items.
+func benchQueue(b *testing.B, n, laneSize int) (*workqueue.Queue, *sql.DB, string) {
+	b.Helper()
+	qu, db, dsn := queuetest.New(b, workqueue.Config{}, scope)
+	const batch = 1000
+	for start := 0; start < n; start += batch {
+		var evs []workqueue.Event
+		for i := start; i < min(n, start+batch); i++ {
+			lane := ""
+			if laneSize > 0 {
+				lane = fmt.Sprintf("lane-%d", i%(n/laneSize))
+			}
+			evs = append(evs, workqueue.Event{
+				IdempotencyKey: fmt.Sprintf("ev-%d", i), Payload: []byte("{}"),
+				Work: []workqueue.Work{{WorkType: "deliver", SourceLane: lane}},
+			})
+		}
+		if _, err := qu.Enqueue(context.Background(), scope, evs); err != nil {
+			b.Fatalf("enqueue: %v", err)
+		}
+	}
+	return qu, db, dsn
+}
+
+// floorRate: two autocommit primary-key UPDATEs per item from 16
+// connections.
+func floorRate(b *testing.B) float64 {
+	_, db, _ := benchQueue(b, throughputItems, 0)
+	db.SetMaxOpenConns(16)
+	rows, err := db.Query("SELECT work_id FROM work_item WHERE scope_id = ?", scope)
+	if err != nil {
+		b.Fatal(err)
+	}
+	ids := make(chan int64, throughputItems)
+	for rows.Next() {
+		var id int64
+		if err := rows.Scan(&id); err != nil {
+			b.Fatal(err)
+		}
+		ids <- id
+	}
+	if err := rows.Close(); err != nil {
+		b.Fatal(err)
+	}
+	close(ids)
+	q := naivedb.New(db)
+	return timedDrain(b, 16, func(ctx context.Context) (bool, error) {
+		id, ok := <-ids
+		if !ok {
+			return false, nil
+		}
+		if err := q.NaiveMarkProcessing(ctx, id); err != nil {
+			return false, err
+		}
+		return true, q.NaiveComplete(ctx, id)
+	})
+}
+
+// naiveRate: SELECT ... LIMIT 1 FOR UPDATE, mark processing, commit, then
+// complete, on 16 connections.
+func naiveRate(b *testing.B) float64 {
+	_, db, _ := benchQueue(b, throughputItems, 0)
+	db.SetMaxOpenConns(16)
+	return timedDrain(b, 16, func(ctx context.Context) (bool, error) {
+		return queuetest.NaiveClaimComplete(ctx, db, scope)
+	})
+}
+
+// timedDrain runs step on n goroutines until each reports nothing left and
+// returns items/s.
+func timedDrain(b *testing.B, n int, step func(context.Context) (bool, error)) float64 {
+	b.Helper()
+	var done atomic.Int64
+	var wg sync.WaitGroup
+	errs := make(chan error, n)
+	b.ResetTimer()
+	began := time.Now()
+	for range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				ok, err := step(context.Background())
+				if err != nil {
+					errs <- err
+					return
+				}
+				if !ok {
+					return
+				}
+				done.Add(1)
+			}
+		}()
+	}
+	wg.Wait()
+	elapsed := time.Since(began)
+	b.StopTimer()
+	close(errs)
+	for err := range errs {
+		b.Fatal(err)
+	}
+	if got := done.Load(); got != throughputItems {
+		b.Fatalf("drained %d of %d items", got, throughputItems)
+	}
+	return throughputItems / elapsed.Seconds()
+}
+
+// workerRate drains the queue with that many assembled runtime/workers of 16
+// executors each and returns items/s and statements per item (all workers'
+// statements, start-up included).
+func workerRate(b *testing.B, laneSize, workers int) (rate, perItem float64) {
+	_, _, dsn := benchQueue(b, throughputItems, laneSize)
+	var ran atomic.Int64
+	handler := func(context.Context, *worker.Job) error { ran.Add(1); return nil }
+	var ws []*worker.Worker
+	var counters []*sqlcount.Counter
+	for i := range workers {
+		db, counter, err := sqlcount.Open(dsn)
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Cleanup(func() { db.Close() })
+		qu, err := workqueue.New(db, workqueue.Config{})
+		if err != nil {
+			b.Fatal(err)
+		}
+		cfg := worker.Config{Scope: scope, Owner: fmt.Sprintf("bench-%d", i), Logger: quiet}
+		cfg.Scheduler.Executors = 16
+		w, err := worker.New(qu, cfg, map[string]worker.Handler{"deliver": handler})
+		if err != nil {
+			b.Fatal(err)
+		}
+		ws, counters = append(ws, w), append(counters, counter)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	runErrs := make(chan error, workers)
+	b.ResetTimer()
+	began := time.Now()
+	for _, w := range ws {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := w.Run(ctx); err != nil && !errors.Is(err, context.Canceled) {
+				runErrs <- err
+			}
+		}()
+	}
+	finished := func() (n uint64) {
+		for _, w := range ws {
+			n += w.Stats().Scheduler.Finished
+		}
+		return n
+	}
+	deadline := time.Now().Add(10 * time.Minute)
+	for finished() < throughputItems && time.Now().Before(deadline) {
+		time.Sleep(time.Millisecond)
+	}
+	elapsed := time.Since(began)
+	b.StopTimer()
+	cancel()
+	wg.Wait()
+	close(runErrs)
+	for err := range runErrs {
+		b.Fatal(err)
+	}
+	if got := finished(); got != throughputItems {
+		b.Fatalf("finished %d of %d items in 10 minutes", got, throughputItems)
+	}
+	var statements int64
+	for _, c := range counters {
+		statements += c.Statements()
+	}
+	for i, w := range ws {
+		st := w.Stats()
+		b.Logf("worker %d: claimed %d, claim turns %d, claims %d; statements %v", i, st.Scheduler.Claimed, st.Scheduler.ClaimTurns, st.Scheduler.Claims, counters[i].ByStatement())
+	}
+	return throughputItems / elapsed.Seconds(), float64(statements) / throughputItems
+}
