@@ -82,6 +82,65 @@ func (q *Queries) GetEventByIdempotencyKey(ctx context.Context, arg GetEventById
 	return i, err
 }
 
+const getEvents = `-- name: GetEvents :many
+SELECT event_id, receipt_id, scope_id, generation, route_id, route_version,
+       event_kind, source_kind, source_id, delivery_sequence, enqueue_ordinal,
+       idempotency_key, payload_hash, payload, created_at
+FROM event
+WHERE event_id IN (/*SLICE:event_ids*/?)
+`
+
+// GetEvent for a claim batch: one batch point get instead of a read per
+// claimed item.
+func (q *Queries) GetEvents(ctx context.Context, eventIds []int64) ([]Event, error) {
+	query := getEvents
+	var queryParams []interface{}
+	if len(eventIds) > 0 {
+		for _, v := range eventIds {
+			queryParams = append(queryParams, v)
+		}
+		query = strings.Replace(query, "/*SLICE:event_ids*/?", strings.Repeat(",?", len(eventIds))[1:], 1)
+	} else {
+		query = strings.Replace(query, "/*SLICE:event_ids*/?", "NULL", 1)
+	}
+	rows, err := q.db.QueryContext(ctx, query, queryParams...)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []Event{}
+	for rows.Next() {
+		var i Event
+		if err := rows.Scan(
+			&i.EventID,
+			&i.ReceiptID,
+			&i.ScopeID,
+			&i.Generation,
+			&i.RouteID,
+			&i.RouteVersion,
+			&i.EventKind,
+			&i.SourceKind,
+			&i.SourceID,
+			&i.DeliverySequence,
+			&i.EnqueueOrdinal,
+			&i.IdempotencyKey,
+			&i.PayloadHash,
+			&i.Payload,
+			&i.CreatedAt,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Close(); err != nil {
+		return nil, err
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
 const insertEvent = `-- name: InsertEvent :execlastid
 INSERT INTO event (
     receipt_id, scope_id, generation, route_id, route_version, event_kind,

@@ -8,6 +8,7 @@ package gen
 import (
 	"context"
 	"database/sql"
+	"strings"
 )
 
 const finish = `-- name: Finish :execrows
@@ -91,6 +92,57 @@ func (q *Queries) FinishExpired(ctx context.Context, arg FinishExpiredParams) (i
 	return result.RowsAffected()
 }
 
+const finishLanelessBatch = `-- name: FinishLanelessBatch :execrows
+UPDATE work_item
+SET state = ?,
+    terminal_at = NOW(6),
+    failure_class = NULL,
+    failure_summary = NULL,
+    projection_active_key = NULL,
+    lease_owner = NULL,
+    lease_token = lease_token + 1,
+    updated_at = NOW(6)
+WHERE work_id IN (/*SLICE:work_ids*/?)
+  AND FIND_IN_SET(CONCAT(work_id, ':', lease_token), CAST(? AS CHAR)) > 0
+  AND state = 'processing'
+  AND source_lane_key IS NULL
+  AND target_lane_key IS NULL
+`
+
+type FinishLanelessBatchParams struct {
+	TerminalState string
+	WorkIDs       []int64
+	Fences        interface{}
+}
+
+// Finish for many claimed rows in no lane (no followers to promote), in one
+// autocommit statement: a batch point get on the primary key, each row
+// still fenced by its own token: "id:token" must be one of fences, a
+// comma-separated list (FIND_IN_SET: sqlc cannot bind a slice compared with
+// an expression, and a row-value IN cannot be a slice), so a stale entry
+// matches nothing while the rest commit. The caller reads back which ones
+// matched (LeaseStates) when fewer rows than entries changed. Same terminal
+// columns as Finish.
+func (q *Queries) FinishLanelessBatch(ctx context.Context, arg FinishLanelessBatchParams) (int64, error) {
+	query := finishLanelessBatch
+	var queryParams []interface{}
+	queryParams = append(queryParams, arg.TerminalState)
+	if len(arg.WorkIDs) > 0 {
+		for _, v := range arg.WorkIDs {
+			queryParams = append(queryParams, v)
+		}
+		query = strings.Replace(query, "/*SLICE:work_ids*/?", strings.Repeat(",?", len(arg.WorkIDs))[1:], 1)
+	} else {
+		query = strings.Replace(query, "/*SLICE:work_ids*/?", "NULL", 1)
+	}
+	queryParams = append(queryParams, arg.Fences)
+	result, err := q.db.ExecContext(ctx, query, queryParams...)
+	if err != nil {
+		return 0, err
+	}
+	return result.RowsAffected()
+}
+
 const getLaneIdentity = `-- name: GetLaneIdentity :one
 SELECT scope_id, generation, source_lane_key, target_lane_key, lane_ordinal
 FROM work_item
@@ -141,6 +193,54 @@ func (q *Queries) GetLeaseState(ctx context.Context, workID int64) (GetLeaseStat
 	var i GetLeaseStateRow
 	err := row.Scan(&i.State, &i.LeaseToken, &i.SafeRetryCount)
 	return i, err
+}
+
+const leaseStates = `-- name: LeaseStates :many
+SELECT work_id, state, lease_token
+FROM work_item
+WHERE work_id IN (/*SLICE:work_ids*/?)
+`
+
+type LeaseStatesRow struct {
+	WorkID     int64
+	State      string
+	LeaseToken int64
+}
+
+// GetLeaseState for a batch (one batch point get): after FinishLanelessBatch
+// changed fewer rows than it was given, or a run's reply was lost, which
+// entries committed (their token plus one, in the state written).
+func (q *Queries) LeaseStates(ctx context.Context, workIds []int64) ([]LeaseStatesRow, error) {
+	query := leaseStates
+	var queryParams []interface{}
+	if len(workIds) > 0 {
+		for _, v := range workIds {
+			queryParams = append(queryParams, v)
+		}
+		query = strings.Replace(query, "/*SLICE:work_ids*/?", strings.Repeat(",?", len(workIds))[1:], 1)
+	} else {
+		query = strings.Replace(query, "/*SLICE:work_ids*/?", "NULL", 1)
+	}
+	rows, err := q.db.QueryContext(ctx, query, queryParams...)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []LeaseStatesRow{}
+	for rows.Next() {
+		var i LeaseStatesRow
+		if err := rows.Scan(&i.WorkID, &i.State, &i.LeaseToken); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Close(); err != nil {
+		return nil, err
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
 }
 
 const recordProgress = `-- name: RecordProgress :execrows

@@ -112,11 +112,23 @@ type Querier interface {
 	// terminal columns as Finish. The caller promotes lane followers in the same
 	// transaction, as for every terminal transition.
 	FinishExpired(ctx context.Context, arg FinishExpiredParams) (int64, error)
+	// Finish for many claimed rows in no lane (no followers to promote), in one
+	// autocommit statement: a batch point get on the primary key, each row
+	// still fenced by its own token: "id:token" must be one of fences, a
+	// comma-separated list (FIND_IN_SET: sqlc cannot bind a slice compared with
+	// an expression, and a row-value IN cannot be a slice), so a stale entry
+	// matches nothing while the rest commit. The caller reads back which ones
+	// matched (LeaseStates) when fewer rows than entries changed. Same terminal
+	// columns as Finish.
+	FinishLanelessBatch(ctx context.Context, arg FinishLanelessBatchParams) (int64, error)
 	// Primary-key point read.
 	GetEvent(ctx context.Context, eventID int64) (Event, error)
 	// Point read on uk_event_idempotency: resolves a duplicate delivery to the
 	// event that already holds its identity.
 	GetEventByIdempotencyKey(ctx context.Context, arg GetEventByIdempotencyKeyParams) (Event, error)
+	// GetEvent for a claim batch: one batch point get instead of a read per
+	// claimed item.
+	GetEvents(ctx context.Context, eventIds []int64) ([]Event, error)
 	// What a finisher needs to promote followers: the row's lanes and position.
 	// Point read inside the finishing transaction, after Finish locked the row.
 	GetLaneIdentity(ctx context.Context, workID int64) (GetLaneIdentityRow, error)
@@ -166,6 +178,10 @@ type Querier interface {
 	// batch, so a running head's lease renewal waits for a few statements, not
 	// for the whole batch.
 	LaneHeads(ctx context.Context, arg LaneHeadsParams) ([]LaneHeadsRow, error)
+	// GetLeaseState for a batch (one batch point get): after FinishLanelessBatch
+	// changed fewer rows than it was given, or a run's reply was lost, which
+	// entries committed (their token plus one, in the state written).
+	LeaseStates(ctx context.Context, workIds []int64) ([]LeaseStatesRow, error)
 	// The pairs a scope has work of: a primary-key prefix range, as small as the
 	// number of distinct pairs. Workers read it at start-up and reconciliation.
 	ListWorkKinds(ctx context.Context, scopeID string) ([]ListWorkKindsRow, error)

@@ -21,6 +21,15 @@ SELECT event_id, receipt_id, scope_id, generation, route_id, route_version,
 FROM event
 WHERE event_id = sqlc.arg(event_id);
 
+-- name: GetEvents :many
+-- GetEvent for a claim batch: one batch point get instead of a read per
+-- claimed item.
+SELECT event_id, receipt_id, scope_id, generation, route_id, route_version,
+       event_kind, source_kind, source_id, delivery_sequence, enqueue_ordinal,
+       idempotency_key, payload_hash, payload, created_at
+FROM event
+WHERE event_id IN (sqlc.slice(event_ids));
+
 -- name: GetEventByIdempotencyKey :one
 -- Point read on uk_event_idempotency: resolves a duplicate delivery to the
 -- event that already holds its identity.

@@ -67,6 +67,30 @@ WHERE work_id = sqlc.arg(work_id)
   AND lease_token = sqlc.arg(lease_token)
   AND state = 'processing';
 
+-- name: FinishLanelessBatch :execrows
+-- Finish for many claimed rows in no lane (no followers to promote), in one
+-- autocommit statement: a batch point get on the primary key, each row
+-- still fenced by its own token: "id:token" must be one of fences, a
+-- comma-separated list (FIND_IN_SET: sqlc cannot bind a slice compared with
+-- an expression, and a row-value IN cannot be a slice), so a stale entry
+-- matches nothing while the rest commit. The caller reads back which ones
+-- matched (LeaseStates) when fewer rows than entries changed. Same terminal
+-- columns as Finish.
+UPDATE work_item
+SET state = sqlc.arg(terminal_state),
+    terminal_at = NOW(6),
+    failure_class = NULL,
+    failure_summary = NULL,
+    projection_active_key = NULL,
+    lease_owner = NULL,
+    lease_token = lease_token + 1,
+    updated_at = NOW(6)
+WHERE work_id IN (sqlc.slice(work_ids))
+  AND FIND_IN_SET(CONCAT(work_id, ':', lease_token), CAST(sqlc.arg(fences) AS CHAR)) > 0
+  AND state = 'processing'
+  AND source_lane_key IS NULL
+  AND target_lane_key IS NULL;
+
 -- name: FinishExpired :execrows
 -- An item whose lease expired with its attempt budget spent (its process
 -- died in every attempt, say) goes to dead instead of being reclaimed again:
@@ -93,6 +117,14 @@ WHERE work_id = sqlc.arg(work_id)
 SELECT scope_id, generation, source_lane_key, target_lane_key, lane_ordinal
 FROM work_item
 WHERE work_id = sqlc.arg(work_id);
+
+-- name: LeaseStates :many
+-- GetLeaseState for a batch (one batch point get): after FinishLanelessBatch
+-- changed fewer rows than it was given, or a run's reply was lost, which
+-- entries committed (their token plus one, in the state written).
+SELECT work_id, state, lease_token
+FROM work_item
+WHERE work_id IN (sqlc.slice(work_ids));
 
 -- name: GetLeaseState :one
 -- A row's state and token by primary key: after a lease-fenced write whose

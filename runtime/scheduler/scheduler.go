@@ -39,7 +39,10 @@ type Request struct {
 // Backend is the durable queue a scheduler claims from and finishes into.
 type Backend[I any] interface {
 	// Claim claims up to req.Max items; items won are returned even with an
-	// error. With req.StaleOnly it must claim only expired leases.
+	// error. With req.StaleOnly it must claim only expired leases. A claim
+	// that came back short because other claimers took its candidates first
+	// returns what it won and ErrContended: the shape stays hungry, since
+	// a lost candidate proves there was due work.
 	Claim(ctx context.Context, req Request) ([]I, error)
 	// Renew extends the item's lease; an error ends the attempt.
 	Renew(ctx context.Context, item I) error
@@ -53,6 +56,10 @@ type Backend[I any] interface {
 }
 
 var (
+	// ErrContended is returned by a Backend's Claim, with the items it won,
+	// when it came back short because other claimers took candidates first.
+	// It is not a failure.
+	ErrContended = errors.New("scheduler: claim contended")
 	// ErrShutdown is the cause of an attempt cancelled because its
 	// scheduler stopped.
 	ErrShutdown = errors.New("scheduler: shutting down")
@@ -184,6 +191,7 @@ type Stats struct {
 	Claimed           uint64 // items handed to slots
 	StaleOnlyClaims   uint64
 	LimiterDenials    uint64 // shapes with free slots the limiter gave nothing
+	ContendedClaims   uint64 // claims that came back short, losing candidates to other claimers
 	Finished          uint64
 	FinishErrors      uint64
 	Panics            uint64
@@ -220,7 +228,7 @@ type Scheduler[I any] struct {
 	ctx    context.Context
 
 	inClaim, maxInClaim                                        atomic.Int64
-	turns, claims, claimed, staleOnly, denied                  atomic.Uint64
+	turns, claims, claimed, staleOnly, denied, contended       atomic.Uint64
 	finished, finishErrs, panics, abandoned, heartbeatFailures atomic.Uint64
 }
 
@@ -401,6 +409,11 @@ func (s *Scheduler[I]) claimShape(ctx context.Context, sh *shapeSlots[I], free i
 		Shape: sh.Name, QueueClasses: sh.QueueClasses, Preferred: sh.Preferred, Max: grant.Max, StaleOnly: grant.StaleOnly,
 	})
 	s.inClaim.Add(-1)
+	contended := errors.Is(err, ErrContended)
+	if contended {
+		s.contended.Add(1)
+		err = nil
+	}
 	if len(items) > grant.Max {
 		// A backend that overfills would run items without slots.
 		panic(fmt.Sprintf("scheduler: backend claimed %d items for %d slots", len(items), grant.Max))
@@ -408,7 +421,7 @@ func (s *Scheduler[I]) claimShape(ctx context.Context, sh *shapeSlots[I], free i
 	unused := grant.Max - len(items)
 	s.mu.Lock()
 	sh.free += unused
-	sh.hungry = unused == 0
+	sh.hungry = unused == 0 || contended
 	s.mu.Unlock()
 	if unused > 0 {
 		s.limiter.Release(unused)
@@ -424,7 +437,7 @@ func (s *Scheduler[I]) claimShape(ctx context.Context, sh *shapeSlots[I], free i
 func (s *Scheduler[I]) Stats() Stats {
 	return Stats{
 		ClaimTurns: s.turns.Load(), Claims: s.claims.Load(), Claimed: s.claimed.Load(),
-		StaleOnlyClaims: s.staleOnly.Load(), LimiterDenials: s.denied.Load(), Finished: s.finished.Load(),
+		StaleOnlyClaims: s.staleOnly.Load(), LimiterDenials: s.denied.Load(), ContendedClaims: s.contended.Load(), Finished: s.finished.Load(),
 		FinishErrors: s.finishErrs.Load(), Panics: s.panics.Load(), Abandoned: s.abandoned.Load(),
 		HeartbeatFailures: s.heartbeatFailures.Load(), MaxConcurrentClaims: s.maxInClaim.Load(),
 	}

@@ -590,3 +590,47 @@ func TestFingerprint(t *testing.T) {
 		t.Fatal("defaults and their explicit values differ")
 	}
 }
+
+// contendedBackend wraps fakeBackend: its first claim comes back short with
+// ErrContended, as a claim whose candidates another process took.
+type contendedBackend struct {
+	*fakeBackend
+	calls atomic.Int64
+}
+
+func (c *contendedBackend) Claim(ctx context.Context, req scheduler.Request) ([]item, error) {
+	if c.calls.Add(1) == 1 {
+		return nil, scheduler.ErrContended
+	}
+	return c.fakeBackend.Claim(ctx, req)
+}
+
+// A contended short claim is not a failure and keeps its shape hungry, so
+// the controller continues claiming; an ordinary short claim does not.
+func TestContendedClaimKeepsTheShapeClaiming(t *testing.T) {
+	fb := newFakeBackend(classItems("default", 0, 10)...)
+	release := make(chan struct{})
+	fb.handle = func(ctx context.Context, _ item) error { <-release; return nil }
+	b := &contendedBackend{fakeBackend: fb}
+	s, err := scheduler.New[item](b, scheduler.Config{Executors: 2, Logger: quiet, OnCapacityFreed: func() {}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(s.Stop)
+	first, err := s.ClaimTurn(context.Background(), controller.Turn{})
+	if err != nil || first.Started != 0 || !first.More {
+		t.Fatalf("contended turn: %+v, %v; want no error, nothing started, More", first, err)
+	}
+	if st := s.Stats(); st.ContendedClaims != 1 {
+		t.Fatalf("stats %+v", st)
+	}
+	next, err := s.ClaimTurn(context.Background(), controller.Turn{Continuation: true})
+	if err != nil || next.Started != 2 {
+		t.Fatalf("continuation after contention: %+v, %v; want both slots filled", next, err)
+	}
+	close(release)
+	waitFinished(t, fb, 2)
+}

@@ -26,7 +26,11 @@ const (
 	EnvGenerationProbeEvery  = "LANEQ_GENERATION_PROBE_EVERY"  // Controller.GenerationProbeEvery
 	EnvReconcileEvery        = "LANEQ_RECONCILE_EVERY"         // Controller.ReconcileEvery
 	EnvDependencySafetyEvery = "LANEQ_DEPENDENCY_SAFETY_EVERY" // Controller.MaintainEvery
+	EnvCompleteBatch         = "LANEQ_COMPLETE_BATCH"          // CompleteBatch
 )
+
+// DefaultCompleteBatch is Config.CompleteBatch's default.
+const DefaultCompleteBatch = 64
 
 // ConservativeExecutors is the executor count above which New logs the
 // configuration as unsafe: every executor holds a lease and a connection.
@@ -49,6 +53,13 @@ type Config struct {
 	// budgets, page size; see workqueue.DependencySweep). The pass runs
 	// every Controller.MaintainEvery.
 	DependencySweep workqueue.DependencySweepConfig
+	// CompleteBatch is the most completions of items in no lane written by
+	// one statement. Executors that finish while another's write is in
+	// flight are written together by the next one (group commit, no timer:
+	// a lone completion is written at once); each executor's slot frees
+	// only after its own item's write committed. 1 writes each alone.
+	// Default 64, at most workqueue.MaxCompleteBatch.
+	CompleteBatch int
 	// StageTiming logs each attempt's stage durations (no payloads).
 	StageTiming bool
 	// Logger for the worker and its parts. Default slog.Default().
@@ -122,6 +133,7 @@ func (c Config) fromLookup(lookup func(string) (string, bool)) (Config, error) {
 	errs := []error{
 		positive(EnvExecutors, &c.Scheduler.Executors),
 		positive(EnvMaxProcessingRows, &c.Scheduler.MaxProcessingRows),
+		positive(EnvCompleteBatch, &c.CompleteBatch),
 		duration(EnvHandlerDeadline, &c.Scheduler.HandlerDeadline, false),
 		duration(EnvGenerationProbeEvery, &c.Controller.GenerationProbeEvery, true),
 		duration(EnvReconcileEvery, &c.Controller.ReconcileEvery, true),

@@ -233,8 +233,9 @@ func (f *fixture) one(workType, lane string) int64 {
 }
 
 // TestWorkerRidesOutInjectedFaults: deadlocks and lock-wait timeouts on the
-// claim CAS, a lost reply of a claim CAS, failed renewals, and finishes that
-// fail transiently or lose their reply. The controller stays usable (it
+// claim CAS, a lost reply of a claim CAS, failed renewals, batched
+// completions that fail transiently or lose their reply, and failed event
+// loads (batch and single). The controller stays usable (it
 // restarts after the errors proven to have committed nothing), the worker
 // keeps running, and every item runs exactly once.
 func TestWorkerRidesOutInjectedFaults(t *testing.T) {
@@ -253,9 +254,12 @@ func TestWorkerRidesOutInjectedFaults(t *testing.T) {
 		{Statement: "ClaimBatchCAS", Skip: 1, Fault: faultdb.ReplyLost},
 		{Statement: "ClaimBatchCAS", Skip: 3, Fault: faultdb.LockWaitTimeout},
 		{Statement: "ClaimedByRef", Skip: 2, Fault: faultdb.DropBefore},
-		{Statement: "Finish", Fault: faultdb.LockWaitTimeout, Times: 2},
-		{Statement: "Finish", Skip: 5, Fault: faultdb.ReplyLost, Times: 3},
-		{Statement: "GetEvent", Skip: 7, Fault: faultdb.DropBefore},
+		// Items in no lane are completed in group-committed batches.
+		{Statement: "FinishLanelessBatch", Fault: faultdb.LockWaitTimeout, Times: 2},
+		{Statement: "FinishLanelessBatch", Skip: 5, Fault: faultdb.ReplyLost, Times: 3},
+		// A failed batch event load falls back to each item's own read.
+		{Statement: "GetEvents", Skip: 2, Fault: faultdb.DropBefore},
+		{Statement: "GetEvent", Fault: faultdb.DropBefore},
 	} {
 		in.Add(r)
 	}
@@ -280,7 +284,7 @@ func TestWorkerRidesOutInjectedFaults(t *testing.T) {
 	if st.ControllerRestarts < 1 || st.Queue.WriteRetries < 3 {
 		t.Fatalf("restarts %d, write retries %d: the faults did not happen", st.ControllerRestarts, st.Queue.WriteRetries)
 	}
-	for _, name := range []string{"ClaimBatchCAS", "ClaimedByRef", "Finish"} {
+	for _, name := range []string{"ClaimBatchCAS", "ClaimedByRef", "FinishLanelessBatch", "GetEvents", "GetEvent"} {
 		if in.Fired(name) == 0 {
 			t.Fatalf("no fault fired at %s", name)
 		}

@@ -92,6 +92,8 @@ type Worker struct {
 	types    []string // handlers' work types, sorted
 	classes  []string // queue classes the executor shapes serve, sorted
 	sweep    *workqueue.DependencySweep
+	complete *completer // nil: each completion written alone
+	events   sync.Map   // work id -> workqueue.StoredEvent, loaded with its claim
 	log      *slog.Logger
 	metrics  *metrics
 	clock    clock.Clock
@@ -136,6 +138,12 @@ func New(q *workqueue.Queue, cfg Config, handlers map[string]Handler) (*Worker, 
 		cfg.Scheduler.HeartbeatEvery = q.Lease() / 3
 	}
 	cfg.Scheduler.Logger, cfg.Controller.Logger = log, log
+	if cfg.CompleteBatch == 0 {
+		cfg.CompleteBatch = DefaultCompleteBatch
+	}
+	if cfg.CompleteBatch < 1 || cfg.CompleteBatch > workqueue.MaxCompleteBatch {
+		return nil, &ConfigError{"CompleteBatch", fmt.Sprint(cfg.CompleteBatch), fmt.Sprintf("want 1..%d", workqueue.MaxCompleteBatch)}
+	}
 	w := &Worker{cfg: cfg, q: q, handlers: maps.Clone(handlers), types: sortedKeys(handlers), log: log, clock: cfg.Controller.Clock}
 	var err error
 	if w.claimer, err = q.NewClaimer(cfg.Scope, cfg.Owner, cfg.Claimer); err != nil {
@@ -143,6 +151,9 @@ func New(q *workqueue.Queue, cfg Config, handlers map[string]Handler) (*Worker, 
 	}
 	if w.sweep, err = q.NewDependencySweep(cfg.Scope, cfg.DependencySweep); err != nil {
 		return nil, err
+	}
+	if cfg.CompleteBatch > 1 {
+		w.complete = newCompleter(q, cfg.CompleteBatch)
 	}
 	cfg.Scheduler.OnCapacityFreed = func() { w.ctrl.CapacityFreed() }
 	if w.sched, err = scheduler.New[*workqueue.Claimed](backend{w}, cfg.Scheduler); err != nil {
@@ -168,9 +179,9 @@ func New(q *workqueue.Queue, cfg Config, handlers map[string]Handler) (*Worker, 
 // changing only those does not rebuild a running worker.
 func (c Config) Fingerprint(workTypes []string) string {
 	cl, ctl := c.Claimer, c.Controller
-	return fmt.Sprintf("%s|%s|%q|%s|%s|%t|%s|%+v", c.Scope, c.Owner, workTypes, c.Scheduler.Fingerprint(),
+	return fmt.Sprintf("%s|%s|%q|%s|%s|%t|%s|%+v|%d", c.Scope, c.Owner, workTypes, c.Scheduler.Fingerprint(),
 		fmt.Sprint(ctl.GenerationProbeEvery, ctl.ReconcileEvery, ctl.MaintainEvery), c.StageTiming,
-		fmt.Sprint(cl.StaleScanEvery, cl.ScanWindow, cl.StragglerWindow), c.DependencySweep)
+		fmt.Sprint(cl.StaleScanEvery, cl.ScanWindow, cl.StragglerWindow), c.DependencySweep, c.CompleteBatch)
 }
 
 // WorkTypes returns the work types this worker claims, sorted.

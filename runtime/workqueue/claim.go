@@ -263,13 +263,16 @@ func (r ClaimRequest) tiers() [][]string {
 
 // ClaimStats counts what one Claim call did.
 type ClaimStats struct {
-	Scanned       int // candidate rows returned by scans
-	Statements    int // fresh candidate statements run (scan windows)
-	StaleScans    int // stale candidate statements run (one per class)
-	LostCAS       int // candidates another claimer took first
-	Fenced        int // rows won but released unrun: the generation moved during the CAS
-	ExpiredToDead int // expired leases sent to dead with their attempt budget spent
-	Resolved      int // writes whose reply was lost, resolved by reading back
+	Scanned    int // candidate rows returned by scans
+	Statements int // fresh candidate statements run (scan windows)
+	StaleScans int // stale candidate statements run (one per class)
+	LostCAS    int // candidates another claimer took first
+	// ContendedRounds counts the extra scan-and-CAS rounds run because
+	// candidates were lost (at most claimRounds-1 per Claim).
+	ContendedRounds int
+	Fenced          int // rows won but released unrun: the generation moved during the CAS
+	ExpiredToDead   int // expired leases sent to dead with their attempt budget spent
+	Resolved        int // writes whose reply was lost, resolved by reading back
 }
 
 // Claim claims up to req.Max items: expired leases first (when a stale scan
@@ -302,18 +305,34 @@ func (c *Claimer) Claim(ctx context.Context, req ClaimRequest) ([]Claimed, Claim
 			return out, stats, err
 		}
 	}
-	for _, tier := range req.tiers() {
-		if len(out) >= req.Max {
+	// A lost CAS proves the class had due work another claimer took first:
+	// the cursor has moved past those rows, so another round reads the next
+	// ones. Without it a contended claim would come back short, which the
+	// caller takes to mean nothing more is due, and this process would sit
+	// idle on a backlog until its next event.
+	for round := 0; round < claimRounds && len(out) < req.Max; round++ {
+		lost := stats.LostCAS
+		for _, tier := range req.tiers() {
+			if len(out) >= req.Max {
+				break
+			}
+			got, err := c.claimTier(ctx, sc, tier, req.WorkTypes, req.Max-len(out), &stats)
+			out = append(out, got...)
+			if err != nil {
+				return out, stats, err
+			}
+		}
+		if stats.LostCAS == lost {
 			break
 		}
-		got, err := c.claimTier(ctx, sc, tier, req.WorkTypes, req.Max-len(out), &stats)
-		out = append(out, got...)
-		if err != nil {
-			return out, stats, err
-		}
+		stats.ContendedRounds++
 	}
 	return out, stats, nil
 }
+
+// claimRounds bounds the scan-and-CAS rounds of one Claim: the first, and
+// more only while candidates keep being lost to other claimers.
+const claimRounds = 4
 
 // readScope reads the scope row and folds it into the cursors (observe).
 func (c *Claimer) readScope(ctx context.Context) (gen.GetScopeRow, error) {

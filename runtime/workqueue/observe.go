@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"hash/fnv"
 	"time"
+
+	"github.com/laneq/laneq/gen"
 )
 
 // StoredEvent is an event as executors read it: the immutable input of its
@@ -31,11 +33,29 @@ func (qu *Queue) LoadEvent(ctx context.Context, eventID int64) (StoredEvent, err
 	if err != nil {
 		return StoredEvent{}, fmt.Errorf("workqueue: load event %d: %w", eventID, err)
 	}
+	return storedEvent(e), nil
+}
+
+// LoadEvents reads events by id in one batch point get, keyed by id; ids
+// that name no event are absent from the result.
+func (qu *Queue) LoadEvents(ctx context.Context, eventIDs []int64) (map[int64]StoredEvent, error) {
+	rows, err := qu.q.GetEvents(ctx, eventIDs)
+	if err != nil {
+		return nil, fmt.Errorf("workqueue: load %d events: %w", len(eventIDs), err)
+	}
+	out := make(map[int64]StoredEvent, len(rows))
+	for _, e := range rows {
+		out[e.EventID] = storedEvent(e)
+	}
+	return out, nil
+}
+
+func storedEvent(e gen.Event) StoredEvent {
 	return StoredEvent{
 		EventID: e.EventID, ReceiptID: e.ReceiptID.Int64, RouteID: e.RouteID, RouteVersion: e.RouteVersion,
 		EventKind: e.EventKind, SourceKind: e.SourceKind, SourceID: e.SourceID,
 		DeliverySequence: e.DeliverySequence, IdempotencyKey: e.IdempotencyKey, Payload: e.Payload, CreatedAt: e.CreatedAt,
-	}, nil
+	}
 }
 
 // Generation is a value that changes whenever the scope's admission state

@@ -1,0 +1,88 @@
+package worker
+
+import (
+	"context"
+	"sync"
+
+	"github.com/laneq/laneq/runtime/workqueue"
+)
+
+// completer group-commits completions of items in no lane: while one
+// executor writes a batch, the completions that arrive queue up, and the
+// next batch takes them all (up to max) in one statement. No timer: a lone
+// completion is written at once, so batching adds at most one write's
+// latency and only under load. Each caller returns only after its own
+// item's write committed (or failed), with its own error.
+type completer struct {
+	write func(context.Context, []workqueue.Lease) []error // Queue.CompleteMany
+	max   int
+
+	mu      sync.Mutex
+	pending []completion
+	writing bool // a leader is writing; pending waits for it
+}
+
+type completion struct {
+	lease workqueue.Lease
+	done  chan completed // one message: the result, or lead
+}
+
+type completed struct {
+	err  error
+	lead bool // write the next batch: the caller's own item is in it
+}
+
+func newCompleter(q *workqueue.Queue, max int) *completer {
+	return &completer{write: q.CompleteMany, max: max}
+}
+
+// complete completes l, alone or in a batch with other executors' items.
+func (c *completer) complete(ctx context.Context, l workqueue.Lease) error {
+	own := completion{lease: l, done: make(chan completed, 1)}
+	c.mu.Lock()
+	c.pending = append(c.pending, own)
+	if c.writing {
+		c.mu.Unlock()
+		if r := <-own.done; !r.lead {
+			return r.err
+		}
+	} else {
+		c.writing = true
+		c.mu.Unlock()
+	}
+	return c.lead(ctx, own)
+}
+
+// lead writes the oldest pending completions (own among them: a leader is
+// the first pending entry), answers every other caller in the batch, and
+// hands the lead to the next pending caller, if any.
+func (c *completer) lead(ctx context.Context, own completion) error {
+	c.mu.Lock()
+	n := min(len(c.pending), c.max)
+	batch := c.pending[:n:n]
+	c.pending = c.pending[n:]
+	c.mu.Unlock()
+
+	leases := make([]workqueue.Lease, len(batch))
+	for i, b := range batch {
+		leases[i] = b.lease
+	}
+	errs := c.write(ctx, leases)
+	var ownErr error
+	for i, b := range batch {
+		if b.done == own.done {
+			ownErr = errs[i]
+			continue
+		}
+		b.done <- completed{err: errs[i]}
+	}
+
+	c.mu.Lock()
+	if len(c.pending) > 0 {
+		c.pending[0].done <- completed{lead: true}
+	} else {
+		c.writing = false
+	}
+	c.mu.Unlock()
+	return ownErr
+}

@@ -1,0 +1,164 @@
+package workqueue_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/laneq/laneq/internal/faultdb"
+	"github.com/laneq/laneq/internal/queuetest"
+	"github.com/laneq/laneq/runtime/workqueue"
+)
+
+// A batch holding one stale token commits the others and reports exactly
+// that one as ErrLeaseLost; laned items in the same call complete one by
+// one and promote their followers. Items in no lane cost one statement,
+// plus one read-back because an entry was stale.
+func TestCompleteManyFencesEachItem(t *testing.T) {
+	f := newFixture(t, workqueue.Config{})
+	qu, counter := queuetest.Counted(t, f.dsn, workqueue.Config{})
+	for range 4 {
+		f.one(workqueue.Work{})
+	}
+	head := f.one(workqueue.Work{SourceLane: "L"})
+	follower := f.one(workqueue.Work{SourceLane: "L"})
+	c, err := qu.NewClaimer(scope, "w", workqueue.ClaimerConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, _, err := c.Claim(f.ctx, withTestDefaults(workqueue.ClaimRequest{}))
+	if err != nil || len(got) != 5 {
+		t.Fatalf("claimed %v (%v), want the 4 lane-less items and the head", ids(got), err)
+	}
+	leases := make([]workqueue.Lease, len(got))
+	stale := -1
+	for i, it := range got {
+		leases[i] = it.Lease
+		if it.WorkID == head {
+			if it.Lease.InNoLane() {
+				t.Fatal("the lane head reports no lane")
+			}
+			continue
+		}
+		if !it.Lease.InNoLane() {
+			t.Fatalf("work %d in no lane reports a lane", it.WorkID)
+		}
+		if stale < 0 {
+			stale = i // released: its token moves on, this lease is stale
+			if err := qu.Release(f.ctx, it.Lease); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	before := counter.ByStatement()
+	errs := qu.CompleteMany(f.ctx, leases)
+	for i, err := range errs {
+		switch {
+		case i == stale && !errors.Is(err, workqueue.ErrLeaseLost):
+			t.Fatalf("stale work %d: %v, want ErrLeaseLost", got[i].WorkID, err)
+		case i != stale && err != nil:
+			t.Fatalf("work %d: %v", got[i].WorkID, err)
+		}
+	}
+	for i, it := range got {
+		want := "completed"
+		if i == stale {
+			want = "pending"
+		}
+		if s := f.state(it.WorkID); s != want {
+			t.Fatalf("work %d is %s, want %s", it.WorkID, s, want)
+		}
+	}
+	if s := f.state(follower); s != "pending" {
+		t.Fatalf("the head's follower is %s, want promoted to pending", s)
+	}
+	sent := counter.Since(before)
+	if n := sent["FinishLanelessBatch"]; n != 1 {
+		t.Fatalf("%d batch statements for 4 items in no lane, want 1: %v", n, sent)
+	}
+	if n := sent["LeaseStates"]; n != 1 {
+		t.Fatalf("%d read-backs, want 1 (one entry was stale): %v", n, sent)
+	}
+}
+
+// Without a stale entry the batch is one statement and nothing is read
+// back; a hand-built lease (lanes unknown) takes the per-item path.
+func TestCompleteManyAllFreshIsOneStatement(t *testing.T) {
+	f := newFixture(t, workqueue.Config{})
+	qu, counter := queuetest.Counted(t, f.dsn, workqueue.Config{})
+	for range 3 {
+		f.one(workqueue.Work{})
+	}
+	c, err := qu.NewClaimer(scope, "w", workqueue.ClaimerConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, _, err := c.Claim(f.ctx, withTestDefaults(workqueue.ClaimRequest{}))
+	if err != nil || len(got) != 3 {
+		t.Fatalf("claimed %v (%v)", ids(got), err)
+	}
+	byHand := workqueue.Lease{WorkID: got[2].WorkID, Token: got[2].Lease.Token}
+	if byHand.InNoLane() {
+		t.Fatal("a hand-built lease claims to know its lanes")
+	}
+	before := counter.ByStatement()
+	errs := qu.CompleteMany(f.ctx, []workqueue.Lease{got[0].Lease, got[1].Lease, byHand})
+	if diff := cmp.Diff([]error{nil, nil, nil}, errs, cmp.Comparer(func(a, b error) bool { return errors.Is(a, b) })); diff != "" {
+		t.Fatalf("errors (-want +got):\n%s", diff)
+	}
+	sent := counter.Since(before)
+	if sent["FinishLanelessBatch"] != 1 || sent["LeaseStates"] != 0 || sent["Finish"] != 1 {
+		t.Fatalf("statements %v, want one batch, no read-back, one per-item finish", sent)
+	}
+	for _, it := range got {
+		if s := f.state(it.WorkID); s != "completed" {
+			t.Fatalf("work %d is %s", it.WorkID, s)
+		}
+	}
+}
+
+// A claim that loses its candidates to another claimer between its scan
+// and its CAS reads on and claims the next due rows, instead of coming
+// back empty as if nothing more were due.
+func TestLostCandidatesAreReplacedInTheSameClaim(t *testing.T) {
+	f := newFixture(t, workqueue.Config{})
+	db, in, err := faultdb.Open(f.dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	qu, err := workqueue.New(db, workqueue.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var all []int64
+	for range 6 {
+		all = append(all, f.one(workqueue.Work{}))
+	}
+	rival := f.claimer("rival")
+	var taken []workqueue.Claimed
+	// Between this claimer's scan and its first CAS, the rival claims the
+	// same first three rows.
+	in.Add(faultdb.Rule{Statement: "ClaimBatchCAS", Before: func(context.Context) {
+		taken = f.claim(rival, workqueue.ClaimRequest{Max: 3})
+	}})
+	c, err := qu.NewClaimer(scope, "me", workqueue.ClaimerConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, stats, err := c.Claim(f.ctx, withTestDefaults(workqueue.ClaimRequest{Max: 3}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff(sorted(all[:3]), sorted(ids(taken))); diff != "" {
+		t.Fatalf("the rival took (-want +got):\n%s", diff)
+	}
+	if diff := cmp.Diff(sorted(all[3:]), sorted(ids(got))); diff != "" {
+		t.Fatalf("claimed after losing (-want +got):\n%s", diff)
+	}
+	if stats.LostCAS != 3 || stats.ContendedRounds != 1 {
+		t.Fatalf("stats %+v, want 3 lost and one more round", stats)
+	}
+}
