@@ -162,3 +162,48 @@ func TestLostCandidatesAreReplacedInTheSameClaim(t *testing.T) {
 		t.Fatalf("stats %+v, want 3 lost and one more round", stats)
 	}
 }
+
+// A claim scans only the classes the scope has work of: classes never
+// enqueued to cost no statement. A class's first enqueue is seen by the
+// next claim (the enqueue moved the scope's ordinal), which reads the work
+// kinds again and scans it.
+func TestClaimSkipsClassesTheScopeNeverHad(t *testing.T) {
+	f := newFixture(t, workqueue.Config{})
+	qu, counter := queuetest.Counted(t, f.dsn, workqueue.Config{})
+	f.one(workqueue.Work{QueueClass: "default"})
+	c, err := qu.NewClaimer(scope, "me", workqueue.ClaimerConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	req := withTestDefaults(workqueue.ClaimRequest{QueueClasses: []string{"interactive", "default", "bulk"}, Preferred: []string{"interactive"}})
+	claim := func() ([]workqueue.Claimed, workqueue.ClaimStats, map[string]int64) {
+		t.Helper()
+		before := counter.ByStatement()
+		got, stats, err := c.Claim(f.ctx, req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return got, stats, counter.Since(before)
+	}
+	got, stats, sent := claim()
+	if len(got) != 1 || stats.KindReads != 1 || sent["ClaimCandidates"] != 1 {
+		t.Fatalf("first claim: %d items, %+v, statements %v; want the item, one kinds read, one scan", len(got), stats, sent)
+	}
+	if _, stats, sent = claim(); stats.KindReads != 0 || sent["ClaimCandidates"] != 1 || sent["ListWorkKinds"] != 0 {
+		t.Fatalf("claim without enqueues: %+v, statements %v; want one scan and no kinds read", stats, sent)
+	}
+	bulk := f.one(workqueue.Work{QueueClass: "bulk"})
+	got, stats, sent = claim()
+	if len(got) != 1 || got[0].WorkID != bulk || stats.KindReads != 1 {
+		t.Fatalf("after the first bulk enqueue: %v, %+v, statements %v; want the bulk item", ids(got), stats, sent)
+	}
+	// Every class asked for a work type the scope has: nothing more to read.
+	f.one(workqueue.Work{QueueClass: "interactive"})
+	if got, stats, _ = claim(); len(got) != 1 || stats.KindReads != 1 {
+		t.Fatalf("after the first interactive enqueue: %v, %+v", ids(got), stats)
+	}
+	f.one(workqueue.Work{QueueClass: "interactive"})
+	if got, stats, _ = claim(); len(got) != 1 || stats.KindReads != 0 {
+		t.Fatalf("every class known: %v, %+v; want no kinds read", ids(got), stats)
+	}
+}

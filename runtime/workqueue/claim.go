@@ -144,6 +144,14 @@ type Claimer struct {
 	stale      map[string]*cursor // queue class -> processing-range cursor
 	lastStale  time.Time
 	staleNow   bool // look for expired leases on the next claim
+
+	// The scope's (queue class, work type) pairs as last read, and the
+	// scope's next enqueue ordinal read before them. Rows of a pair exist
+	// only once the enqueue that registered it committed, and that enqueue
+	// moved the ordinal; pairs are never removed.
+	kinds        map[WorkKind]bool
+	kindsOrdinal int64
+	kindsRead    bool
 }
 
 // cursor is where a class's next scan starts and how wide it reaches.
@@ -270,9 +278,12 @@ type ClaimStats struct {
 	// ContendedRounds counts the extra scan-and-CAS rounds run because
 	// candidates were lost (at most claimRounds-1 per Claim).
 	ContendedRounds int
-	Fenced          int // rows won but released unrun: the generation moved during the CAS
-	ExpiredToDead   int // expired leases sent to dead with their attempt budget spent
-	Resolved        int // writes whose reply was lost, resolved by reading back
+	// KindReads counts reads of the scope's work kinds (see
+	// Claimer.tiersWithWork).
+	KindReads     int
+	Fenced        int // rows won but released unrun: the generation moved during the CAS
+	ExpiredToDead int // expired leases sent to dead with their attempt budget spent
+	Resolved      int // writes whose reply was lost, resolved by reading back
 }
 
 // Claim claims up to req.Max items: expired leases first (when a stale scan
@@ -310,9 +321,10 @@ func (c *Claimer) Claim(ctx context.Context, req ClaimRequest) ([]Claimed, Claim
 	// ones. Without it a contended claim would come back short, which the
 	// caller takes to mean nothing more is due, and this process would sit
 	// idle on a backlog until its next event.
+	tiers := c.tiersWithWork(ctx, sc, req, &stats)
 	for round := 0; round < claimRounds && len(out) < req.Max; round++ {
 		lost := stats.LostCAS
-		for _, tier := range req.tiers() {
+		for _, tier := range tiers {
 			if len(out) >= req.Max {
 				break
 			}
@@ -328,6 +340,65 @@ func (c *Claimer) Claim(ctx context.Context, req ClaimRequest) ([]Claimed, Claim
 		stats.ContendedRounds++
 	}
 	return out, stats, nil
+}
+
+// tiersWithWork drops from req's tiers the classes the scope has never had
+// work of (of req.WorkTypes): scanning them would read an empty range, a
+// statement each. The pairs are read again (one primary-key prefix read)
+// only when a class would be dropped and an enqueue committed since the
+// last read, so a class that gets its first work is scanned from the
+// first claim that sees that enqueue's ordinal. A failed read drops
+// nothing.
+func (c *Claimer) tiersWithWork(ctx context.Context, sc gen.GetScopeRow, req ClaimRequest, stats *ClaimStats) [][]string {
+	tiers := req.tiers()
+	filter := func() (out [][]string, dropped bool) {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		for _, tier := range tiers {
+			var kept []string
+			for _, class := range tier {
+				if c.hasWorkLocked(class, req.WorkTypes) {
+					kept = append(kept, class)
+				} else {
+					dropped = true
+				}
+			}
+			if len(kept) > 0 {
+				out = append(out, kept)
+			}
+		}
+		return out, dropped || !c.kindsRead
+	}
+	out, dropped := filter()
+	c.mu.Lock()
+	current := c.kindsRead && c.kindsOrdinal == sc.NextEnqueueOrdinal
+	c.mu.Unlock()
+	if !dropped || current {
+		return out
+	}
+	kinds, err := c.qu.WorkKinds(ctx, c.scope)
+	if err != nil {
+		return tiers
+	}
+	stats.KindReads++
+	known := make(map[WorkKind]bool, len(kinds))
+	for _, k := range kinds {
+		known[k] = true
+	}
+	c.mu.Lock()
+	c.kinds, c.kindsRead, c.kindsOrdinal = known, true, sc.NextEnqueueOrdinal
+	c.mu.Unlock()
+	out, _ = filter()
+	return out
+}
+
+func (c *Claimer) hasWorkLocked(class string, workTypes []string) bool {
+	for _, t := range workTypes {
+		if c.kinds[WorkKind{QueueClass: class, WorkType: t}] {
+			return true
+		}
+	}
+	return false
 }
 
 // claimRounds bounds the scan-and-CAS rounds of one Claim: the first, and
