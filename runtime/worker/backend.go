@@ -158,6 +158,9 @@ func (b backend) Finish(ctx context.Context, cp *workqueue.Claimed, outcome erro
 		}
 	}
 	w.metrics.finished(ctx, c, kind, err)
+	if h := w.cfg.Hooks; h != nil && h.AfterFinish != nil {
+		h.AfterFinish(c, outcome, err)
+	}
 	if err != nil {
 		// The queue already ran the write again after transient errors; what
 		// is left is a lost lease or an error that kept coming back. The

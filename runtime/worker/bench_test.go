@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -34,27 +35,33 @@ const throughputItems = 3000
 //     no-lane items and on lanes of five.
 //
 // Each laneq figure reports items/s, floor-ratio and naive-ratio against
-// the floor and naive loop measured just before it, and statements/item
-// counted by internal/sqlcount. Run with -benchtime=1x: one drain of
+// the floor and naive loop measured just before it, statements/item
+// counted by internal/sqlcount, and finish-p50-ms / finish-p99-ms: from a
+// handler's return to its outcome's commit (what group commit adds). Run with -benchtime=1x: one drain of
 // throughputItems is the measurement.
 func BenchmarkThroughputVsFloor(b *testing.B) {
 	floor := measure(b, "floor", func(b *testing.B) float64 { return floorRate(b) })
 	naive := measure(b, "naive", func(b *testing.B) float64 { return naiveRate(b) })
-	for _, lanes := range []int{0, 5} {
-		for _, workers := range []int{1, 2} {
-			name := fmt.Sprintf("laneq/lanes=%d/workers=%d", lanes, workers)
-			b.Run(name, func(b *testing.B) {
-				rate, perItem := workerRate(b, lanes, workers)
-				b.ReportMetric(rate, "items/s")
-				if floor > 0 {
-					b.ReportMetric(rate/floor, "floor-ratio")
-				}
-				if naive > 0 {
-					b.ReportMetric(rate/naive, "naive-ratio")
-				}
-				b.ReportMetric(perItem, "statements/item")
-			})
+	type shape struct{ lanes, workers, completeBatch int }
+	shapes := []shape{{0, 1, 0}, {0, 2, 0}, {5, 1, 0}, {5, 2, 0}, {0, 1, 1}}
+	for _, sh := range shapes {
+		name := fmt.Sprintf("laneq/lanes=%d/workers=%d", sh.lanes, sh.workers)
+		if sh.completeBatch == 1 {
+			name += "/unbatched" // each completion written alone: what group commit costs and saves
 		}
+		b.Run(name, func(b *testing.B) {
+			rate, perItem, finish := workerRate(b, sh.lanes, sh.workers, sh.completeBatch)
+			b.ReportMetric(rate, "items/s")
+			b.ReportMetric(ms(percentile(finish, 50)), "finish-p50-ms")
+			b.ReportMetric(ms(percentile(finish, 99)), "finish-p99-ms")
+			if floor > 0 {
+				b.ReportMetric(rate/floor, "floor-ratio")
+			}
+			if naive > 0 {
+				b.ReportMetric(rate/naive, "naive-ratio")
+			}
+			b.ReportMetric(perItem, "statements/item")
+		})
 	}
 }
 
@@ -177,12 +184,31 @@ func timedDrain(b *testing.B, n int, step func(context.Context) (bool, error)) f
 }
 
 // workerRate drains the queue with that many assembled runtime/workers of 16
-// executors each and returns items/s and statements per item (all workers'
-// statements, start-up included).
-func workerRate(b *testing.B, laneSize, workers int) (rate, perItem float64) {
+// executors each (completeBatch as worker.Config.CompleteBatch, 0 for the
+// default) and returns items/s, statements per item (all workers'
+// statements, start-up included) and each item's handler-return-to-commit
+// time.
+func workerRate(b *testing.B, laneSize, workers, completeBatch int) (rate, perItem float64, finish []time.Duration) {
 	_, _, dsn := benchQueue(b, throughputItems, laneSize)
 	var ran atomic.Int64
 	handler := func(context.Context, *worker.Job) error { ran.Add(1); return nil }
+	var finishMu sync.Mutex
+	returned := map[int64]time.Time{}
+	hooks := &worker.Hooks{
+		BeforeFinish: func(c workqueue.Claimed, _ error) {
+			finishMu.Lock()
+			returned[c.WorkID] = time.Now()
+			finishMu.Unlock()
+		},
+		AfterFinish: func(c workqueue.Claimed, _, err error) {
+			if err != nil {
+				return
+			}
+			finishMu.Lock()
+			finish = append(finish, time.Since(returned[c.WorkID]))
+			finishMu.Unlock()
+		},
+	}
 	var ws []*worker.Worker
 	var counters []*sqlcount.Counter
 	for i := range workers {
@@ -197,6 +223,8 @@ func workerRate(b *testing.B, laneSize, workers int) (rate, perItem float64) {
 		}
 		cfg := worker.Config{Scope: scope, Owner: fmt.Sprintf("bench-%d", i), Logger: quiet}
 		cfg.Scheduler.Executors = 16
+		cfg.Hooks = hooks
+		cfg.CompleteBatch = completeBatch
 		w, err := worker.New(qu, cfg, map[string]worker.Handler{"deliver": handler})
 		if err != nil {
 			b.Fatal(err)
@@ -246,5 +274,19 @@ func workerRate(b *testing.B, laneSize, workers int) (rate, perItem float64) {
 		st := w.Stats()
 		b.Logf("worker %d: claimed %d, claim turns %d, claims %d; statements %v", i, st.Scheduler.Claimed, st.Scheduler.ClaimTurns, st.Scheduler.Claims, counters[i].ByStatement())
 	}
-	return throughputItems / elapsed.Seconds(), float64(statements) / throughputItems
+	finishMu.Lock()
+	defer finishMu.Unlock()
+	return throughputItems / elapsed.Seconds(), float64(statements) / throughputItems, slices.Clone(finish)
 }
+
+// percentile is the p-th percentile of ds (nearest rank).
+func percentile(ds []time.Duration, p int) time.Duration {
+	if len(ds) == 0 {
+		return 0
+	}
+	s := slices.Clone(ds)
+	slices.Sort(s)
+	return s[min(len(s)-1, len(s)*p/100)]
+}
+
+func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }

@@ -80,6 +80,9 @@ type Hooks struct {
 	// BeforeFinish runs after the handler returned, before its outcome is
 	// made durable.
 	BeforeFinish func(c workqueue.Claimed, outcome error)
+	// AfterFinish runs once the outcome's write returned (err nil: it is
+	// durable); with BeforeFinish it times handler return to commit.
+	AfterFinish func(c workqueue.Claimed, outcome, err error)
 }
 
 // ConfigError reports an invalid setting.
