@@ -6,7 +6,9 @@ import (
 	"context"
 	"database/sql"
 	"errors"
+	"slices"
 	"testing"
+	"time"
 
 	"github.com/laneq/laneq/internal/naivedb"
 	"github.com/laneq/laneq/internal/sqlcount"
@@ -97,4 +99,14 @@ func NaiveClaimComplete(ctx context.Context, db *sql.DB, scopeID string) (bool, 
 		return false, err
 	}
 	return true, naivedb.New(db).NaiveComplete(ctx, id)
+}
+
+// Percentile is the p-th percentile of ds (nearest rank), 0 for none.
+func Percentile(ds []time.Duration, p int) time.Duration {
+	if len(ds) == 0 {
+		return 0
+	}
+	s := slices.Clone(ds)
+	slices.Sort(s)
+	return s[min(len(s)-1, len(s)*p/100)]
 }

@@ -52,8 +52,8 @@ func BenchmarkThroughputVsFloor(b *testing.B) {
 		b.Run(name, func(b *testing.B) {
 			rate, perItem, finish := workerRate(b, sh.lanes, sh.workers, sh.completeBatch)
 			b.ReportMetric(rate, "items/s")
-			b.ReportMetric(ms(percentile(finish, 50)), "finish-p50-ms")
-			b.ReportMetric(ms(percentile(finish, 99)), "finish-p99-ms")
+			b.ReportMetric(ms(queuetest.Percentile(finish, 50)), "finish-p50-ms")
+			b.ReportMetric(ms(queuetest.Percentile(finish, 99)), "finish-p99-ms")
 			if floor > 0 {
 				b.ReportMetric(rate/floor, "floor-ratio")
 			}
@@ -277,16 +277,6 @@ func workerRate(b *testing.B, laneSize, workers, completeBatch int) (rate, perIt
 	finishMu.Lock()
 	defer finishMu.Unlock()
 	return throughputItems / elapsed.Seconds(), float64(statements) / throughputItems, slices.Clone(finish)
-}
-
-// percentile is the p-th percentile of ds (nearest rank).
-func percentile(ds []time.Duration, p int) time.Duration {
-	if len(ds) == 0 {
-		return 0
-	}
-	s := slices.Clone(ds)
-	slices.Sort(s)
-	return s[min(len(s)-1, len(s)*p/100)]
 }
 
 func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }

@@ -123,16 +123,7 @@ func TestCompleteManyAllFreshIsOneStatement(t *testing.T) {
 // and its CAS reads on and claims the next due rows, instead of coming
 // back empty as if nothing more were due.
 func TestLostCandidatesAreReplacedInTheSameClaim(t *testing.T) {
-	f := newFixture(t, workqueue.Config{})
-	db, in, err := faultdb.Open(f.dsn)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { db.Close() })
-	qu, err := workqueue.New(db, workqueue.Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	f, qu, in := faultFixture(t, workqueue.Config{})
 	var all []int64
 	for range 6 {
 		all = append(all, f.one(workqueue.Work{}))

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -252,7 +251,7 @@ func BenchmarkChurn(b *testing.B) {
 				b.Fatal(err)
 			}
 			if len(lat) == window {
-				p50, p99 := percentile(lat, 50), percentile(lat, 99)
+				p50, p99 := queuetest.Percentile(lat, 50), queuetest.Percentile(lat, 99)
 				b.Logf("window %2d (claims %5d-%5d): claim p50 %-9s p99 %s", i/window, i+1-window, i, p50.Round(time.Microsecond), p99.Round(time.Microsecond))
 				if i < window {
 					firstP50 = p50
@@ -314,13 +313,7 @@ func BenchmarkChurn(b *testing.B) {
 				}
 				ds = append(ds, time.Since(t0))
 			}
-			b.Logf("after %d claims, %-36s p50 %-9s p99 %s", flow, m.name, percentile(ds, 50).Round(time.Microsecond), percentile(ds, 99).Round(time.Microsecond))
+			b.Logf("after %d claims, %-36s p50 %-9s p99 %s", flow, m.name, queuetest.Percentile(ds, 50).Round(time.Microsecond), queuetest.Percentile(ds, 99).Round(time.Microsecond))
 		}
 	}
-}
-
-func percentile(ds []time.Duration, p int) time.Duration {
-	s := slices.Clone(ds)
-	slices.Sort(s)
-	return s[min(len(s)-1, len(s)*p/100)]
 }
