@@ -170,13 +170,17 @@ type Stats struct {
 	GenerationChanges   uint64
 	DueTimerFires       uint64
 	OverdueSuppressions uint64 // past next-work times left disarmed
-	WakesQueued         uint64
-	WakesCoalesced      uint64
-	ReconcilesQueued    uint64 // RequestReconcile calls that queued a signal
-	ReconcilesCoalesced uint64
-	Maintenances        uint64 // Maintainer runs
-	MaintenanceErrors   uint64
-	MaintenanceClaims   uint64 // runs that asked for a claim turn
+	WakesQueued         uint64 // Wake calls that raised the wake signal
+	// WakeCoalescings counts raised wake signals that absorbed at least one
+	// more Wake before the loop took them (once per signal, not per Wake:
+	// counting every absorbed call would put a shared read-modify-write on
+	// the path a pending wake must keep to one atomic load).
+	WakeCoalescings      uint64
+	ReconcilesQueued     uint64 // RequestReconcile calls that raised the reconcile signal
+	ReconcileCoalescings uint64 // like WakeCoalescings
+	Maintenances         uint64 // Maintainer runs
+	MaintenanceErrors    uint64
+	MaintenanceClaims    uint64 // runs that asked for a claim turn
 }
 
 // Controller drives one Source. Its signal methods are safe for concurrent
@@ -188,8 +192,8 @@ type Controller struct {
 	log      *slog.Logger
 
 	notify    chan struct{} // capacity 1: "look at the flags"
-	wake      atomic.Bool
-	reconcile atomic.Bool
+	wake      signal
+	reconcile signal
 	hintsMu   sync.Mutex
 	hints     []time.Time // NotifyDue times the loop has not taken yet
 	settleReq chan chan struct{}
@@ -209,10 +213,9 @@ type Controller struct {
 	timers          loopTimers
 	maintainBackoff time.Duration // the last retry delay after failed maintenance; zero when the last run succeeded
 
-	readyChecks, reconciles, claims, emptyClaims, nextWork  atomic.Uint64
-	probes, genChanges, dueFires, overdue                   atomic.Uint64
-	wakesQueued, wakesCoalesced, reconQueued, reconCoalesce atomic.Uint64
-	maintenances, maintainErrors, maintainClaims            atomic.Uint64
+	readyChecks, reconciles, claims, emptyClaims, nextWork atomic.Uint64
+	probes, genChanges, dueFires, overdue                  atomic.Uint64
+	maintenances, maintainErrors, maintainClaims           atomic.Uint64
 }
 
 // loopTimers are Run's periodic timers.
@@ -240,23 +243,71 @@ func New(src Source, cfg Config) (*Controller, error) {
 // Wake says durable work may be claimable now (an enqueue, a release, a
 // promotion in this process). Wakes coalesce: however many arrive before
 // the loop looks, they cause one claim turn.
-func (c *Controller) Wake() { c.signal(&c.wake, &c.wakesQueued, &c.wakesCoalesced) }
+func (c *Controller) Wake() {
+	if c.wake.raise() {
+		c.poke()
+	}
+}
 
 // RequestReconcile asks for a reconciliation before the next claim.
 // Requests coalesce like wakes.
 func (c *Controller) RequestReconcile() {
-	c.signal(&c.reconcile, &c.reconQueued, &c.reconCoalesce)
+	if c.reconcile.raise() {
+		c.poke()
+	}
 }
 
-// signal raises flag, or counts the call as coalesced into a flag already
-// raised: the loop handles a raised flag once however often it was raised.
-func (c *Controller) signal(flag *atomic.Bool, queued, coalesced *atomic.Uint64) {
-	if flag.Load() || !flag.CompareAndSwap(false, true) {
-		coalesced.Add(1)
-		return
+// signal is a coalescing flag the loop handles once however often it was
+// raised. Raising one that is already raised and already marked coalesced
+// is a single atomic load: wake storms (every enqueue of a busy process
+// wakes) must not contend on a shared counter.
+type signal struct {
+	state               atomic.Uint32 // signalDown, signalRaised or signalCoalesced
+	raised, coalescings atomic.Uint64
+}
+
+const (
+	signalDown uint32 = iota
+	signalRaised
+	signalCoalesced // raised, and raised again before the loop took it
+)
+
+// raise raises the signal and reports whether this call raised it (and
+// so must poke the loop).
+func (s *signal) raise() bool {
+	if s.state.Load() == signalCoalesced { // the storm path: kept inlinable
+		return false
 	}
-	queued.Add(1)
-	c.poke()
+	return s.raiseSlow()
+}
+
+func (s *signal) raiseSlow() bool {
+	switch s.state.Load() {
+	case signalCoalesced:
+		return false
+	case signalRaised:
+		if s.state.CompareAndSwap(signalRaised, signalCoalesced) {
+			s.coalescings.Add(1)
+		}
+		return false
+	}
+	if !s.state.CompareAndSwap(signalDown, signalRaised) {
+		return s.raiseSlow() // raised by another caller meanwhile: count it as coalesced
+	}
+	s.raised.Add(1)
+	return true
+}
+
+// take lowers the signal and reports whether it was raised.
+func (s *signal) take() bool { return s.state.Swap(signalDown) != signalDown }
+
+// set raises or lowers the signal without counting (the loop's own use).
+func (s *signal) set(raised bool) {
+	if raised {
+		s.state.Store(signalRaised)
+	} else {
+		s.state.Store(signalDown)
+	}
 }
 
 // CapacityFreed says an attempt finished. It lets a pending turn run; it
@@ -291,8 +342,8 @@ func (c *Controller) Stats() Stats {
 		ReadyChecks: c.readyChecks.Load(), Reconciles: c.reconciles.Load(), Claims: c.claims.Load(),
 		EmptyClaims: c.emptyClaims.Load(), NextWorkLookups: c.nextWork.Load(), GenerationProbes: c.probes.Load(),
 		GenerationChanges: c.genChanges.Load(), DueTimerFires: c.dueFires.Load(), OverdueSuppressions: c.overdue.Load(),
-		WakesQueued: c.wakesQueued.Load(), WakesCoalesced: c.wakesCoalesced.Load(),
-		ReconcilesQueued: c.reconQueued.Load(), ReconcilesCoalesced: c.reconCoalesce.Load(),
+		WakesQueued: c.wake.raised.Load(), WakeCoalescings: c.wake.coalescings.Load(),
+		ReconcilesQueued: c.reconcile.raised.Load(), ReconcileCoalescings: c.reconcile.coalescings.Load(),
 		Maintenances: c.maintenances.Load(), MaintenanceErrors: c.maintainErrors.Load(), MaintenanceClaims: c.maintainClaims.Load(),
 	}
 }
@@ -401,7 +452,7 @@ func (c *Controller) onProbe(ctx context.Context) error {
 
 func (c *Controller) onBackstop() {
 	c.arm(c.timers.backstop, c.cfg.ReconcileEvery)
-	c.reconcile.Store(true)
+	c.reconcile.set(true)
 }
 
 // onMaintain runs the Maintainer once. A failure is logged and retried
@@ -466,7 +517,7 @@ func (c *Controller) startup(ctx context.Context) error {
 		}
 		c.generation = g
 	}
-	c.reconcile.Store(false)
+	c.reconcile.set(false)
 	if err := c.doReconcile(ctx); err != nil {
 		return err
 	}
@@ -494,13 +545,13 @@ func (c *Controller) probe(ctx context.Context) error {
 // handled before every claim.
 func (c *Controller) step(ctx context.Context) error {
 	for {
-		if c.reconcile.Swap(false) {
+		if c.reconcile.take() {
 			if err := c.doReconcile(ctx); err != nil {
 				return err
 			}
 			c.external = true
 		}
-		if c.wake.Swap(false) {
+		if c.wake.take() {
 			c.external = true
 		}
 		c.takeHints()

@@ -293,7 +293,7 @@ func TestTwoProcessesDrainThenIdleWithZeroSQL(t *testing.T) {
 	for name, r := range reports {
 		c, s := r.Stats.Controller, r.Stats.Scheduler
 		t.Logf("%s: ran %d; claim turns %d, claims %d (empty %d), next-work lookups %d, wakes queued %d coalesced %d",
-			name, perProc[name], c.Claims, s.Claims, c.EmptyClaims, c.NextWorkLookups, c.WakesQueued, c.WakesCoalesced)
+			name, perProc[name], c.Claims, s.Claims, c.EmptyClaims, c.NextWorkLookups, c.WakesQueued, c.WakeCoalescings)
 	}
 	t.Logf("drained %d items in %s (%.0f items/s)", items, drained.Round(time.Millisecond), float64(items)/drained.Seconds())
 }

@@ -24,7 +24,7 @@ const (
 	MetricFinished            = "laneq.worker.finished"                 // counter; queue_class, outcome
 	MetricFinishErrors        = "laneq.worker.finish_errors"            // counter; outcome
 	MetricProcessingRows      = "laneq.worker.processing_rows"          // gauge
-	MetricWakesCoalesced      = "laneq.worker.wakes_coalesced"          // observable counter
+	MetricWakeCoalescings     = "laneq.worker.wake_coalescings"         // observable counter
 	MetricOverdueSuppressions = "laneq.worker.overdue_suppressions"     // observable counter
 	MetricPanics              = "laneq.worker.panics"                   // observable counter
 	MetricExpiredToDead       = "laneq.worker.expired_to_dead"          // counter; shape
@@ -80,7 +80,7 @@ func newMetrics(mp metric.MeterProvider, w *Worker) (*metrics, error) {
 	errs = append(errs, err)
 	processing, err := m.Int64ObservableGauge(MetricProcessingRows, metric.WithDescription("Items this worker is running."))
 	errs = append(errs, err)
-	wakes, err := m.Int64ObservableCounter(MetricWakesCoalesced, metric.WithDescription("Wakes absorbed by one already queued."))
+	wakes, err := m.Int64ObservableCounter(MetricWakeCoalescings, metric.WithDescription("Queued wakes that absorbed at least one more wake before the claim turn took them."))
 	errs = append(errs, err)
 	overdue, err := m.Int64ObservableCounter(MetricOverdueSuppressions,
 		metric.WithDescription("Past next-work times after an empty claim, left disarmed instead of spinning."))
@@ -107,7 +107,7 @@ func newMetrics(mp metric.MeterProvider, w *Worker) (*metrics, error) {
 	out.reg, err = m.RegisterCallback(func(_ context.Context, o metric.Observer) error {
 		st := w.Stats()
 		o.ObserveInt64(processing, int64(w.processing()))
-		o.ObserveInt64(wakes, int64(st.Controller.WakesCoalesced))
+		o.ObserveInt64(wakes, int64(st.Controller.WakeCoalescings))
 		o.ObserveInt64(overdue, int64(st.Controller.OverdueSuppressions))
 		o.ObserveInt64(panics, int64(st.Scheduler.Panics))
 		o.ObserveInt64(retries, int64(st.Queue.WriteRetries))
