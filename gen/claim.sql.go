@@ -13,7 +13,7 @@ import (
 )
 
 const claimBatchCAS = `-- name: ClaimBatchCAS :execrows
-UPDATE work_item w
+UPDATE work_item w, scope s
 SET w.state = 'processing',
     w.lease_owner = ?,
     w.lease_token = w.lease_token + 1,
@@ -23,7 +23,8 @@ SET w.state = 'processing',
 WHERE w.work_id IN (/*SLICE:work_ids*/?)
   AND w.state = 'pending'
   AND w.run_after <= NOW(6)
-  AND w.generation = (SELECT s.active_generation FROM scope s WHERE s.scope_id = ?)
+  AND s.scope_id = ?
+  AND s.active_generation = w.generation
 `
 
 type ClaimBatchCASParams struct {
@@ -39,7 +40,11 @@ type ClaimBatchCASParams struct {
 // rows another claimer took first are simply not matched, a normal outcome.
 // claim_ref (unique per claim turn) marks the rows this statement won, for
 // ClaimedByRef to read back. run_after becomes the lease expiry, from the
-// database clock.
+// database clock. The active generation comes from a join with the scope
+// row (a primary-key point get), not a scalar subquery: TiDB cannot cache the plan of a
+// statement with an uncorrelated subquery, and this one runs on every claim.
+// The join reads the scope row without locking it (only work_item rows are
+// written), so claims never queue behind enqueues on the scope lock.
 func (q *Queries) ClaimBatchCAS(ctx context.Context, arg ClaimBatchCASParams) (int64, error) {
 	query := claimBatchCAS
 	var queryParams []interface{}

@@ -53,6 +53,7 @@ func TestPlancheck(t *testing.T) {
 		"TracedUnboundedWindowFails":              testTracedUnboundedWindowFails,
 		"OwnDatabaseIsChecked":                    testOwnDatabaseIsChecked,
 		"StaleFixtureIsRefused":                   testStaleFixtureIsRefused,
+		"UncachedHotPlanIsCaught":                 testUncachedHotPlanIsCaught,
 	} {
 		t.Run(name, fn)
 	}
@@ -417,4 +418,32 @@ func testStaleFixtureIsRefused(t *testing.T) {
 	if err := plancheck.Verify(context.Background(), db); !errors.Is(err, plancheck.ErrStaleFixture) {
 		t.Fatalf("a fixture an hour older: %v, want ErrStaleFixture", err)
 	}
+}
+
+// testUncachedHotPlanIsCaught: a hot read whose generation is a scalar
+// subquery (folded into the range while planning) is one TiDB will not
+// cache when prepared; the same read with the generation as an argument
+// is cached, and then a leftover waiver is itself a violation.
+func testUncachedHotPlanIsCaught(t *testing.T) {
+	args := map[string]any{"scope_id": "$scope", "generation": "$generation"}
+	res := check(t, `SELECT work_id FROM work_item
+		WHERE scope_id = sqlc.arg(scope_id)
+		  AND generation = (SELECT active_generation FROM scope WHERE scope_id = sqlc.arg(scope_id))
+		  AND state = 'pending' ORDER BY run_after LIMIT 1`,
+		plancheck.Case{Hot: true, MaxRowsRead: 80, TimeAllow: "not timed here", Args: map[string]any{"scope_id": "$scope"}})
+	requireViolation(t, res, "not cached when it runs prepared", "uncorrelated sub-queries")
+	cachedRead := `SELECT work_id FROM work_item
+		WHERE scope_id = sqlc.arg(scope_id) AND generation = sqlc.arg(generation)
+		  AND state = 'pending' ORDER BY run_after LIMIT 1`
+	res = check(t, cachedRead, plancheck.Case{Hot: true, MaxRowsRead: 80, TimeAllow: "not timed here", Args: args})
+	if res.PlanCached == nil || !*res.PlanCached {
+		t.Fatalf("the plain read's plan is not cached: %v", res.Violations)
+	}
+	for _, v := range res.Violations {
+		if strings.Contains(v, "cached") {
+			t.Fatalf("a cached plan was flagged: %s", v)
+		}
+	}
+	res = check(t, cachedRead, plancheck.Case{Hot: true, MaxRowsRead: 80, TimeAllow: "not timed here", UncachedPlan: "stale", Args: args})
+	requireViolation(t, res, "remove uncached_plan")
 }

@@ -50,6 +50,12 @@ type Case struct {
 	TimeAllow  string  `json:"time_allow,omitempty"`
 	ChurnRatio float64 `json:"churn_ratio,omitempty"`
 	ChurnAllow string  `json:"churn_allow,omitempty"`
+	// A hot statement must also have its plan cached by TiDB when it runs
+	// prepared, as the runtime runs it (see PlanCached): else it is
+	// optimized again on every run. UncachedPlan is the reviewed escape
+	// (why this one may be optimized every time); a case whose plan is
+	// cached must not carry one.
+	UncachedPlan string `json:"uncached_plan,omitempty"`
 	// Inner, for a statement whose read folds away while planning (an
 	// uncorrelated EXISTS or scalar subquery evaluates to a constant), is
 	// that inner read, explained and judged in its place.

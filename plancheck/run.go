@@ -69,7 +69,10 @@ type Result struct {
 	Operators string    `json:"operators"` // at the largest fixture
 	Shape     string    `json:"shape"`     // at the largest fixture
 	// ChurnedMs: a hot case's median on the churned fixture (0 when none).
-	ChurnedMs  float64  `json:"churned_ms,omitempty"`
+	ChurnedMs float64 `json:"churned_ms,omitempty"`
+	// PlanCached: whether TiDB caches a hot case's plan when it runs
+	// prepared, as the runtime runs it (nil when not checked).
+	PlanCached *bool    `json:"plan_cached,omitempty"`
 	Violations []string `json:"violations,omitempty"`
 	boundArgs  int      // arguments the case binds (see Case.PerElement)
 }
@@ -282,6 +285,11 @@ func checkCase(ctx context.Context, c Case, stmt string, values map[string]any, 
 	}
 	last := res.Observations[len(res.Observations)-1]
 	res.Operators, res.Shape = Brief(last.Ops), Shape(last.Ops)
+	if timed {
+		if err := checkPlanCache(ctx, c, stmt, values, fixtures[len(fixtures)-1], &res); err != nil {
+			return res, 0, err
+		}
+	}
 	if !timed || opts.Churned == nil {
 		return res, 0, nil
 	}
@@ -300,6 +308,31 @@ func checkCase(ctx context.Context, c Case, stmt string, values map[string]any, 
 	res.ChurnedMs = ms(churned)
 	res.Violations = append(res.Violations, judgeChurn(c, last.Median, churned)...)
 	return res, churned, nil
+}
+
+// checkPlanCache runs a hot case prepared at fixture f and adds a
+// violation when TiDB does not cache its plan.
+func checkPlanCache(ctx context.Context, c Case, stmt string, values map[string]any, f Fixture, res *Result) error {
+	args, err := resolveOn(ctx, f.DB, c.Args, values)
+	if err != nil {
+		return fmt.Errorf("plancheck: %s at %s: %w", c.Name(), f.Name, err)
+	}
+	query, bound, err := Bind(stmt, args)
+	if err != nil {
+		return fmt.Errorf("plancheck: %s: %w", c.Name(), err)
+	}
+	cached, reason, err := PlanCached(ctx, f.DB, query, bound)
+	if err != nil {
+		return fmt.Errorf("plancheck: plan cache of %s at %s: %w", c.Name(), f.Name, err)
+	}
+	res.PlanCached = &cached
+	switch {
+	case !cached && c.UncachedPlan == "":
+		res.Violations = append(res.Violations, fmt.Sprintf("%s: a hot statement's plan is not cached when it runs prepared (%s): it is optimized again on every run; fix it, or give the reviewed reason as uncached_plan", c.Name(), reason))
+	case cached && c.UncachedPlan != "":
+		res.Violations = append(res.Violations, fmt.Sprintf("%s: the plan is cached now; remove uncached_plan (%q)", c.Name(), c.UncachedPlan))
+	}
+	return nil
 }
 
 // retimeAttempts is how many interleaved re-timings a hot case gets after

@@ -36,8 +36,12 @@ LIMIT ?;
 -- rows another claimer took first are simply not matched, a normal outcome.
 -- claim_ref (unique per claim turn) marks the rows this statement won, for
 -- ClaimedByRef to read back. run_after becomes the lease expiry, from the
--- database clock.
-UPDATE work_item w
+-- database clock. The active generation comes from a join with the scope
+-- row (a primary-key point get), not a scalar subquery: TiDB cannot cache the plan of a
+-- statement with an uncorrelated subquery, and this one runs on every claim.
+-- The join reads the scope row without locking it (only work_item rows are
+-- written), so claims never queue behind enqueues on the scope lock.
+UPDATE work_item w, scope s
 SET w.state = 'processing',
     w.lease_owner = sqlc.arg(claim_ref),
     w.lease_token = w.lease_token + 1,
@@ -47,7 +51,8 @@ SET w.state = 'processing',
 WHERE w.work_id IN (sqlc.slice(work_ids))
   AND w.state = 'pending'
   AND w.run_after <= NOW(6)
-  AND w.generation = (SELECT s.active_generation FROM scope s WHERE s.scope_id = sqlc.arg(scope_id));
+  AND s.scope_id = sqlc.arg(scope_id)
+  AND s.active_generation = w.generation;
 
 -- name: ClaimedByRef :many
 -- The rows ClaimBatchCAS won, with the lease tokens it set: batch point gets

@@ -8,6 +8,7 @@ import (
 	"database/sql"
 	"database/sql/driver"
 	"maps"
+	"strings"
 	"sync"
 	"sync/atomic"
 
@@ -17,13 +18,18 @@ import (
 // Counter counts statements sent by every connection of one DB, in total
 // and by statement (sqlc's "-- name: X" header, or the first words).
 type Counter struct {
-	n      atomic.Int64
-	mu     sync.Mutex
-	byName map[string]int64
+	n, prepares atomic.Int64
+	mu          sync.Mutex
+	byName      map[string]int64
 }
 
 // Statements returns the number of statements sent so far.
 func (c *Counter) Statements() int64 { return c.n.Load() }
+
+// Executed returns the number of statements sent so far, not counting
+// prepares (sent once per statement per connection, when a connection
+// first runs it): what a budget on a steady path counts.
+func (c *Counter) Executed() int64 { return c.n.Load() - c.prepares.Load() }
 
 // ByStatement returns how often each statement was sent so far.
 func (c *Counter) ByStatement() map[string]int64 {
@@ -47,6 +53,9 @@ func (c *Counter) Since(before map[string]int64) map[string]int64 {
 // Before counts the statement (sqlwrap.Hook).
 func (c *Counter) Before(_ context.Context, query string, _ []driver.NamedValue) (any, error) {
 	c.n.Add(1)
+	if strings.HasPrefix(query, sqlwrap.PreparePrefix) {
+		c.prepares.Add(1)
+	}
 	name := sqlwrap.Name(query)
 	c.mu.Lock()
 	c.byName[name]++

@@ -48,4 +48,23 @@ func TestCountsEveryStatement(t *testing.T) {
 	if by["SELECT 1"] != 1 || by["DO 1"] != 1 || by["BEGIN"] != 1 || by["COMMIT"] != 1 {
 		t.Fatalf("by statement %v", by)
 	}
+
+	// A prepared statement: one prepare, then executions only.
+	base, baseExec := c.Statements(), c.Executed()
+	st, err := db.PrepareContext(ctx, "-- name: Probe :exec\nDO ?")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	for i := range 3 {
+		if _, err := st.ExecContext(ctx, i); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if sent, executed := c.Statements()-base, c.Executed()-baseExec; sent != 4 || executed != 3 {
+		t.Fatalf("a prepare and 3 executions counted as %d sent, %d executed; want 4 and 3", sent, executed)
+	}
+	if by := c.ByStatement(); by["PREPARE Probe"] != 1 || by["Probe"] != 3 {
+		t.Fatalf("by statement %v, want PREPARE Probe once and Probe 3 times", by)
+	}
 }

@@ -36,9 +36,16 @@ const (
 	Ping     = "PING"
 )
 
+// PreparePrefix starts the query a Hook sees for a statement being prepared
+// (server-side, before its executions).
+const PreparePrefix = "PREPARE "
+
 // Name is the statement's sqlc name ("-- name: X ..."), or its first 40
-// characters.
+// characters; a statement being prepared is "PREPARE " and its name.
 func Name(query string) string {
+	if rest, ok := strings.CutPrefix(query, PreparePrefix); ok {
+		return PreparePrefix + Name(rest)
+	}
 	if rest, ok := strings.CutPrefix(query, "-- name: "); ok {
 		name, _, _ := strings.Cut(rest, " ")
 		return name
@@ -122,7 +129,7 @@ func (c *conn) QueryContext(ctx context.Context, query string, args []driver.Nam
 
 func (c *conn) PrepareContext(ctx context.Context, query string) (driver.Stmt, error) {
 	var st driver.Stmt
-	err := c.run(ctx, "PREPARE "+query, nil, func() (err error) {
+	err := c.run(ctx, PreparePrefix+query, nil, func() (err error) {
 		st, err = c.Conn.(driver.ConnPrepareContext).PrepareContext(ctx, query)
 		return err
 	})

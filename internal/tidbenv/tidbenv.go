@@ -202,6 +202,9 @@ func normalize(cfg *mysql.Config) *mysql.Config {
 		cfg.Params = map[string]string{}
 	}
 	cfg.Params["time_zone"] = "'+00:00'"
+	// As workqueue.OpenDB: let TiDB cache the plans of prepared point and
+	// batch point gets.
+	cfg.Params["tidb_opt_fix_control"] = "'44830:ON'"
 	if cfg.Timeout == 0 {
 		cfg.Timeout = 10 * time.Second
 	}

@@ -105,6 +105,7 @@ func benchQueue(b *testing.B, n, laneSize int) (*workqueue.Queue, *sql.DB, strin
 func floorRate(b *testing.B) float64 {
 	_, db, _ := benchQueue(b, throughputItems, 0)
 	db.SetMaxOpenConns(16)
+	db.SetMaxIdleConns(16) // no reconnects: the floor pays for statements only
 	rows, err := db.Query("SELECT work_id FROM work_item WHERE scope_id = ?", scope)
 	if err != nil {
 		b.Fatal(err)
@@ -139,6 +140,7 @@ func floorRate(b *testing.B) float64 {
 func naiveRate(b *testing.B) float64 {
 	_, db, _ := benchQueue(b, throughputItems, 0)
 	db.SetMaxOpenConns(16)
+	db.SetMaxIdleConns(16)
 	return timedDrain(b, 16, func(ctx context.Context) (bool, error) {
 		return queuetest.NaiveClaimComplete(ctx, db, scope)
 	})
@@ -217,6 +219,7 @@ func workerRate(b *testing.B, laneSize, workers, completeBatch int) (rate, perIt
 			b.Fatal(err)
 		}
 		b.Cleanup(func() { db.Close() })
+		db.SetMaxIdleConns(workqueue.DefaultIdleConns) // as workqueue.OpenDB
 		qu, err := workqueue.New(db, workqueue.Config{})
 		if err != nil {
 			b.Fatal(err)

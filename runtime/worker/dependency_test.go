@@ -4,10 +4,12 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/laneq/laneq/internal/queuetest"
+	"github.com/laneq/laneq/internal/sqlwrap"
 	"github.com/laneq/laneq/runtime/clock"
 	"github.com/laneq/laneq/runtime/controller"
 	"github.com/laneq/laneq/runtime/worker"
@@ -234,7 +236,8 @@ func TestDependencyQuietBacklog(t *testing.T) {
 				t.Fatalf("%d claim turns with the periodic reads off", d)
 			}
 			for name, n := range sent {
-				if !slices.Contains(reads, name) {
+				// A connection the pool opened again prepares what it runs.
+				if !slices.Contains(reads, strings.TrimPrefix(name, sqlwrap.PreparePrefix)) {
 					t.Errorf("the quiet hour sent %d × %s (allowed: %v)", n, name, reads)
 				}
 			}

@@ -206,7 +206,7 @@ func (qu *Queue) SatisfyInTx(ctx context.Context, tx *sql.Tx, scope, wakeKey, ke
 	if tx == nil {
 		return 0, invalidf("satisfy: nil transaction")
 	}
-	woken, err = satisfy(ctx, qu.q.WithTx(tx), scope, wakeKey, key)
+	woken, err = satisfy(ctx, qu.inTxQueries(tx), scope, wakeKey, key)
 	if err != nil {
 		return 0, fmt.Errorf("workqueue: satisfy dependency: %w", err)
 	}

@@ -451,11 +451,11 @@ func TestDependencySweepBudgets(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	before := counter.Statements()
+	before := counter.Executed()
 	if st, err := sweep.Pass(f.ctx); err != nil || st.Pages != 1 || !st.Wrapped {
 		t.Fatalf("empty scope: %+v (%v)", st, err)
 	}
-	if n := counter.Statements() - before; n != 1 {
+	if n := counter.Executed() - before; n != 1 {
 		t.Fatalf("a pass over a scope without waiters sent %d statements, want 1: %v", n, counter.ByStatement())
 	}
 	c := f.claimer("w")

@@ -27,6 +27,7 @@ import (
 	"time"
 
 	"github.com/laneq/laneq/gen"
+	"github.com/laneq/laneq/internal/prepcache"
 )
 
 // Work-item states as stored in work_item.state.
@@ -71,6 +72,12 @@ type Config struct {
 	// OnWriteRetry, when set, is called before a write is run again after a
 	// transient error (op names the write); for logs and metrics.
 	OnWriteRetry func(op string, attempt int, err error)
+	// TextProtocol sends every statement as text instead of preparing it
+	// once per connection. Prepared statements let TiDB reuse each
+	// statement's plan (the optimizer is a large share of a claim's and a
+	// finish's server time); turn this on only behind a proxy that cannot
+	// keep server-side prepared statements.
+	TextProtocol bool
 }
 
 // DefaultMaxAttempts is Config.MaxAttempts when zero.
@@ -117,9 +124,10 @@ func (c Config) withDefaults() (Config, error) {
 // Queue runs the work-item lifecycle on one database. It is safe for
 // concurrent use; it holds no per-scope state (see Claimer for that).
 type Queue struct {
-	db  *sql.DB
-	q   *gen.Queries
-	cfg Config
+	db   *sql.DB
+	prep *prepcache.DB // db, running statements prepared (see Config.TextProtocol)
+	q    *gen.Queries  // on prep
+	cfg  Config
 
 	kindsMu sync.Mutex
 	kinds   map[workKind]bool // work kinds this Queue registered (see Enqueue)
@@ -152,7 +160,13 @@ func New(db *sql.DB, cfg Config) (*Queue, error) {
 	if err != nil {
 		return nil, err
 	}
-	qu := &Queue{db: db, q: gen.New(db), cfg: cfg, kinds: map[workKind]bool{}}
+	qu := &Queue{db: db, cfg: cfg, kinds: map[workKind]bool{}}
+	if !cfg.TextProtocol {
+		qu.prep = prepcache.New(db, 0)
+		qu.q = gen.New(qu.prep)
+	} else {
+		qu.q = gen.New(db)
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	if err := qu.checkSession(ctx); err != nil {
@@ -240,7 +254,7 @@ func (qu *Queue) runTx(ctx context.Context, opts *sql.TxOptions, fn func(ctx con
 	if err != nil {
 		return fmt.Errorf("begin: %w", err)
 	}
-	if err := fn(ctx, qu.q.WithTx(tx)); err != nil {
+	if err := fn(ctx, qu.inTxQueries(tx)); err != nil {
 		_ = tx.Rollback()
 		return err
 	}
@@ -248,6 +262,14 @@ func (qu *Queue) runTx(ctx context.Context, opts *sql.TxOptions, fn func(ctx con
 		return fmt.Errorf("commit: %w", err)
 	}
 	return nil
+}
+
+// inTxQueries returns the catalog's statements inside tx.
+func (qu *Queue) inTxQueries(tx *sql.Tx) *gen.Queries {
+	if qu.prep != nil {
+		return gen.New(qu.prep.Tx(tx))
+	}
+	return qu.q.WithTx(tx)
 }
 
 func micros(d time.Duration) int64 { return d.Microseconds() }

@@ -112,7 +112,7 @@ func (qu *Queue) checkFoundRows(ctx context.Context) error {
 		return fmt.Errorf("workqueue: session check: begin: %w", err)
 	}
 	defer tx.Rollback() //nolint:errcheck // the check writes nothing that may stay
-	q := qu.q.WithTx(tx)
+	q := qu.inTxQueries(tx)
 	if err := q.EnsureScope(ctx, gen.EnsureScopeParams{ScopeID: sessionCheckScope, ActiveGeneration: 1}); err != nil {
 		return fmt.Errorf("workqueue: session check: %w", err)
 	}

@@ -252,6 +252,9 @@ func openOwn(ctx context.Context, dsn, databases string) ([]plancheck.Fixture, f
 			cfg.Params = map[string]string{}
 		}
 		cfg.Params["time_zone"] = "'+00:00'"
+		if _, set := cfg.Params["tidb_opt_fix_control"]; !set { // as workqueue.OpenDB
+			cfg.Params["tidb_opt_fix_control"] = "'44830:ON'"
+		}
 		db, err := sql.Open("mysql", cfg.FormatDSN())
 		if err != nil {
 			return nil, closeAll, "", err
