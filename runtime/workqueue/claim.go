@@ -80,11 +80,12 @@ type ClaimerConfig struct {
 	// StaleOnly claims always look). Default Lease/4.
 	StaleScanEvery time.Duration
 	// ScanWindow is the starting width, in database time, of a class's scan
-	// window. The window halves when a scan fills its limit and doubles when
-	// it holds less than a claim's worth before now (a second statement then
-	// reads on to now for the rest), so a statement's range holds about a
-	// claim's worth of due rows and an idle class costs one statement per
-	// claim. Default 1s.
+	// window. Once a scan found rows, the width follows the class's row
+	// density: twice the database time the rows a claim wants took in the
+	// last scan (a scan that came up short counts as at least one row over
+	// its whole width, so it widens), so a statement's range holds about a
+	// claim's worth of due rows, a backlog costs one statement per claim and
+	// an idle class one. Default 1s.
 	ScanWindow time.Duration
 	// StragglerWindow is how far before its floor each scan starts. A row
 	// whose transition set run_after just before a claimer's scan but
@@ -156,9 +157,10 @@ type Claimer struct {
 
 // cursor is where a class's next scan starts and how wide it reaches.
 type cursor struct {
-	known  bool      // false: scan from the front of the range
-	floor  time.Time // database time the class was consumed through
-	window time.Duration
+	known  bool          // false: scan from the front of the range
+	floor  time.Time     // database time the class was consumed through
+	perRow time.Duration // database time per claimable row past the floor, as last seen; 0 when unknown
+	start  time.Duration // the first width, before perRow is known (ClaimerConfig.ScanWindow)
 }
 
 // NewClaimer returns a Claimer for scope; owner (at most 96 bytes) names
@@ -459,7 +461,7 @@ func (c *Claimer) cursorFor(m map[string]*cursor, class string) (cursor, uint64)
 	defer c.mu.Unlock()
 	cur := m[class]
 	if cur == nil {
-		cur = &cursor{window: c.cfg.ScanWindow}
+		cur = &cursor{start: c.cfg.ScanWindow}
 		m[class] = cur
 	}
 	return *cur, c.epoch
@@ -467,8 +469,8 @@ func (c *Claimer) cursorFor(m map[string]*cursor, class string) (cursor, uint64)
 
 // settle moves the cursor of class after its candidates were consumed:
 // through the end of a range the scan read to exhaustion when every
-// candidate it returned was consumed, else to the last candidate consumed.
-// window is the width the scan settled on. Nothing moves when every cursor
+// candidate it returned was consumed, else to the last candidate consumed,
+// and takes the row density the scan measured. Nothing moves when every cursor
 // restarted since the scan began (epoch).
 func (c *Claimer) settle(m map[string]*cursor, class string, epoch uint64, scan classScan, consumed int) {
 	c.mu.Lock()
@@ -477,7 +479,7 @@ func (c *Claimer) settle(m map[string]*cursor, class string, epoch uint64, scan 
 	if cur == nil || c.epoch != epoch {
 		return
 	}
-	cur.window = scan.window
+	cur.perRow = scan.perRow
 	switch {
 	case consumed == len(scan.rows) && !scan.through.IsZero():
 		cur.floor, cur.known = scan.through, true
@@ -488,11 +490,11 @@ func (c *Claimer) settle(m map[string]*cursor, class string, epoch uint64, scan 
 
 // classScan is what one class's scan returned: candidates in claim order,
 // the database time the scan read its range to exhaustion through (zero
-// when the limit cut it short), and the window width it settled on.
+// when the limit cut it short), and the row density it measured.
 type classScan struct {
 	rows    []gen.ClaimCandidatesRow
 	through time.Time
-	window  time.Duration
+	perRow  time.Duration
 }
 
 type scanFunc func(from, until time.Time, limit int) ([]gen.ClaimCandidatesRow, error)
@@ -504,9 +506,9 @@ type scanFunc func(from, until time.Time, limit int) ([]gen.ClaimCandidatesRow, 
 // wanted. A claim therefore comes back short only when the class has no more
 // due rows: the controller claims again only when a claim filled its slots,
 // so a short claim with due work left behind the window would strand that
-// work until the next event. A window that fills the limit halves the width
-// for next time; one that does not doubles it. A class without a floor is
-// read from the front of its range in one statement.
+// work until the next event. The window's width follows the row density
+// (see cursor.width). A class without a floor is read from the front of its
+// range in one statement.
 func (c *Claimer) scanWindows(cur cursor, now time.Time, want int, stats *ClaimStats, scan scanFunc) (classScan, error) {
 	read := func(from, until time.Time, limit int) ([]gen.ClaimCandidatesRow, error) {
 		stats.Statements++
@@ -517,12 +519,13 @@ func (c *Claimer) scanWindows(cur cursor, now time.Time, want int, stats *ClaimS
 		if err != nil {
 			return classScan{}, err
 		}
-		return classScan{rows: rows, through: throughIf(len(rows) < want, now), window: cur.window}, nil
+		return classScan{rows: rows, through: throughIf(len(rows) < want, now), perRow: cur.perRow}, nil
 	}
 	from := cur.floor.Add(-c.cfg.StragglerWindow)
+	width := cur.width(want)
 	// Whole microseconds, DATETIME(6)'s resolution: the second statement
 	// starts one microsecond after the first one's end, so no row is in both.
-	until := earliest(cur.floor.Add(cur.window), now).Truncate(time.Microsecond)
+	until := earliest(cur.floor.Add(width), now).Truncate(time.Microsecond)
 	if until.Before(from) { // a database clock behind the floor's
 		until = from
 	}
@@ -530,9 +533,11 @@ func (c *Claimer) scanWindows(cur cursor, now time.Time, want int, stats *ClaimS
 	if err != nil {
 		return classScan{}, err
 	}
-	window := cur.window
-	if len(rows) < want && until.Before(now) {
-		window = min(2*window, maxScanWindow)
+	perRow := nextPerRow(cur, width, rows, want)
+	if len(rows) >= want {
+		return classScan{rows: rows, perRow: perRow}, nil
+	}
+	if until.Before(now) {
 		// The first range was read to exhaustion (fewer rows than its
 		// limit), rows due at exactly until included.
 		rest, err := read(until.Add(time.Microsecond), now, want-len(rows))
@@ -543,9 +548,34 @@ func (c *Claimer) scanWindows(cur cursor, now time.Time, want int, stats *ClaimS
 		until = now
 	}
 	if len(rows) >= want {
-		return classScan{rows: rows, window: max(window/2, minScanWindow)}, nil
+		return classScan{rows: rows, perRow: perRow}, nil
 	}
-	return classScan{rows: rows, through: until, window: window}, nil
+	return classScan{rows: rows, through: until, perRow: perRow}, nil
+}
+
+// width is how far past its floor a scan for want rows reads in its first
+// statement: twice the width want rows took so far, so that a backlog is
+// read in one statement per claim (the rest-of-range statement stays rare)
+// while the range, and the live entries the engine reads in it, stays
+// proportional to what the claim takes.
+func (cur cursor) width(want int) time.Duration {
+	w := 2 * cur.perRow * time.Duration(want)
+	if cur.perRow == 0 || w/time.Duration(want) != 2*cur.perRow { // unknown, or overflowed
+		return cur.start
+	}
+	return min(max(w, minScanWindow), maxScanWindow)
+}
+
+// nextPerRow estimates the database time per claimable row from a first
+// statement over [floor, floor+width] that returned rows: when it filled
+// want, from the span its rows covered; when it came up short, as if it had
+// found at least one row (so an empty range doubles its width or more).
+func nextPerRow(cur cursor, width time.Duration, rows []gen.ClaimCandidatesRow, want int) time.Duration {
+	if len(rows) >= want {
+		span := rows[len(rows)-1].RunAfter.Sub(cur.floor)
+		return max(span/time.Duration(len(rows)), time.Microsecond)
+	}
+	return min(width/time.Duration(max(len(rows), 1)), maxScanWindow)
 }
 
 func throughIf(exhausted bool, t time.Time) time.Time {
@@ -712,7 +742,7 @@ func (c *Claimer) reclaim(ctx context.Context, sc gen.GetScopeRow, classes, work
 			return nil, nothingCommitted(fmt.Errorf("workqueue: stale candidates (scope %q, class %q): %w", c.scope, class, err))
 		}
 		stats.Scanned += len(rows)
-		res := classScan{through: throughIf(len(rows) < want, sc.DbNow), window: cur.window}
+		res := classScan{through: throughIf(len(rows) < want, sc.DbNow), perRow: cur.perRow}
 		for _, r := range rows {
 			row := gen.ClaimCandidatesRow(r)
 			res.rows = append(res.rows, row)
