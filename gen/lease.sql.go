@@ -322,6 +322,46 @@ func (q *Queries) RenewLease(ctx context.Context, arg RenewLeaseParams) (int64, 
 	return result.RowsAffected()
 }
 
+const renewLeaseBatch = `-- name: RenewLeaseBatch :execrows
+UPDATE work_item
+SET run_after = DATE_ADD(NOW(6), INTERVAL CAST(? AS SIGNED) MICROSECOND),
+    updated_at = NOW(6)
+WHERE work_id IN (/*SLICE:work_ids*/?)
+  AND FIND_IN_SET(CONCAT(work_id, ':', lease_token), CAST(? AS CHAR)) > 0
+  AND state = 'processing'
+`
+
+type RenewLeaseBatchParams struct {
+	LeaseMicros int64
+	WorkIDs     []int64
+	Fences      interface{}
+}
+
+// RenewLease for many items of one process whose heartbeats fell due
+// together (items claimed in one turn share their heartbeat times): a batch
+// point get on the primary key, each row fenced by its own "id:token" entry
+// in fences, as FinishLanelessBatch. The caller reads back which entries
+// matched (LeaseStates) when fewer rows than entries matched.
+func (q *Queries) RenewLeaseBatch(ctx context.Context, arg RenewLeaseBatchParams) (int64, error) {
+	query := renewLeaseBatch
+	var queryParams []interface{}
+	queryParams = append(queryParams, arg.LeaseMicros)
+	if len(arg.WorkIDs) > 0 {
+		for _, v := range arg.WorkIDs {
+			queryParams = append(queryParams, v)
+		}
+		query = strings.Replace(query, "/*SLICE:work_ids*/?", strings.Repeat(",?", len(arg.WorkIDs))[1:], 1)
+	} else {
+		query = strings.Replace(query, "/*SLICE:work_ids*/?", "NULL", 1)
+	}
+	queryParams = append(queryParams, arg.Fences)
+	result, err := q.db.ExecContext(ctx, query, queryParams...)
+	if err != nil {
+		return 0, err
+	}
+	return result.RowsAffected()
+}
+
 const retryLater = `-- name: RetryLater :execrows
 UPDATE work_item
 SET state = 'pending',

@@ -58,7 +58,11 @@ type Querier interface {
 	// rows another claimer took first are simply not matched, a normal outcome.
 	// claim_ref (unique per claim turn) marks the rows this statement won, for
 	// ClaimedByRef to read back. run_after becomes the lease expiry, from the
-	// database clock.
+	// database clock. The active generation comes from a join with the scope
+	// row (a primary-key point get), not a scalar subquery: TiDB cannot cache the plan of a
+	// statement with an uncorrelated subquery, and this one runs on every claim.
+	// The join reads the scope row without locking it (only work_item rows are
+	// written), so claims never queue behind enqueues on the scope lock.
 	ClaimBatchCAS(ctx context.Context, arg ClaimBatchCASParams) (int64, error)
 	// Due lane heads of one queue class in claim order (run_after, lane_ordinal,
 	// work_id), read straight off idx_work_item_claim: no sort, and every filter
@@ -261,6 +265,12 @@ type Querier interface {
 	// Heartbeat: moves the lease expiry (run_after, while processing) from the
 	// database clock. Keeps the token, so the holder's later calls stay valid.
 	RenewLease(ctx context.Context, arg RenewLeaseParams) (int64, error)
+	// RenewLease for many items of one process whose heartbeats fell due
+	// together (items claimed in one turn share their heartbeat times): a batch
+	// point get on the primary key, each row fenced by its own "id:token" entry
+	// in fences, as FinishLanelessBatch. The caller reads back which entries
+	// matched (LeaseStates) when fewer rows than entries matched.
+	RenewLeaseBatch(ctx context.Context, arg RenewLeaseBatchParams) (int64, error)
 	// A safe retry: pending again after a backoff computed from the consecutive
 	// safe-retry count, which this increments. Still its lanes' head.
 	RetryLater(ctx context.Context, arg RetryLaterParams) (int64, error)

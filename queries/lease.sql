@@ -8,6 +8,19 @@ WHERE work_id = sqlc.arg(work_id)
   AND lease_token = sqlc.arg(lease_token)
   AND state = 'processing';
 
+-- name: RenewLeaseBatch :execrows
+-- RenewLease for many items of one process whose heartbeats fell due
+-- together (items claimed in one turn share their heartbeat times): a batch
+-- point get on the primary key, each row fenced by its own "id:token" entry
+-- in fences, as FinishLanelessBatch. The caller reads back which entries
+-- matched (LeaseStates) when fewer rows than entries matched.
+UPDATE work_item
+SET run_after = DATE_ADD(NOW(6), INTERVAL CAST(sqlc.arg(lease_micros) AS SIGNED) MICROSECOND),
+    updated_at = NOW(6)
+WHERE work_id IN (sqlc.slice(work_ids))
+  AND FIND_IN_SET(CONCAT(work_id, ':', lease_token), CAST(sqlc.arg(fences) AS CHAR)) > 0
+  AND state = 'processing';
+
 -- name: RecordProgress :execrows
 -- Durable forward progress inside a long attempt: ends the consecutive
 -- safe-retry series so the next failure backs off from the start.

@@ -41,7 +41,12 @@ func (b backend) Claim(ctx context.Context, req scheduler.Request) ([]*workqueue
 }
 
 func (b backend) Renew(ctx context.Context, c *workqueue.Claimed) error {
-	err := b.w.q.Renew(ctx, c.Lease)
+	var err error
+	if b.w.renew != nil {
+		err = b.w.renew.do(ctx, c.Lease)
+	} else {
+		err = b.w.q.Renew(ctx, c.Lease)
+	}
 	if errors.Is(err, workqueue.ErrLeaseLost) {
 		return fmt.Errorf("%w: %w", scheduler.ErrOwnershipLost, err)
 	}
@@ -136,7 +141,7 @@ func (b backend) Finish(ctx context.Context, cp *workqueue.Claimed, outcome erro
 		}
 	case outcome == nil && w.complete != nil && c.Lease.InNoLane():
 		kind = "completed" // nothing to promote: group-committed
-		err = w.complete.complete(ctx, c.Lease)
+		err = w.complete.do(ctx, c.Lease)
 	case outcome == nil:
 		kind = "completed"
 		fin, err = w.q.Complete(ctx, c.Lease)

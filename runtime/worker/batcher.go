@@ -7,38 +7,39 @@ import (
 	"github.com/laneq/laneq/runtime/workqueue"
 )
 
-// completer group-commits completions of items in no lane: while one
-// executor writes a batch, the completions that arrive queue up, and the
-// next batch takes them all (up to max) in one statement. No timer: a lone
-// completion is written at once, so batching adds at most one write's
-// latency and only under load. Each caller returns only after its own
-// item's write committed (or failed), with its own error.
-type completer struct {
-	write func(context.Context, []workqueue.Lease) []error // Queue.CompleteMany
+// leaseBatcher group-commits one kind of lease-fenced write (completions of
+// items in no lane, or lease renewals): while one executor writes a batch,
+// the writes that arrive queue up, and the next batch takes them all (up to
+// max) in one statement. No timer: a lone write is sent at once, so
+// batching adds at most one write's latency and only under load. Each
+// caller returns only after its own item's write committed (or failed),
+// with its own error.
+type leaseBatcher struct {
+	write func(context.Context, []workqueue.Lease) []error // Queue.CompleteMany or Queue.RenewMany
 	max   int
 
 	mu      sync.Mutex
-	pending []completion
+	pending []batchEntry
 	writing bool // a leader is writing; pending waits for it
 }
 
-type completion struct {
+type batchEntry struct {
 	lease workqueue.Lease
-	done  chan completed // one message: the result, or lead
+	done  chan batchResult // one message: the result, or lead
 }
 
-type completed struct {
+type batchResult struct {
 	err  error
 	lead bool // write the next batch: the caller's own item is in it
 }
 
-func newCompleter(q *workqueue.Queue, max int) *completer {
-	return &completer{write: q.CompleteMany, max: max}
+func newLeaseBatcher(write func(context.Context, []workqueue.Lease) []error, max int) *leaseBatcher {
+	return &leaseBatcher{write: write, max: max}
 }
 
-// complete completes l, alone or in a batch with other executors' items.
-func (c *completer) complete(ctx context.Context, l workqueue.Lease) error {
-	own := completion{lease: l, done: make(chan completed, 1)}
+// do writes l, alone or in a batch with other executors' items.
+func (c *leaseBatcher) do(ctx context.Context, l workqueue.Lease) error {
+	own := batchEntry{lease: l, done: make(chan batchResult, 1)}
 	c.mu.Lock()
 	c.pending = append(c.pending, own)
 	if c.writing {
@@ -56,7 +57,7 @@ func (c *completer) complete(ctx context.Context, l workqueue.Lease) error {
 // lead writes the oldest pending completions (own among them: a leader is
 // the first pending entry), answers every other caller in the batch, and
 // hands the lead to the next pending caller, if any.
-func (c *completer) lead(ctx context.Context, own completion) error {
+func (c *leaseBatcher) lead(ctx context.Context, own batchEntry) error {
 	c.mu.Lock()
 	n := min(len(c.pending), c.max)
 	batch := c.pending[:n:n]
@@ -74,12 +75,12 @@ func (c *completer) lead(ctx context.Context, own completion) error {
 			ownErr = errs[i]
 			continue
 		}
-		b.done <- completed{err: errs[i]}
+		b.done <- batchResult{err: errs[i]}
 	}
 
 	c.mu.Lock()
 	if len(c.pending) > 0 {
-		c.pending[0].done <- completed{lead: true}
+		c.pending[0].done <- batchResult{lead: true}
 	} else {
 		c.writing = false
 	}

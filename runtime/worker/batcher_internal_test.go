@@ -12,7 +12,7 @@ import (
 	"github.com/laneq/laneq/runtime/workqueue"
 )
 
-// scriptedWrites records each batch the completer writes; the first write
+// scriptedWrites records each batch the leaseBatcher writes; the first write
 // blocks until release is closed, so completions arriving meanwhile queue
 // up behind it. Work ids divisible by 7 fail with ErrLeaseLost.
 type scriptedWrites struct {
@@ -58,17 +58,17 @@ func TestCompleterGroupCommitsWhileAWriteIsInFlight(t *testing.T) {
 	} {
 		t.Run(fmt.Sprintf("max=%d", tc.max), func(t *testing.T) {
 			s := &scriptedWrites{entered: make(chan struct{}), release: make(chan struct{})}
-			c := &completer{write: s.write, max: tc.max}
+			c := &leaseBatcher{write: s.write, max: tc.max}
 			results := make([]error, tc.waiting+1)
 			var wg sync.WaitGroup
 			wg.Add(1)
-			go func() { defer wg.Done(); results[0] = c.complete(context.Background(), workqueue.Lease{WorkID: 1000}) }()
+			go func() { defer wg.Done(); results[0] = c.do(context.Background(), workqueue.Lease{WorkID: 1000}) }()
 			<-s.entered // the first write is in flight
 			for i := 1; i <= tc.waiting; i++ {
 				wg.Add(1)
 				go func() {
 					defer wg.Done()
-					results[i] = c.complete(context.Background(), workqueue.Lease{WorkID: int64(i)})
+					results[i] = c.do(context.Background(), workqueue.Lease{WorkID: int64(i)})
 				}()
 			}
 			// Every waiter has queued once pending holds them all.
@@ -112,7 +112,7 @@ func TestCompleterGroupCommitsWhileAWriteIsInFlight(t *testing.T) {
 				}
 			}
 			if c.writing || len(c.pending) != 0 {
-				t.Fatalf("completer left writing=%v with %d pending", c.writing, len(c.pending))
+				t.Fatalf("leaseBatcher left writing=%v with %d pending", c.writing, len(c.pending))
 			}
 		})
 	}

@@ -57,7 +57,8 @@ type Config struct {
 	// one statement. Executors that finish while another's write is in
 	// flight are written together by the next one (group commit, no timer:
 	// a lone completion is written at once); each executor's slot frees
-	// only after its own item's write committed. 1 writes each alone.
+	// only after its own item's write committed. Lease renewals are
+	// batched the same way, up to the same bound. 1 writes each alone.
 	// Default 64, at most workqueue.MaxCompleteBatch.
 	CompleteBatch int
 	// StageTiming logs each attempt's stage durations (no payloads).

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/laneq/laneq/internal/faultdb"
 	"github.com/laneq/laneq/runtime/crashmatrix"
 	"github.com/laneq/laneq/runtime/worker"
 	"github.com/laneq/laneq/runtime/workqueue"
@@ -122,4 +123,141 @@ func TestCrashMatrix(t *testing.T) {
 		},
 		Timeout: time.Minute,
 	})
+}
+
+// TestCrashBeforeBatchCommitRerunsOnlyUnacknowledged crashes a worker while
+// its completer holds a batch of completions whose handlers returned but
+// whose write had not reached the server (the write blocks, then the
+// process's pool is closed, as a kill would). A second worker must run
+// again exactly the items the first never acknowledged (the stuck batch
+// and whatever it had claimed but not finished), and none it acknowledged.
+func TestCrashBeforeBatchCommitRerunsOnlyUnacknowledged(t *testing.T) {
+	const items = 60
+	f := newFixture(t, workqueue.Config{})
+	f.enqueue(items, 0, "deliver")
+
+	crashed, release := make(chan struct{}), make(chan struct{})
+	t.Cleanup(func() { close(release) })
+	var crashOnce sync.Once
+	dbA, in, err := faultdb.Open(f.dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The fifth batch write never reaches the server: it blocks (the process
+	// is being killed) and then fails before sending anything.
+	in.Add(faultdb.Rule{Statement: "FinishLanelessBatch", Skip: 4, Times: 1 << 30, Fault: faultdb.DropBefore,
+		Before: func(context.Context) {
+			crashOnce.Do(func() { close(crashed) })
+			<-release
+		}})
+	quA, err := workqueue.New(dbA, workqueue.Config{Lease: crashLease})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	returnedA, ackedA, ranB := map[int64]bool{}, map[int64]bool{}, map[int64]int{}
+	var killed atomic.Bool
+	cfgA := quietCfg(8)
+	cfgA.Hooks = &worker.Hooks{
+		BeforeFinish: func(c workqueue.Claimed, outcome error) {
+			if outcome == nil && !killed.Load() {
+				mu.Lock()
+				returnedA[c.WorkID] = true
+				mu.Unlock()
+			}
+		},
+		AfterFinish: func(c workqueue.Claimed, _, err error) {
+			if err == nil && !killed.Load() {
+				mu.Lock()
+				ackedA[c.WorkID] = true
+				mu.Unlock()
+			}
+		},
+	}
+	wA, err := worker.New(quA, cfgA, map[string]worker.Handler{"deliver": func(context.Context, *worker.Job) error { return nil }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctxA, cancelA := context.WithCancel(context.Background())
+	defer cancelA()
+	go func() { _ = wA.Run(ctxA) }() // abandoned at the crash, as a killed process's
+
+	stuck := func() (n int) {
+		mu.Lock()
+		defer mu.Unlock()
+		for id := range returnedA {
+			if !ackedA[id] {
+				n++
+			}
+		}
+		return n
+	}
+	select {
+	case <-crashed:
+	case <-time.After(time.Minute):
+		t.Fatal("worker A never reached its fifth batch write")
+	}
+	// Let the executors queue behind the blocked write: every slot ends up
+	// holding a returned, unacknowledged completion.
+	for deadline := time.Now().Add(time.Minute); stuck() < 2; {
+		if time.Now().After(deadline) {
+			t.Fatalf("only %d completions queued behind the blocked batch write", stuck())
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	killed.Store(true)
+	_ = dbA.Close() // the kill: nothing of A's reaches the server any more
+	mu.Lock()
+	acked, pending := len(ackedA), 0
+	for id := range returnedA {
+		if !ackedA[id] {
+			pending++
+		}
+	}
+	mu.Unlock()
+
+	quB, err := workqueue.New(f.db, workqueue.Config{Lease: crashLease})
+	if err != nil {
+		t.Fatal(err)
+	}
+	wB, err := worker.New(quB, quietCfg(8), map[string]worker.Handler{"deliver": func(_ context.Context, job *worker.Job) error {
+		mu.Lock()
+		ranB[job.Item.WorkID]++
+		mu.Unlock()
+		return nil
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	stopB := run(t, wB)
+	for deadline := time.Now().Add(2 * time.Minute); f.states()[workqueue.StateCompleted] < items; {
+		if time.Now().After(deadline) {
+			t.Fatalf("states %v after recovery", f.states())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if err := stopB(); err != nil {
+		t.Fatal(err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	for id := range ackedA {
+		if ranB[id] > 0 {
+			t.Errorf("work %d was acknowledged by the crashed worker and ran again", id)
+		}
+	}
+	for id, n := range ranB {
+		if n != 1 {
+			t.Errorf("work %d ran %d times in the recovery worker", id, n)
+		}
+	}
+	for id := range returnedA {
+		if !ackedA[id] && ranB[id] != 1 {
+			t.Errorf("work %d: its completion was in the uncommitted batch, and recovery ran it %d times", id, ranB[id])
+		}
+	}
+	if len(ranB)+acked != items {
+		t.Errorf("recovery ran %d items and the crashed worker acknowledged %d; want %d together", len(ranB), acked, items)
+	}
+	t.Logf("crashed worker acknowledged %d, held %d returned but uncommitted; recovery ran %d", acked, pending, len(ranB))
 }

@@ -92,8 +92,9 @@ type Worker struct {
 	types    []string // handlers' work types, sorted
 	classes  []string // queue classes the executor shapes serve, sorted
 	sweep    *workqueue.DependencySweep
-	complete *completer // nil: each completion written alone
-	events   sync.Map   // work id -> workqueue.StoredEvent, loaded with its claim
+	complete *leaseBatcher // nil: each completion written alone
+	renew    *leaseBatcher // nil: each renewal written alone
+	events   sync.Map      // work id -> workqueue.StoredEvent, loaded with its claim
 	log      *slog.Logger
 	metrics  *metrics
 	clock    clock.Clock
@@ -153,7 +154,8 @@ func New(q *workqueue.Queue, cfg Config, handlers map[string]Handler) (*Worker, 
 		return nil, err
 	}
 	if cfg.CompleteBatch > 1 {
-		w.complete = newCompleter(q, cfg.CompleteBatch)
+		w.complete = newLeaseBatcher(q.CompleteMany, cfg.CompleteBatch)
+		w.renew = newLeaseBatcher(q.RenewMany, cfg.CompleteBatch)
 	}
 	cfg.Scheduler.OnCapacityFreed = func() { w.ctrl.CapacityFreed() }
 	if w.sched, err = scheduler.New[*workqueue.Claimed](backend{w}, cfg.Scheduler); err != nil {

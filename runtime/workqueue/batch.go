@@ -47,6 +47,52 @@ func (qu *Queue) CompleteMany(ctx context.Context, leases []Lease) []error {
 // completeLaneless finishes leases[idx...] in one statement and sets their
 // errors.
 func (qu *Queue) completeLaneless(ctx context.Context, leases []Lease, idx []int, errs []error) {
+	qu.fencedBatch(ctx, "complete", leases, idx, errs,
+		func(ctx context.Context, ids []int64, fences string) (int64, error) {
+			return qu.q.FinishLanelessBatch(ctx, gen.FinishLanelessBatchParams{
+				TerminalState: StateCompleted, WorkIDs: ids, Fences: fences,
+			})
+		},
+		func(r gen.LeaseStatesRow, l Lease) bool {
+			return r.State == StateCompleted && r.LeaseToken == l.Token+1
+		})
+}
+
+// RenewMany renews the leases of claimed items (heartbeats), one error per
+// lease (nil: renewed, ErrLeaseLost: another owner has the item), by one
+// autocommit statement per MaxCompleteBatch, each entry fenced by its own
+// token: a stale entry fails alone and the rest are renewed.
+func (qu *Queue) RenewMany(ctx context.Context, leases []Lease) []error {
+	errs := make([]error, len(leases))
+	if len(leases) == 1 {
+		errs[0] = qu.Renew(ctx, leases[0])
+		return errs
+	}
+	idx := make([]int, len(leases))
+	for i := range idx {
+		idx[i] = i
+	}
+	for len(idx) > 0 {
+		n := min(len(idx), MaxCompleteBatch)
+		qu.fencedBatch(ctx, "renew", leases, idx[:n], errs,
+			func(ctx context.Context, ids []int64, fences string) (int64, error) {
+				return qu.q.RenewLeaseBatch(ctx, gen.RenewLeaseBatchParams{
+					LeaseMicros: micros(qu.cfg.Lease), WorkIDs: ids, Fences: fences,
+				})
+			},
+			func(r gen.LeaseStatesRow, l Lease) bool { return r.State == StateProcessing && r.LeaseToken == l.Token })
+		idx = idx[n:]
+	}
+	return errs
+}
+
+// fencedBatch runs write once over leases[idx...] (their ids, and their
+// "id:token" fences) and sets each one's error. When fewer rows than
+// entries matched, or no run returned, the rows read back say which
+// entries took effect (took), in this run or in one whose reply was lost.
+func (qu *Queue) fencedBatch(ctx context.Context, op string, leases []Lease, idx []int, errs []error,
+	write func(ctx context.Context, ids []int64, fences string) (int64, error), took func(gen.LeaseStatesRow, Lease) bool,
+) {
 	ids := make([]int64, len(idx))
 	var fences strings.Builder
 	for k, i := range idx {
@@ -59,20 +105,15 @@ func (qu *Queue) completeLaneless(ctx context.Context, leases []Lease, idx []int
 		fences.WriteString(strconv.FormatInt(leases[i].Token, 10))
 	}
 	var changed int64
-	what := fmt.Sprintf("complete %d items in no lane", len(idx))
+	what := fmt.Sprintf("%s %d items", op, len(idx))
 	err := qu.retryWrite(ctx, what, func(ctx context.Context) error {
 		var err error
-		changed, err = qu.q.FinishLanelessBatch(ctx, gen.FinishLanelessBatchParams{
-			TerminalState: StateCompleted, WorkIDs: ids, Fences: fences.String(),
-		})
+		changed, err = write(ctx, ids, fences.String())
 		return err
 	})
 	if err == nil && changed == int64(len(idx)) {
 		return // every entry matched in the run that returned
 	}
-	// Fewer rows changed than entries (stale tokens), or no run returned: the
-	// rows say which entries committed, in this run or in one whose reply
-	// was lost.
 	var rows []gen.LeaseStatesRow
 	readErr := qu.retryWrite(ctx, "read back "+what, func(ctx context.Context) error {
 		var err error
@@ -81,7 +122,7 @@ func (qu *Queue) completeLaneless(ctx context.Context, leases []Lease, idx []int
 	})
 	if readErr != nil {
 		for _, i := range idx {
-			errs[i] = fmt.Errorf("workqueue: complete work %d: outcome unknown (%v): %w", leases[i].WorkID, err, readErr)
+			errs[i] = fmt.Errorf("workqueue: %s work %d: outcome unknown (%v): %w", op, leases[i].WorkID, err, readErr)
 		}
 		return
 	}
@@ -91,13 +132,17 @@ func (qu *Queue) completeLaneless(ctx context.Context, leases []Lease, idx []int
 	}
 	for _, i := range idx {
 		l := leases[i]
-		if r, ok := byID[l.WorkID]; ok && r.State == StateCompleted && r.LeaseToken == l.Token+1 {
-			continue
+		r, ok := byID[l.WorkID]
+		done := ok && took(r, l)
+		switch {
+		case done && (err == nil || op != "renew"):
+			// Taken effect, in this run or in one whose reply was lost. (A
+			// renewal is not told apart from the lease as it was: after a
+			// failed write, whether the expiry moved is unknown.)
+		case err != nil && (op != "renew" || done):
+			errs[i] = fmt.Errorf("workqueue: %s work %d: %w", op, l.WorkID, err)
+		default:
+			errs[i] = leaseLost(l, op)
 		}
-		if err != nil { // not committed: the write failed
-			errs[i] = fmt.Errorf("workqueue: complete work %d: %w", l.WorkID, err)
-			continue
-		}
-		errs[i] = leaseLost(l, "complete")
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 
@@ -88,17 +89,7 @@ func TestCompleteManyFencesEachItem(t *testing.T) {
 func TestCompleteManyAllFreshIsOneStatement(t *testing.T) {
 	f := newFixture(t, workqueue.Config{})
 	qu, counter := queuetest.Counted(t, f.dsn, workqueue.Config{})
-	for range 3 {
-		f.one(workqueue.Work{})
-	}
-	c, err := qu.NewClaimer(scope, "w", workqueue.ClaimerConfig{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	got, _, err := c.Claim(f.ctx, withTestDefaults(workqueue.ClaimRequest{}))
-	if err != nil || len(got) != 3 {
-		t.Fatalf("claimed %v (%v)", ids(got), err)
-	}
+	got := claimNoLane(t, f, qu, 3)
 	byHand := workqueue.Lease{WorkID: got[2].WorkID, Token: got[2].Lease.Token}
 	if byHand.InNoLane() {
 		t.Fatal("a hand-built lease claims to know its lanes")
@@ -197,4 +188,64 @@ func TestClaimSkipsClassesTheScopeNeverHad(t *testing.T) {
 	if got, stats, _ = claim(); len(got) != 1 || stats.KindReads != 0 {
 		t.Fatalf("every class known: %v, %+v; want no kinds read", ids(got), stats)
 	}
+}
+
+// RenewMany moves every fresh lease's expiry in one statement and reports
+// exactly the stale entry as ErrLeaseLost.
+func TestRenewManyFencesEachItem(t *testing.T) {
+	f := newFixture(t, workqueue.Config{})
+	qu, counter := queuetest.Counted(t, f.dsn, workqueue.Config{Lease: time.Hour})
+	got := claimNoLane(t, f, qu, 4)
+	const stale = 1
+	if err := qu.Release(f.ctx, got[stale].Lease); err != nil {
+		t.Fatal(err)
+	}
+	expiry := func(id int64) time.Time {
+		var at time.Time
+		if err := f.db.QueryRowContext(f.ctx, "SELECT run_after FROM work_item WHERE work_id = ?", id).Scan(&at); err != nil {
+			t.Fatal(err)
+		}
+		return at
+	}
+	leases := make([]workqueue.Lease, len(got))
+	was := make([]time.Time, len(got))
+	for i, it := range got {
+		leases[i], was[i] = it.Lease, expiry(it.WorkID)
+	}
+	before := counter.ByStatement()
+	errs := qu.RenewMany(f.ctx, leases)
+	for i, err := range errs {
+		switch {
+		case i == stale && !errors.Is(err, workqueue.ErrLeaseLost):
+			t.Fatalf("stale work %d: %v, want ErrLeaseLost", got[i].WorkID, err)
+		case i != stale && err != nil:
+			t.Fatalf("work %d: %v", got[i].WorkID, err)
+		case i != stale && !expiry(got[i].WorkID).After(was[i]):
+			t.Fatalf("work %d: lease expiry %s did not move past %s", got[i].WorkID, expiry(got[i].WorkID), was[i])
+		}
+	}
+	if s := f.state(got[stale].WorkID); s != "pending" {
+		t.Fatalf("the released item is %s after a stale renewal, want pending", s)
+	}
+	sent := counter.Since(before)
+	if sent["RenewLeaseBatch"] != 1 || sent["LeaseStates"] != 1 || sent["RenewLease"] != 0 {
+		t.Fatalf("statements %v, want one batch renewal and one read-back", sent)
+	}
+}
+
+// claimNoLane enqueues n items in no lane and claims them all through qu.
+func claimNoLane(t *testing.T, f *fixture, qu *workqueue.Queue, n int) []workqueue.Claimed {
+	t.Helper()
+	for range n {
+		f.one(workqueue.Work{})
+	}
+	c, err := qu.NewClaimer(scope, "w", workqueue.ClaimerConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, _, err := c.Claim(f.ctx, withTestDefaults(workqueue.ClaimRequest{}))
+	if err != nil || len(got) != n {
+		t.Fatalf("claimed %v (%v), want %d", ids(got), err, n)
+	}
+	return got
 }
