@@ -13,7 +13,7 @@ import (
 )
 
 const claimBatchCAS = `-- name: ClaimBatchCAS :execrows
-UPDATE work_item w, scope s
+UPDATE work_item w
 SET w.state = 'processing',
     w.lease_owner = ?,
     w.lease_token = w.lease_token + 1,
@@ -23,28 +23,27 @@ SET w.state = 'processing',
 WHERE w.work_id IN (/*SLICE:work_ids*/?)
   AND w.state = 'pending'
   AND w.run_after <= NOW(6)
-  AND s.scope_id = ?
-  AND s.active_generation = w.generation
+  AND w.generation = ?
 `
 
 type ClaimBatchCASParams struct {
 	ClaimRef    sql.NullString
 	LeaseMicros int64
 	WorkIDs     []int64
-	ScopeID     string
+	Generation  int64
 }
 
 // The claim itself: one compare-and-swap over the candidates of a claim
 // turn, by primary key. Each row flips only if it is still a pending, due
-// row of the active generation (pending means lane head, so no lane probe);
-// rows another claimer took first are simply not matched, a normal outcome.
-// claim_ref (unique per claim turn) marks the rows this statement won, for
-// ClaimedByRef to read back. run_after becomes the lease expiry, from the
-// database clock. The active generation comes from a join with the scope
-// row (a primary-key point get), not a scalar subquery: TiDB cannot cache the plan of a
-// statement with an uncorrelated subquery, and this one runs on every claim.
-// The join reads the scope row without locking it (only work_item rows are
-// written), so claims never queue behind enqueues on the scope lock.
+// row of the generation the turn read from the scope (pending means lane
+// head, so no lane probe); rows another claimer took first are simply not
+// matched, a normal outcome. claim_ref (unique per claim turn) marks the
+// rows this statement won, for ClaimedByRef to read back. run_after becomes
+// the lease expiry, from the database clock. The generation is an argument,
+// not a read of the scope row: a scalar subquery makes TiDB refuse to cache
+// the plan, and a join gave a plan shape that changed with statistics.
+// ClaimedByRef reads the active generation after this statement returned
+// and releases, unrun, rows of a generation that is no longer active.
 func (q *Queries) ClaimBatchCAS(ctx context.Context, arg ClaimBatchCASParams) (int64, error) {
 	query := claimBatchCAS
 	var queryParams []interface{}
@@ -58,7 +57,7 @@ func (q *Queries) ClaimBatchCAS(ctx context.Context, arg ClaimBatchCASParams) (i
 	} else {
 		query = strings.Replace(query, "/*SLICE:work_ids*/?", "NULL", 1)
 	}
-	queryParams = append(queryParams, arg.ScopeID)
+	queryParams = append(queryParams, arg.Generation)
 	result, err := q.db.ExecContext(ctx, query, queryParams...)
 	if err != nil {
 		return 0, err
@@ -178,9 +177,12 @@ func (q *Queries) ClaimCandidates(ctx context.Context, arg ClaimCandidatesParams
 const claimedByRef = `-- name: ClaimedByRef :many
 SELECT w.work_id, w.event_id, w.work_type, w.queue_class, w.lease_token, w.lane_ordinal,
        w.attempt_count, w.safe_retry_count, w.generation, w.source_lane_key, w.target_lane_key,
-       w.run_after, w.dependency_wake_key, w.dependency_keys, s.active_generation
+       w.run_after, w.dependency_wake_key, w.dependency_keys, s.active_generation,
+       e.receipt_id, e.route_id, e.route_version, e.event_kind, e.source_kind, e.source_id,
+       e.delivery_sequence, e.idempotency_key, e.payload, e.created_at
 FROM work_item w
 JOIN scope s ON s.scope_id = w.scope_id
+JOIN event e ON e.event_id = w.event_id
 WHERE w.work_id IN (/*SLICE:work_ids*/?)
   AND w.state = 'processing'
   AND w.lease_owner = ?
@@ -208,16 +210,27 @@ type ClaimedByRefRow struct {
 	DependencyWakeKey sql.NullString
 	DependencyKeys    []byte
 	ActiveGeneration  int64
+	ReceiptID         sql.NullInt64
+	RouteID           string
+	RouteVersion      int64
+	EventKind         string
+	SourceKind        string
+	SourceID          string
+	DeliverySequence  int64
+	IdempotencyKey    string
+	Payload           []byte
+	CreatedAt         time.Time
 }
 
-// The rows ClaimBatchCAS won, with the lease tokens it set: batch point gets
-// on the primary key, filtered by the claim turn's reference, and the scope's
-// active generation read again. A CAS that read the old generation just
-// before SetGeneration committed can still win rows; this read starts after
-// the CAS returned, so it sees any generation change that committed before
-// then, and the claimer releases such rows unrun. Idempotent: a claimer that
-// lost the reply of the CAS or of this read runs it again with the same
-// reference to learn what it owns.
+// The rows ClaimBatchCAS won, with the lease tokens it set and the events
+// their executors run on: batch point gets on the primary keys, filtered by
+// the claim turn's reference, and the scope's active generation read again.
+// A CAS that read the old generation just before SetGeneration committed can
+// still win rows; this read starts after the CAS returned, so it sees any
+// generation change that committed before then, and the claimer releases
+// such rows unrun. Idempotent: a claimer that lost the reply of the CAS or
+// of this read runs it again with the same reference to learn what it owns.
+// Reading the events here saves a claim turn its own event load.
 func (q *Queries) ClaimedByRef(ctx context.Context, arg ClaimedByRefParams) ([]ClaimedByRefRow, error) {
 	query := claimedByRef
 	var queryParams []interface{}
@@ -254,6 +267,16 @@ func (q *Queries) ClaimedByRef(ctx context.Context, arg ClaimedByRefParams) ([]C
 			&i.DependencyWakeKey,
 			&i.DependencyKeys,
 			&i.ActiveGeneration,
+			&i.ReceiptID,
+			&i.RouteID,
+			&i.RouteVersion,
+			&i.EventKind,
+			&i.SourceKind,
+			&i.SourceID,
+			&i.DeliverySequence,
+			&i.IdempotencyKey,
+			&i.Payload,
+			&i.CreatedAt,
 		); err != nil {
 			return nil, err
 		}

@@ -54,15 +54,15 @@ type Querier interface {
 	BlockedInHeadlessLanes(ctx context.Context, arg BlockedInHeadlessLanesParams) ([]BlockedInHeadlessLanesRow, error)
 	// The claim itself: one compare-and-swap over the candidates of a claim
 	// turn, by primary key. Each row flips only if it is still a pending, due
-	// row of the active generation (pending means lane head, so no lane probe);
-	// rows another claimer took first are simply not matched, a normal outcome.
-	// claim_ref (unique per claim turn) marks the rows this statement won, for
-	// ClaimedByRef to read back. run_after becomes the lease expiry, from the
-	// database clock. The active generation comes from a join with the scope
-	// row (a primary-key point get), not a scalar subquery: TiDB cannot cache the plan of a
-	// statement with an uncorrelated subquery, and this one runs on every claim.
-	// The join reads the scope row without locking it (only work_item rows are
-	// written), so claims never queue behind enqueues on the scope lock.
+	// row of the generation the turn read from the scope (pending means lane
+	// head, so no lane probe); rows another claimer took first are simply not
+	// matched, a normal outcome. claim_ref (unique per claim turn) marks the
+	// rows this statement won, for ClaimedByRef to read back. run_after becomes
+	// the lease expiry, from the database clock. The generation is an argument,
+	// not a read of the scope row: a scalar subquery makes TiDB refuse to cache
+	// the plan, and a join gave a plan shape that changed with statistics.
+	// ClaimedByRef reads the active generation after this statement returned
+	// and releases, unrun, rows of a generation that is no longer active.
 	ClaimBatchCAS(ctx context.Context, arg ClaimBatchCASParams) (int64, error)
 	// Due lane heads of one queue class in claim order (run_after, lane_ordinal,
 	// work_id), read straight off idx_work_item_claim: no sort, and every filter
@@ -81,14 +81,15 @@ type Querier interface {
 	// The generation comes from the claimer's read of the scope row for this
 	// turn; the fence itself is enforced by ClaimBatchCAS and ClaimedByRef.
 	ClaimCandidates(ctx context.Context, arg ClaimCandidatesParams) ([]ClaimCandidatesRow, error)
-	// The rows ClaimBatchCAS won, with the lease tokens it set: batch point gets
-	// on the primary key, filtered by the claim turn's reference, and the scope's
-	// active generation read again. A CAS that read the old generation just
-	// before SetGeneration committed can still win rows; this read starts after
-	// the CAS returned, so it sees any generation change that committed before
-	// then, and the claimer releases such rows unrun. Idempotent: a claimer that
-	// lost the reply of the CAS or of this read runs it again with the same
-	// reference to learn what it owns.
+	// The rows ClaimBatchCAS won, with the lease tokens it set and the events
+	// their executors run on: batch point gets on the primary keys, filtered by
+	// the claim turn's reference, and the scope's active generation read again.
+	// A CAS that read the old generation just before SetGeneration committed can
+	// still win rows; this read starts after the CAS returned, so it sees any
+	// generation change that committed before then, and the claimer releases
+	// such rows unrun. Idempotent: a claimer that lost the reply of the CAS or
+	// of this read runs it again with the same reference to learn what it owns.
+	// Reading the events here saves a claim turn its own event load.
 	ClaimedByRef(ctx context.Context, arg ClaimedByRefParams) ([]ClaimedByRefRow, error)
 	// One page of the safety pass over a scope's waiters of the active
 	// generation, on idx_work_item_due, in wait order (run_after is when the

@@ -32,16 +32,16 @@ LIMIT ?;
 -- name: ClaimBatchCAS :execrows
 -- The claim itself: one compare-and-swap over the candidates of a claim
 -- turn, by primary key. Each row flips only if it is still a pending, due
--- row of the active generation (pending means lane head, so no lane probe);
--- rows another claimer took first are simply not matched, a normal outcome.
--- claim_ref (unique per claim turn) marks the rows this statement won, for
--- ClaimedByRef to read back. run_after becomes the lease expiry, from the
--- database clock. The active generation comes from a join with the scope
--- row (a primary-key point get), not a scalar subquery: TiDB cannot cache the plan of a
--- statement with an uncorrelated subquery, and this one runs on every claim.
--- The join reads the scope row without locking it (only work_item rows are
--- written), so claims never queue behind enqueues on the scope lock.
-UPDATE work_item w, scope s
+-- row of the generation the turn read from the scope (pending means lane
+-- head, so no lane probe); rows another claimer took first are simply not
+-- matched, a normal outcome. claim_ref (unique per claim turn) marks the
+-- rows this statement won, for ClaimedByRef to read back. run_after becomes
+-- the lease expiry, from the database clock. The generation is an argument,
+-- not a read of the scope row: a scalar subquery makes TiDB refuse to cache
+-- the plan, and a join gave a plan shape that changed with statistics.
+-- ClaimedByRef reads the active generation after this statement returned
+-- and releases, unrun, rows of a generation that is no longer active.
+UPDATE work_item w
 SET w.state = 'processing',
     w.lease_owner = sqlc.arg(claim_ref),
     w.lease_token = w.lease_token + 1,
@@ -51,23 +51,26 @@ SET w.state = 'processing',
 WHERE w.work_id IN (sqlc.slice(work_ids))
   AND w.state = 'pending'
   AND w.run_after <= NOW(6)
-  AND s.scope_id = sqlc.arg(scope_id)
-  AND s.active_generation = w.generation;
+  AND w.generation = sqlc.arg(generation);
 
 -- name: ClaimedByRef :many
--- The rows ClaimBatchCAS won, with the lease tokens it set: batch point gets
--- on the primary key, filtered by the claim turn's reference, and the scope's
--- active generation read again. A CAS that read the old generation just
--- before SetGeneration committed can still win rows; this read starts after
--- the CAS returned, so it sees any generation change that committed before
--- then, and the claimer releases such rows unrun. Idempotent: a claimer that
--- lost the reply of the CAS or of this read runs it again with the same
--- reference to learn what it owns.
+-- The rows ClaimBatchCAS won, with the lease tokens it set and the events
+-- their executors run on: batch point gets on the primary keys, filtered by
+-- the claim turn's reference, and the scope's active generation read again.
+-- A CAS that read the old generation just before SetGeneration committed can
+-- still win rows; this read starts after the CAS returned, so it sees any
+-- generation change that committed before then, and the claimer releases
+-- such rows unrun. Idempotent: a claimer that lost the reply of the CAS or
+-- of this read runs it again with the same reference to learn what it owns.
+-- Reading the events here saves a claim turn its own event load.
 SELECT w.work_id, w.event_id, w.work_type, w.queue_class, w.lease_token, w.lane_ordinal,
        w.attempt_count, w.safe_retry_count, w.generation, w.source_lane_key, w.target_lane_key,
-       w.run_after, w.dependency_wake_key, w.dependency_keys, s.active_generation
+       w.run_after, w.dependency_wake_key, w.dependency_keys, s.active_generation,
+       e.receipt_id, e.route_id, e.route_version, e.event_kind, e.source_kind, e.source_id,
+       e.delivery_sequence, e.idempotency_key, e.payload, e.created_at
 FROM work_item w
 JOIN scope s ON s.scope_id = w.scope_id
+JOIN event e ON e.event_id = w.event_id
 WHERE w.work_id IN (sqlc.slice(work_ids))
   AND w.state = 'processing'
   AND w.lease_owner = sqlc.arg(claim_ref)

@@ -33,7 +33,6 @@ func (b backend) Claim(ctx context.Context, req scheduler.Request) ([]*workqueue
 	for i := range items {
 		out[i] = &items[i]
 	}
-	w.prefetchEvents(ctx, items)
 	if err == nil && len(items) < req.Max && stats.LostCAS > 0 {
 		return out, scheduler.ErrContended // keep claiming: there is work
 	}
@@ -67,8 +66,10 @@ func (b backend) Handle(ctx context.Context, c *workqueue.Claimed) error {
 		}
 	}
 	start := time.Now()
-	ev, ok := w.prefetched(c.WorkID)
-	if !ok {
+	var ev workqueue.StoredEvent
+	if c.Event != nil { // read with the claim
+		ev = *c.Event
+	} else {
 		loaded, err := w.q.LoadEvent(ctx, c.EventID)
 		if err != nil {
 			return err
@@ -84,44 +85,11 @@ func (b backend) Handle(ctx context.Context, c *workqueue.Claimed) error {
 	return err
 }
 
-// prefetchEvents loads the claimed items' events in one batch point get,
-// so executors need no read of their own. A failed load is only logged:
-// each executor then reads its item's event itself.
-func (w *Worker) prefetchEvents(ctx context.Context, items []workqueue.Claimed) {
-	if len(items) == 0 {
-		return
-	}
-	ids := make([]int64, len(items))
-	for i, it := range items {
-		ids[i] = it.EventID
-	}
-	evs, err := w.q.LoadEvents(ctx, ids)
-	if err != nil {
-		w.log.Warn("batch event load failed; executors read their events one by one", "items", len(items), "err", err)
-		return
-	}
-	for _, it := range items {
-		if ev, ok := evs[it.EventID]; ok {
-			w.events.Store(it.WorkID, ev)
-		}
-	}
-}
-
-// prefetched takes the event prefetchEvents loaded for a work item.
-func (w *Worker) prefetched(workID int64) (workqueue.StoredEvent, bool) {
-	v, ok := w.events.LoadAndDelete(workID)
-	if !ok {
-		return workqueue.StoredEvent{}, false
-	}
-	return v.(workqueue.StoredEvent), true
-}
-
 // Finish makes the attempt's outcome durable through the lease-fenced
 // queue calls and tells the controller about work that became claimable.
 func (b backend) Finish(ctx context.Context, cp *workqueue.Claimed, outcome error) error {
 	w := b.w
-	c := *cp                  // as RecordProgress left it
-	w.events.Delete(c.WorkID) // not run (a release at shutdown, a recheck that waits)
+	c := *cp // as RecordProgress left it
 	if h := w.cfg.Hooks; h != nil && h.BeforeFinish != nil {
 		h.BeforeFinish(c, outcome)
 	}

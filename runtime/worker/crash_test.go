@@ -220,7 +220,11 @@ func TestCrashBeforeBatchCommitRerunsOnlyUnacknowledged(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	wB, err := worker.New(quB, quietCfg(8), map[string]worker.Handler{"deliver": func(_ context.Context, job *worker.Job) error {
+	// The reconciliation backstop finds leases A's last claim, still in
+	// flight when its pool closed, committed after B's first look.
+	cfgB := quietCfg(8)
+	cfgB.Controller.ReconcileEvery = time.Second
+	wB, err := worker.New(quB, cfgB, map[string]worker.Handler{"deliver": func(_ context.Context, job *worker.Job) error {
 		mu.Lock()
 		ranB[job.Item.WorkID]++
 		mu.Unlock()

@@ -2,6 +2,7 @@ package worker_test
 
 import (
 	"fmt"
+	"log/slog"
 	"maps"
 	"slices"
 	"strings"
@@ -194,6 +195,8 @@ func TestDependencyQuietBacklog(t *testing.T) {
 				cfg.Controller.GenerationProbeEvery, cfg.Controller.ReconcileEvery = 0, 0
 			}
 			cfg.Controller.Clock = clk
+			logs := &syncBuffer{}
+			cfg.Logger = slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelWarn}))
 			w, err := worker.New(qu, cfg, map[string]worker.Handler{"deliver": c.handle})
 			if err != nil {
 				t.Fatal(err)
@@ -222,7 +225,8 @@ func TestDependencyQuietBacklog(t *testing.T) {
 			}
 			passes := stats1.Controller.Maintenances - stats0.Controller.Maintenances
 			if want := uint64(time.Hour / interval); passes != want {
-				t.Fatalf("%d safety passes in an hour, want one per %s (%d)", passes, interval, want)
+				t.Fatalf("%d safety passes in an hour (%d failed), want one per %s (%d); warnings:\n%s",
+					passes, stats1.Controller.MaintenanceErrors-stats0.Controller.MaintenanceErrors, interval, want, logs.String())
 			}
 			if d := stats1.Scheduler.Claimed - stats0.Scheduler.Claimed; d != 0 {
 				t.Fatalf("%d items claimed", d)

@@ -94,7 +94,6 @@ type Worker struct {
 	sweep    *workqueue.DependencySweep
 	complete *leaseBatcher // nil: each completion written alone
 	renew    *leaseBatcher // nil: each renewal written alone
-	events   sync.Map      // work id -> workqueue.StoredEvent, loaded with its claim
 	log      *slog.Logger
 	metrics  *metrics
 	clock    clock.Clock

@@ -31,7 +31,10 @@ type Claimed struct {
 	// when an earlier attempt waited); nil for none. A worker rechecks it
 	// before any work and waits again when none of its keys is satisfied.
 	Dependency *Dependency
-	Lease      Lease
+	// Event is the item's event, read with the claim (nil when a claim
+	// path did not read it: LoadEvent then).
+	Event *StoredEvent
+	Lease Lease
 }
 
 // Lease is the proof of ownership every lease-fenced call presents.
@@ -645,7 +648,7 @@ func (c *Claimer) claimTier(ctx context.Context, sc gen.GetScopeRow, classes, wo
 		ids[i] = cand.row.WorkID
 	}
 	ref := c.newRef()
-	n, casErr := c.claimCAS(ctx, ids, ref)
+	n, casErr := c.claimCAS(ctx, ids, ref, sc.ActiveGeneration)
 	if casErr != nil && serverRejected(casErr) {
 		return nil, nothingCommitted(fmt.Errorf("workqueue: claim CAS on %d candidates: %w", len(ids), casErr))
 	}
@@ -672,11 +675,13 @@ func (c *Claimer) newRef() sql.NullString {
 
 // claimCAS runs the batch claim CAS under a context the caller cannot
 // cancel: once it may be committing, its outcome is learned, not abandoned.
-func (c *Claimer) claimCAS(ctx context.Context, ids []int64, ref sql.NullString) (int64, error) {
+// generation is the one the turn read from the scope row; the read-back
+// fences rows of a generation that stopped being active meanwhile.
+func (c *Claimer) claimCAS(ctx context.Context, ids []int64, ref sql.NullString, generation int64) (int64, error) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.qu.cfg.WriteTimeout)
 	defer cancel()
 	return c.qu.q.ClaimBatchCAS(ctx, gen.ClaimBatchCASParams{
-		ClaimRef: ref, LeaseMicros: micros(c.qu.cfg.Lease), WorkIDs: ids, ScopeID: c.scope,
+		ClaimRef: ref, LeaseMicros: micros(c.qu.cfg.Lease), WorkIDs: ids, Generation: generation,
 	})
 }
 
@@ -704,6 +709,11 @@ func (c *Claimer) readBack(ctx context.Context, ref sql.NullString, ids []int64,
 			TargetLaneKey: r.TargetLaneKey, RunAfter: r.RunAfter,
 		}, reclaimed)
 		claimed.Dependency = dependencyFrom(r.DependencyWakeKey, r.DependencyKeys)
+		claimed.Event = &StoredEvent{
+			EventID: r.EventID, ReceiptID: r.ReceiptID.Int64, RouteID: r.RouteID, RouteVersion: r.RouteVersion,
+			EventKind: r.EventKind, SourceKind: r.SourceKind, SourceID: r.SourceID,
+			DeliverySequence: r.DeliverySequence, IdempotencyKey: r.IdempotencyKey, Payload: r.Payload, CreatedAt: r.CreatedAt,
+		}
 		if r.Generation != r.ActiveGeneration {
 			// Not handed to anyone. If the release fails too, the row waits
 			// for its lease to expire; reclaim of the active generation never
