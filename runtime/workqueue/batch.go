@@ -47,7 +47,7 @@ func (qu *Queue) CompleteMany(ctx context.Context, leases []Lease) []error {
 // completeLaneless finishes leases[idx...] in one statement and sets their
 // errors.
 func (qu *Queue) completeLaneless(ctx context.Context, leases []Lease, idx []int, errs []error) {
-	qu.fencedBatch(ctx, "complete", leases, idx, errs,
+	qu.fencedBatch(ctx, "complete", true, leases, idx, errs,
 		func(ctx context.Context, ids []int64, fences string) (int64, error) {
 			return qu.q.FinishLanelessBatch(ctx, gen.FinishLanelessBatchParams{
 				TerminalState: StateCompleted, WorkIDs: ids, Fences: fences,
@@ -74,7 +74,7 @@ func (qu *Queue) RenewMany(ctx context.Context, leases []Lease) []error {
 	}
 	for len(idx) > 0 {
 		n := min(len(idx), MaxCompleteBatch)
-		qu.fencedBatch(ctx, "renew", leases, idx[:n], errs,
+		qu.fencedBatch(ctx, "renew", false, leases, idx[:n], errs,
 			func(ctx context.Context, ids []int64, fences string) (int64, error) {
 				return qu.q.RenewLeaseBatch(ctx, gen.RenewLeaseBatchParams{
 					LeaseMicros: micros(qu.cfg.Lease), WorkIDs: ids, Fences: fences,
@@ -90,7 +90,11 @@ func (qu *Queue) RenewMany(ctx context.Context, leases []Lease) []error {
 // "id:token" fences) and sets each one's error. When fewer rows than
 // entries matched, or no run returned, the rows read back say which
 // entries took effect (took), in this run or in one whose reply was lost.
-func (qu *Queue) fencedBatch(ctx context.Context, op string, leases []Lease, idx []int, errs []error,
+//
+// visible says whether a row read back shows the write took effect even
+// when its reply was lost: true for a finish (it moves the token), false
+// for a renewal (the row looks the same before and after).
+func (qu *Queue) fencedBatch(ctx context.Context, op string, visible bool, leases []Lease, idx []int, errs []error,
 	write func(ctx context.Context, ids []int64, fences string) (int64, error), took func(gen.LeaseStatesRow, Lease) bool,
 ) {
 	ids := make([]int64, len(idx))
@@ -135,11 +139,9 @@ func (qu *Queue) fencedBatch(ctx context.Context, op string, leases []Lease, idx
 		r, ok := byID[l.WorkID]
 		done := ok && took(r, l)
 		switch {
-		case done && (err == nil || op != "renew"):
-			// Taken effect, in this run or in one whose reply was lost. (A
-			// renewal is not told apart from the lease as it was: after a
-			// failed write, whether the expiry moved is unknown.)
-		case err != nil && (op != "renew" || done):
+		case done && (err == nil || visible):
+			// Taken effect, in this run or in one whose reply was lost.
+		case err != nil && (visible || done):
 			errs[i] = fmt.Errorf("workqueue: %s work %d: %w", op, l.WorkID, err)
 		default:
 			errs[i] = leaseLost(l, op)

@@ -54,15 +54,7 @@ func TestCompleteManyFencesEachItem(t *testing.T) {
 		}
 	}
 	before := counter.ByStatement()
-	errs := qu.CompleteMany(f.ctx, leases)
-	for i, err := range errs {
-		switch {
-		case i == stale && !errors.Is(err, workqueue.ErrLeaseLost):
-			t.Fatalf("stale work %d: %v, want ErrLeaseLost", got[i].WorkID, err)
-		case i != stale && err != nil:
-			t.Fatalf("work %d: %v", got[i].WorkID, err)
-		}
-	}
+	onlyStaleLost(t, got, qu.CompleteMany(f.ctx, leases), stale)
 	for i, it := range got {
 		want := "completed"
 		if i == stale {
@@ -213,15 +205,10 @@ func TestRenewManyFencesEachItem(t *testing.T) {
 		leases[i], was[i] = it.Lease, expiry(it.WorkID)
 	}
 	before := counter.ByStatement()
-	errs := qu.RenewMany(f.ctx, leases)
-	for i, err := range errs {
-		switch {
-		case i == stale && !errors.Is(err, workqueue.ErrLeaseLost):
-			t.Fatalf("stale work %d: %v, want ErrLeaseLost", got[i].WorkID, err)
-		case i != stale && err != nil:
-			t.Fatalf("work %d: %v", got[i].WorkID, err)
-		case i != stale && !expiry(got[i].WorkID).After(was[i]):
-			t.Fatalf("work %d: lease expiry %s did not move past %s", got[i].WorkID, expiry(got[i].WorkID), was[i])
+	onlyStaleLost(t, got, qu.RenewMany(f.ctx, leases), stale)
+	for i := range got {
+		if at := expiry(got[i].WorkID); i != stale && !at.After(was[i]) {
+			t.Fatalf("work %d: lease expiry %s did not move past %s", got[i].WorkID, at, was[i])
 		}
 	}
 	if s := f.state(got[stale].WorkID); s != "pending" {
@@ -248,4 +235,18 @@ func claimNoLane(t *testing.T, f *fixture, qu *workqueue.Queue, n int) []workque
 		t.Fatalf("claimed %v (%v), want %d", ids(got), err, n)
 	}
 	return got
+}
+
+// onlyStaleLost fails unless errs (one per item of got) is ErrLeaseLost
+// for the item at stale and nil for every other.
+func onlyStaleLost(t *testing.T, got []workqueue.Claimed, errs []error, stale int) {
+	t.Helper()
+	for i, err := range errs {
+		switch {
+		case i == stale && !errors.Is(err, workqueue.ErrLeaseLost):
+			t.Fatalf("stale work %d: %v, want ErrLeaseLost", got[i].WorkID, err)
+		case i != stale && err != nil:
+			t.Fatalf("work %d: %v", got[i].WorkID, err)
+		}
+	}
 }
