@@ -76,6 +76,10 @@ func runHelperProcess() int {
 	if err != nil {
 		return fail(err)
 	}
+	// No item here waits on a dependency, and the safety pass (every 2m by
+	// default) would land in the idle window whenever a slow server makes
+	// the drain take longer than its period.
+	cfg.Controller.MaintainEvery = -1
 	var outMu sync.Mutex
 	out := bufio.NewWriter(os.Stdout)
 	say := func(format string, args ...any) {
