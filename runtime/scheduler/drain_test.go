@@ -29,8 +29,8 @@ func (schedSource) Generation(context.Context) (uint64, error) { return 0, nil }
 func (x schedSource) Capacity(c bool) int                      { return x.s.Capacity(c) }
 
 type drainResult struct {
-	claims, turns       uint64
-	maxConcurrentClaims int64
+	claims, calls, turns uint64 // shape claims, backend calls, claim turns
+	maxConcurrentClaims  int64
 }
 
 // driven is a started scheduler behind a running controller, as the
@@ -84,7 +84,7 @@ func drain(tb testing.TB, n int) drainResult {
 		items = append(items, item{id: i, class: class})
 	}
 	b := newFakeBackend(items...)
-	b.onClaim = func(scheduler.Request) { runtime.Gosched() } // widen any overlap window
+	b.onClaim = func([]scheduler.Request) { runtime.Gosched() } // widen any overlap window
 	var done atomic.Int64
 	all := make(chan struct{})
 	b.handle = func(context.Context, item) error {
@@ -104,7 +104,7 @@ func drain(tb testing.TB, n int) drainResult {
 	}
 	d.stop()
 	st := d.s.Stats()
-	return drainResult{claims: st.Claims, turns: st.ClaimTurns, maxConcurrentClaims: b.maxInClaim.Load()}
+	return drainResult{claims: st.Claims, calls: uint64(b.calls.Load()), turns: st.ClaimTurns, maxConcurrentClaims: b.maxInClaim.Load()}
 }
 
 func TestSixteenExecutorsIssueOneClaimAtATime(t *testing.T) {
@@ -113,11 +113,14 @@ func TestSixteenExecutorsIssueOneClaimAtATime(t *testing.T) {
 		t.Fatalf("%d claims were in flight at once; want 1", r.maxConcurrentClaims)
 	}
 	// Batches, not one claim per item: with 16 slots the drain needs far
-	// fewer claims than items.
-	if r.claims >= 5000/2 {
-		t.Fatalf("%d claims for 5000 items", r.claims)
+	// fewer backend calls than items.
+	if r.calls >= 5000/2 {
+		t.Fatalf("%d backend claim calls for 5000 items", r.calls)
 	}
-	t.Logf("5000 items: %d claim turns, %d backend claims", r.turns, r.claims)
+	if r.calls > r.turns || r.claims <= r.calls {
+		t.Fatalf("%d backend calls for %d turns and %d shape claims: want at most one call per turn, serving several shapes", r.calls, r.turns, r.claims)
+	}
+	t.Logf("5000 items: %d claim turns, %d backend calls, %d shape claims", r.turns, r.calls, r.claims)
 }
 
 func BenchmarkSchedulerDrain16Executors(b *testing.B) {
@@ -130,7 +133,7 @@ func BenchmarkSchedulerDrain16Executors(b *testing.B) {
 		}
 	}
 	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*items), "ns/item")
-	b.ReportMetric(float64(last.claims)/items, "claims/item")
+	b.ReportMetric(float64(last.calls)/items, "backend-calls/item")
 	b.ReportMetric(float64(last.maxConcurrentClaims), "max-concurrent-claims")
 }
 
@@ -169,11 +172,13 @@ type failingBackend struct {
 	failShape string
 }
 
-func (f failingBackend) Claim(ctx context.Context, req scheduler.Request) ([]item, error) {
-	if req.Shape == f.failShape {
-		return nil, fmt.Errorf("scan: connection refused: %w", controller.ErrSourceOperationNotCommitted)
-	}
-	return f.fakeBackend.Claim(ctx, req)
+func (f failingBackend) Claim(_ context.Context, reqs []scheduler.Request) []scheduler.ClaimResult[item] {
+	return perRequest(reqs, func(req scheduler.Request) ([]item, error) {
+		if req.Shape == f.failShape {
+			return nil, fmt.Errorf("scan: connection refused: %w", controller.ErrSourceOperationNotCommitted)
+		}
+		return f.fakeBackend.claimOne(req)
+	})
 }
 
 func TestReadErrorAfterItemsWereWonEndsTheTurnCleanly(t *testing.T) {

@@ -6,14 +6,17 @@
 // a per-item deadline and local panic recovery.
 //
 // A claim turn walks the executor shapes in rotation. For each shape with
-// free slots it asks the limiter for at most that many rows, reserves only
-// those slots, claims for that shape's classes and preference, and hands
-// the items to the shape's slots. No slot is reserved for a shape that is
-// not claiming (no phantom reservations), and the rows a claim did not win
-// go back to the budget at once.
+// free slots it asks the limiter for at most that many rows and reserves
+// only those slots; then one backend call claims for every admitted shape
+// (its classes and preference; the backend may serve shapes whose eligible
+// work is the same with one claim), and each shape's items go to its slots.
+// No slot is reserved for a shape that is not claiming (no phantom
+// reservations), and the rows a claim did not win go back to the budget at
+// once.
 package scheduler
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -36,14 +39,24 @@ type Request struct {
 	StaleOnly    bool
 }
 
+// ClaimResult is what a Backend's Claim won for one Request.
+type ClaimResult[I any] struct {
+	Items []I // at most the request's Max; returned even with Err
+	// Err is the request's error: ErrContended when it came back short
+	// because other claimers took its candidates first (the shape stays
+	// hungry, since a lost candidate proves there was due work).
+	Err error
+}
+
 // Backend is the durable queue a scheduler claims from and finishes into.
 type Backend[I any] interface {
-	// Claim claims up to req.Max items; items won are returned even with an
-	// error. With req.StaleOnly it must claim only expired leases. A claim
-	// that came back short because other claimers took its candidates first
-	// returns what it won and ErrContended: the shape stays hungry, since
-	// a lost candidate proves there was due work.
-	Claim(ctx context.Context, req Request) ([]I, error)
+	// Claim claims for the shapes of one turn: reqs in rotation order, one
+	// result per request, in order. Every item of a result must be of one
+	// of its request's classes (or an expired lease, which any slot may
+	// run), at most Max of them; with StaleOnly only expired leases. A
+	// backend may serve several requests with one claim (one read, one
+	// scan) when the same items suit them all.
+	Claim(ctx context.Context, reqs []Request) []ClaimResult[I]
 	// Renew extends the item's lease; an error ends the attempt.
 	Renew(ctx context.Context, item I) error
 	// Handle runs the item's work under the attempt's context.
@@ -187,7 +200,7 @@ func (c Config) Fingerprint() string {
 // Stats counts what a scheduler did.
 type Stats struct {
 	ClaimTurns        uint64
-	Claims            uint64 // backend claims (one per shape per turn)
+	Claims            uint64 // shape claims (requests; one backend call per turn serves them all)
 	Claimed           uint64 // items handed to slots
 	StaleOnlyClaims   uint64
 	LimiterDenials    uint64 // shapes with free slots the limiter gave nothing
@@ -197,8 +210,8 @@ type Stats struct {
 	Panics            uint64
 	Abandoned         uint64 // handlers that ignored cancellation past AbandonAfter
 	HeartbeatFailures uint64
-	// MaxConcurrentClaims is the most backend claims ever in flight at
-	// once; one per scheduler by construction.
+	// MaxConcurrentClaims is the most backend claim calls ever in flight
+	// at once; one per scheduler by construction.
 	MaxConcurrentClaims int64
 }
 
@@ -334,7 +347,9 @@ func (s *Scheduler[I]) Capacity(continuation bool) int {
 	return min(free, s.limiter.Available())
 }
 
-// ClaimTurn runs one claim turn (see the package comment).
+// ClaimTurn runs one claim turn (see the package comment): every shape
+// with free slots is admitted in rotation order, and one backend call
+// claims for all of them.
 func (s *Scheduler[I]) ClaimTurn(ctx context.Context, turn controller.Turn) (controller.ClaimBatch, error) {
 	if !s.Running() {
 		return controller.ClaimBatch{}, fmt.Errorf("%w: %w", ErrStopped, controller.ErrSourceOperationNotCommitted)
@@ -348,6 +363,11 @@ func (s *Scheduler[I]) ClaimTurn(ctx context.Context, turn controller.Turn) (con
 	var batch controller.ClaimBatch
 	first := s.next
 	s.next = (s.next + 1) % len(s.shapes)
+	var (
+		reqs     []Request
+		claiming []*shapeSlots[I]
+		admitErr error
+	)
 	for i := range s.shapes {
 		sh := s.shapes[(first+i)%len(s.shapes)]
 		s.mu.Lock()
@@ -357,30 +377,45 @@ func (s *Scheduler[I]) ClaimTurn(ctx context.Context, turn controller.Turn) (con
 			batch.More = batch.More || hungry
 			continue
 		}
-		started, err := s.claimShape(ctx, sh, free)
-		batch.Started += started
-		s.mu.Lock()
-		batch.More = batch.More || sh.hungry
-		s.mu.Unlock()
-		if err != nil && batch.Started > 0 && errors.Is(err, controller.ErrSourceOperationNotCommitted) {
-			// Items already won this turn are running; this shape's failed
-			// read changed nothing. End the turn with what it has.
-			s.log.Warn("claim read failed after items were won this turn", "shape", sh.Name, "won", batch.Started, "err", err)
-			return batch, nil
-		}
+		req, ok, err := s.admit(ctx, sh, free)
 		if err != nil {
-			return batch, err
+			admitErr = err // claim for the shapes already admitted, then report
+			break
+		}
+		if ok {
+			reqs, claiming = append(reqs, req), append(claiming, sh)
 		}
 	}
-	return batch, nil
+	var firstErr error
+	if len(reqs) > 0 {
+		results := s.claim(ctx, reqs)
+		for k, sh := range claiming {
+			started, err := s.dispatch(sh, reqs[k], results[k])
+			batch.Started += started
+			s.mu.Lock()
+			batch.More = batch.More || sh.hungry
+			s.mu.Unlock()
+			if firstErr == nil {
+				firstErr = err
+			}
+		}
+	}
+	err := cmp.Or(firstErr, admitErr)
+	if err != nil && batch.Started > 0 && errors.Is(err, controller.ErrSourceOperationNotCommitted) {
+		// Items already won this turn are running; the failed read changed
+		// nothing. End the turn with what it has.
+		s.log.Warn("claim read failed after items were won this turn", "won", batch.Started, "err", err)
+		return batch, nil
+	}
+	return batch, err
 }
 
-// claimShape reserves up to free slots of one shape, claims for them and
-// dispatches what it won.
-func (s *Scheduler[I]) claimShape(ctx context.Context, sh *shapeSlots[I], free int) (int, error) {
+// admit asks the limiter for up to free rows of sh and reserves the slots
+// granted; ok is false when it granted none.
+func (s *Scheduler[I]) admit(ctx context.Context, sh *shapeSlots[I], free int) (req Request, ok bool, err error) {
 	grant, err := s.limiter.Admit(ctx, free)
 	if err != nil {
-		return 0, fmt.Errorf("scheduler: claim limiter: %w: %w", err, controller.ErrSourceOperationNotCommitted)
+		return req, false, fmt.Errorf("scheduler: claim limiter: %w: %w", err, controller.ErrSourceOperationNotCommitted)
 	}
 	if grant.Max <= 0 {
 		s.denied.Add(1)
@@ -392,7 +427,7 @@ func (s *Scheduler[I]) claimShape(ctx context.Context, sh *shapeSlots[I], free i
 			sh.hungry = false
 			s.mu.Unlock()
 		}
-		return 0, nil
+		return req, false, nil
 	}
 	grant.Max = min(grant.Max, free)
 	s.mu.Lock()
@@ -402,23 +437,37 @@ func (s *Scheduler[I]) claimShape(ctx context.Context, sh *shapeSlots[I], free i
 		s.staleOnly.Add(1)
 	}
 	s.claims.Add(1)
+	return Request{Shape: sh.Name, QueueClasses: sh.QueueClasses, Preferred: sh.Preferred, Max: grant.Max, StaleOnly: grant.StaleOnly}, true, nil
+}
+
+// claim makes the turn's one backend call.
+func (s *Scheduler[I]) claim(ctx context.Context, reqs []Request) []ClaimResult[I] {
 	if n := s.inClaim.Add(1); n > s.maxInClaim.Load() {
 		s.maxInClaim.Store(n)
 	}
-	items, err := s.backend.Claim(ctx, Request{
-		Shape: sh.Name, QueueClasses: sh.QueueClasses, Preferred: sh.Preferred, Max: grant.Max, StaleOnly: grant.StaleOnly,
-	})
-	s.inClaim.Add(-1)
+	defer s.inClaim.Add(-1)
+	results := s.backend.Claim(ctx, reqs)
+	if len(results) != len(reqs) {
+		// A backend that drops a result would leave slots reserved forever.
+		panic(fmt.Sprintf("scheduler: backend returned %d claim results for %d requests", len(results), len(reqs)))
+	}
+	return results
+}
+
+// dispatch hands what one request won to its shape's reserved slots and
+// gives back the slots it did not fill.
+func (s *Scheduler[I]) dispatch(sh *shapeSlots[I], req Request, res ClaimResult[I]) (int, error) {
+	err := res.Err
 	contended := errors.Is(err, ErrContended)
 	if contended {
 		s.contended.Add(1)
 		err = nil
 	}
-	if len(items) > grant.Max {
+	if len(res.Items) > req.Max {
 		// A backend that overfills would run items without slots.
-		panic(fmt.Sprintf("scheduler: backend claimed %d items for %d slots", len(items), grant.Max))
+		panic(fmt.Sprintf("scheduler: backend claimed %d items for %d slots", len(res.Items), req.Max))
 	}
-	unused := grant.Max - len(items)
+	unused := req.Max - len(res.Items)
 	s.mu.Lock()
 	sh.free += unused
 	sh.hungry = unused == 0 || contended
@@ -426,11 +475,11 @@ func (s *Scheduler[I]) claimShape(ctx context.Context, sh *shapeSlots[I], free i
 	if unused > 0 {
 		s.limiter.Release(unused)
 	}
-	for _, item := range items {
+	for _, item := range res.Items {
 		sh.work <- item // a reserved slot is waiting: never blocks
 	}
-	s.claimed.Add(uint64(len(items)))
-	return len(items), err
+	s.claimed.Add(uint64(len(res.Items)))
+	return len(res.Items), err
 }
 
 // Stats returns the counters.

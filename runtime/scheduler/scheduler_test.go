@@ -34,7 +34,8 @@ type fakeBackend struct {
 	finished chan int
 
 	inClaim, maxInClaim atomic.Int64
-	onClaim             func(req scheduler.Request)
+	calls               atomic.Int64                   // backend Claim calls
+	onClaim             func(reqs []scheduler.Request) // once per backend call
 	handle              func(ctx context.Context, it item) error
 	renew               func(it item) error
 	renewed             chan int
@@ -53,14 +54,28 @@ func classItems(class string, from, n int) []item {
 	return out
 }
 
-func (b *fakeBackend) Claim(_ context.Context, req scheduler.Request) ([]item, error) {
+func (b *fakeBackend) Claim(_ context.Context, reqs []scheduler.Request) []scheduler.ClaimResult[item] {
 	if n := b.inClaim.Add(1); n > b.maxInClaim.Load() {
 		b.maxInClaim.Store(n)
 	}
 	defer b.inClaim.Add(-1)
+	b.calls.Add(1)
 	if b.onClaim != nil {
-		b.onClaim(req)
+		b.onClaim(reqs)
 	}
+	return perRequest(reqs, b.claimOne)
+}
+
+// perRequest answers a turn's requests one at a time.
+func perRequest(reqs []scheduler.Request, one func(scheduler.Request) ([]item, error)) []scheduler.ClaimResult[item] {
+	out := make([]scheduler.ClaimResult[item], len(reqs))
+	for i, req := range reqs {
+		out[i].Items, out[i].Err = one(req)
+	}
+	return out
+}
+
+func (b *fakeBackend) claimOne(req scheduler.Request) ([]item, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	b.requests = append(b.requests, req)
@@ -216,27 +231,34 @@ func TestProfiles(t *testing.T) {
 	}
 }
 
-// TestClaimReservesOnlyTheClaimingShape: during a claim only that shape's
-// free slots are reserved, and the budget holds exactly its request.
-func TestClaimReservesOnlyTheClaimingShape(t *testing.T) {
-	b := newFakeBackend() // nothing to win: every shape claims in turn
+// TestClaimReservesOnlyTheClaimingShapes: during a turn's claim each
+// shape has exactly its request's slots reserved, a shape not claiming has
+// none, and the budget holds exactly the requests. One backend call serves
+// the turn.
+func TestClaimReservesOnlyTheClaimingShapes(t *testing.T) {
+	b := newFakeBackend() // nothing to win: every shape claims
 	var s *scheduler.Scheduler[item]
 	var violations []string
+	var calls int
 	lim, err := scheduler.NewBudgetLimiter(16, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	b.onClaim = func(req scheduler.Request) {
-		if lim.Processing() != req.Max {
-			violations = append(violations, "budget holds more than the claiming shape's request")
+	b.onClaim = func(reqs []scheduler.Request) {
+		calls++
+		requested := map[string]int{}
+		total := 0
+		for _, r := range reqs {
+			requested[r.Shape] += r.Max
+			total += r.Max
+		}
+		if lim.Processing() != total {
+			violations = append(violations, fmt.Sprintf("budget holds %d rows for requests of %d", lim.Processing(), total))
 		}
 		for name, free := range s.FreeSlots() {
 			for _, sh := range s.Shapes() {
-				switch {
-				case sh.Name == name && name == req.Shape && free != sh.Executors-req.Max:
-					violations = append(violations, "claiming shape "+name+" reserved the wrong count")
-				case sh.Name == name && name != req.Shape && free != sh.Executors:
-					violations = append(violations, "idle shape "+name+" has a phantom reservation")
+				if sh.Name == name && free != sh.Executors-requested[name] {
+					violations = append(violations, fmt.Sprintf("shape %s has %d free slots for a request of %d", name, free, requested[name]))
 				}
 			}
 		}
@@ -258,6 +280,9 @@ func TestClaimReservesOnlyTheClaimingShape(t *testing.T) {
 	}
 	if diff := cmp.Diff([]string{"latency/4", "shared/8", "bulk-preferred/4"}, got); diff != "" {
 		t.Fatalf("requests (-want +got):\n%s", diff)
+	}
+	if calls != 1 {
+		t.Fatalf("%d backend calls for one turn; want 1", calls)
 	}
 	if lim.Processing() != 0 {
 		t.Fatalf("an empty turn kept %d rows of budget", lim.Processing())
@@ -598,11 +623,11 @@ type contendedBackend struct {
 	calls atomic.Int64
 }
 
-func (c *contendedBackend) Claim(ctx context.Context, req scheduler.Request) ([]item, error) {
+func (c *contendedBackend) Claim(ctx context.Context, reqs []scheduler.Request) []scheduler.ClaimResult[item] {
 	if c.calls.Add(1) == 1 {
-		return nil, scheduler.ErrContended
+		return perRequest(reqs, func(scheduler.Request) ([]item, error) { return nil, scheduler.ErrContended })
 	}
-	return c.fakeBackend.Claim(ctx, req)
+	return c.fakeBackend.Claim(ctx, reqs)
 }
 
 // A contended short claim is not a failure and keeps its shape hungry, so

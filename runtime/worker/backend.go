@@ -13,30 +13,42 @@ import (
 // backend is the work-item queue as the scheduler sees it.
 type backend struct{ w *Worker }
 
-func (b backend) Claim(ctx context.Context, req scheduler.Request) ([]*workqueue.Claimed, error) {
+// Claim serves a scheduler turn with one ClaimMany: one scope read, and
+// one claim for the shapes whose eligible work is the same.
+func (b backend) Claim(ctx context.Context, reqs []scheduler.Request) []scheduler.ClaimResult[*workqueue.Claimed] {
 	w := b.w
-	start := time.Now()
-	items, stats, err := w.claimer.Claim(ctx, workqueue.ClaimRequest{
-		QueueClasses: req.QueueClasses, Preferred: req.Preferred, WorkTypes: w.types,
-		Max: req.Max, StaleOnly: req.StaleOnly, StaleClasses: w.classes,
-	})
-	w.metrics.claimed(ctx, req, items, stats, time.Since(start))
-	if stats.ExpiredToDead > 0 {
-		w.ctrl.Wake() // their lane followers were promoted
-	}
-	if h := w.cfg.Hooks; h != nil && h.AfterClaim != nil {
-		for _, c := range items {
-			h.AfterClaim(c)
+	creqs := make([]workqueue.ClaimRequest, len(reqs))
+	for i, req := range reqs {
+		creqs[i] = workqueue.ClaimRequest{
+			QueueClasses: req.QueueClasses, Preferred: req.Preferred, WorkTypes: w.types,
+			Max: req.Max, StaleOnly: req.StaleOnly, StaleClasses: w.classes,
 		}
 	}
-	out := make([]*workqueue.Claimed, len(items))
-	for i := range items {
-		out[i] = &items[i]
+	start := time.Now()
+	results := w.claimer.ClaimMany(ctx, creqs)
+	took := time.Since(start)
+	out := make([]scheduler.ClaimResult[*workqueue.Claimed], len(reqs))
+	for i, r := range results {
+		w.metrics.claimed(ctx, reqs[i], r.Items, r.Stats, took)
+		if r.Stats.ExpiredToDead > 0 {
+			w.ctrl.Wake() // their lane followers were promoted
+		}
+		if h := w.cfg.Hooks; h != nil && h.AfterClaim != nil {
+			for _, c := range r.Items {
+				h.AfterClaim(c)
+			}
+		}
+		items := make([]*workqueue.Claimed, len(r.Items))
+		for k := range r.Items {
+			items[k] = &r.Items[k]
+		}
+		err := w.claimError(len(items), r.Err)
+		if err == nil && r.Contended {
+			err = scheduler.ErrContended // keep claiming: there is work
+		}
+		out[i] = scheduler.ClaimResult[*workqueue.Claimed]{Items: items, Err: err}
 	}
-	if err == nil && len(items) < req.Max && stats.LostCAS > 0 {
-		return out, scheduler.ErrContended // keep claiming: there is work
-	}
-	return out, w.claimError(len(items), err)
+	return out
 }
 
 func (b backend) Renew(ctx context.Context, c *workqueue.Claimed) error {

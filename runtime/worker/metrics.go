@@ -63,7 +63,7 @@ func newMetrics(mp metric.MeterProvider, w *Worker) (*metrics, error) {
 		errs = append(errs, err)
 		return c
 	}
-	out.claims = counter(MetricClaims, "Claim statements issued, one per executor shape per claim turn.")
+	out.claims = counter(MetricClaims, "Shape claims: one per executor shape that claimed in a turn (shapes whose eligible work is the same share one claim's statements).")
 	out.claimedItems = counter(MetricClaimed, "Items claimed.")
 	out.lostCAS = counter(MetricLostCAS, "Claim candidates another claimer won first.")
 	out.stale = counter(MetricStaleReclaims, "Items reclaimed from an expired lease.")

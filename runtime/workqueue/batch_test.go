@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
 
 	"github.com/laneq/laneq/internal/faultdb"
 	"github.com/laneq/laneq/internal/queuetest"
@@ -248,5 +249,64 @@ func onlyStaleLost(t *testing.T, got []workqueue.Claimed, errs []error, stale in
 		case i != stale && err != nil:
 			t.Fatalf("work %d: %v", got[i].WorkID, err)
 		}
+	}
+}
+
+// ClaimMany serves the requests whose classes with work are the same
+// (executor shapes of one scheduler turn) with one scope read, one scan,
+// one CAS and one read-back, and hands the items out in request order; a
+// request whose classes with work differ gets its own claim under the same
+// scope read.
+func TestClaimManyMergesRequestsForTheSameWork(t *testing.T) {
+	f := newFixture(t, workqueue.Config{})
+	qu, counter := queuetest.Counted(t, f.dsn, workqueue.Config{})
+	var defaults []int64
+	for range 7 {
+		defaults = append(defaults, f.one(workqueue.Work{QueueClass: "default"}))
+	}
+	bulk := f.one(workqueue.Work{QueueClass: "bulk"})
+	c, err := qu.NewClaimer(scope, "me", workqueue.ClaimerConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	types := []string{"deliver"}
+	reqs := []workqueue.ClaimRequest{
+		{QueueClasses: []string{"interactive", "default"}, WorkTypes: types, Max: 2, StaleClasses: allClasses},         // latency
+		{QueueClasses: []string{"interactive", "default", "bulk"}, WorkTypes: types, Max: 3, StaleClasses: allClasses}, // shared: bulk has work too
+		{QueueClasses: []string{"default", "interactive"}, WorkTypes: types, Max: 4, StaleClasses: allClasses},         // same work as the first
+		{QueueClasses: []string{"bulk"}, WorkTypes: types, Max: 2, StaleClasses: allClasses},
+	}
+	before := counter.ByStatement()
+	res := c.ClaimMany(f.ctx, reqs)
+	sent := counter.Since(before)
+	for i, r := range res {
+		if r.Err != nil {
+			t.Fatalf("request %d: %v", i, r.Err)
+		}
+	}
+	got := make([][]int64, len(res))
+	for i, r := range res {
+		got[i] = ids(r.Items)
+	}
+	// Requests 0 and 2 scan only "default" ("interactive" never had work):
+	// one claim of 6, in claim order. Request 1 scans default and bulk in
+	// claim order, after them; request 3 takes what bulk has left.
+	want := [][]int64{defaults[0:2], {defaults[6], bulk}, defaults[2:6], nil}
+	if diff := cmp.Diff(want, got, cmpopts.EquateEmpty()); diff != "" {
+		t.Fatalf("items per request (-want +got):\n%s", diff)
+	}
+	if sent["GetScope"] != 1 || sent["ClaimBatchCAS"] != 2 || sent["ClaimedByRef"] != 2 || sent["ClaimCandidates"] != 4 {
+		t.Fatalf("statements %v: want one scope read, a scan per class of each claim (1+2+1) and a CAS and read-back for each claim that found candidates (2)", sent)
+	}
+	if res[3].Contended {
+		t.Fatalf("request 3 came back short with nothing lost: %+v", res[3])
+	}
+	if res[0].Stats.Scanned == 0 || res[2].Stats != (workqueue.ClaimStats{}) {
+		t.Fatalf("stats: first of a merged claim %+v, second %+v; want the claim's stats on the first only", res[0].Stats, res[2].Stats)
+	}
+	// An invalid request fails alone.
+	res = c.ClaimMany(f.ctx, []workqueue.ClaimRequest{{QueueClasses: []string{"default"}, WorkTypes: types}, reqs[0]})
+	if !errors.Is(res[0].Err, workqueue.ErrInvalid) || res[1].Err != nil {
+		t.Fatalf("invalid beside valid: %v, %v", res[0].Err, res[1].Err)
 	}
 }

@@ -256,6 +256,14 @@ func (r ClaimRequest) validate() error {
 	return nil
 }
 
+// staleClasses are the classes whose expired leases the claim takes over.
+func (r ClaimRequest) staleClasses() []string {
+	if len(r.StaleClasses) == 0 {
+		return r.QueueClasses
+	}
+	return r.StaleClasses
+}
+
 // tiers orders the classes: preferred first, then the rest; one tier when
 // there is no preference.
 func (r ClaimRequest) tiers() [][]string {
@@ -299,23 +307,112 @@ type ClaimStats struct {
 // read-back of what it won run under a context the caller cannot cancel, so
 // a cancellation cannot leave rows claimed by nobody.
 func (c *Claimer) Claim(ctx context.Context, req ClaimRequest) ([]Claimed, ClaimStats, error) {
-	var stats ClaimStats
-	if err := req.validate(); err != nil {
-		return nil, stats, err
+	r := c.ClaimMany(ctx, []ClaimRequest{req})[0]
+	return r.Items, r.Stats, r.Err
+}
+
+// ClaimResult is what ClaimMany won for one request.
+type ClaimResult struct {
+	Items []Claimed // at most the request's Max; returned even with Err
+	// Stats of the claim that served the request. Requests served together
+	// share one claim: its stats are on the first of them only.
+	Stats ClaimStats
+	// Contended: the request came back short while its claim lost
+	// candidates to other claimers, so due work remains.
+	Contended bool
+	Err       error
+}
+
+// ClaimMany claims for several requests (a scheduler turn's executor
+// shapes, in its order) with one scope read. Requests that would scan the
+// same classes (after dropping classes with no work) in the same order,
+// for the same work types and stale mode, are served by one claim of their
+// summed Max, whose items are handed out in request order: one scan, one
+// CAS and one read-back instead of one per request. Each claim otherwise
+// behaves as Claim; at most one of them looks for expired leases when a
+// stale scan is merely due.
+func (c *Claimer) ClaimMany(ctx context.Context, reqs []ClaimRequest) []ClaimResult {
+	out := make([]ClaimResult, len(reqs))
+	var valid []int
+	for i, req := range reqs {
+		if out[i].Err = req.validate(); out[i].Err == nil {
+			valid = append(valid, i)
+		}
 	}
-	// One point read per claim: the active generation to scan, the clock
+	if len(valid) == 0 {
+		return out
+	}
+	// One point read for all: the active generation to scan, the clock
 	// that bounds every scan, and the admission state.
 	sc, err := c.readScope(ctx)
 	if err != nil {
-		return nil, stats, nothingCommitted(err)
-	}
-	var out []Claimed
-	if req.StaleOnly || c.staleDue() {
-		classes := req.StaleClasses
-		if len(classes) == 0 {
-			classes = req.QueueClasses
+		for _, i := range valid {
+			out[i].Err = nothingCommitted(err)
 		}
-		got, err := c.reclaim(ctx, sc, classes, req.WorkTypes, req.Max, &stats)
+		return out
+	}
+	var kindStats ClaimStats
+	groups := c.groupRequests(ctx, sc, reqs, valid, &kindStats)
+	staleDue := c.staleDue()
+	for g, grp := range groups {
+		stale := grp.req.StaleOnly || staleDue
+		staleDue = staleDue && !stale // one stale scan serves the turn
+		items, stats, err := c.claimMerged(ctx, sc, grp.req, grp.tiers, stale)
+		if g == 0 {
+			stats.KindReads += kindStats.KindReads
+		}
+		contended := err == nil && len(items) < grp.req.Max && stats.LostCAS > 0
+		for k, i := range grp.members {
+			n := min(len(items), reqs[i].Max)
+			out[i] = ClaimResult{Items: items[:n:n], Err: err, Contended: contended && n < reqs[i].Max}
+			if k == 0 {
+				out[i].Stats = stats
+			}
+			items = items[n:]
+		}
+	}
+	return out
+}
+
+// mergedClaim is requests served by one claim: req with their summed Max.
+type mergedClaim struct {
+	req     ClaimRequest
+	tiers   [][]string // req's tiers without classes that never had work
+	members []int      // indexes of the requests served, in order
+}
+
+// groupRequests merges the valid requests that one claim can serve: the
+// same tiers of classes with work, work types, stale mode and stale
+// classes. Groups keep the order of their first request.
+func (c *Claimer) groupRequests(ctx context.Context, sc gen.GetScopeRow, reqs []ClaimRequest, valid []int, stats *ClaimStats) []mergedClaim {
+	var groups []mergedClaim
+	sameClaim := func(a, b ClaimRequest, at, bt [][]string) bool {
+		return a.StaleOnly == b.StaleOnly && slices.Equal(a.WorkTypes, b.WorkTypes) &&
+			slices.Equal(a.staleClasses(), b.staleClasses()) && slices.EqualFunc(at, bt, slices.Equal)
+	}
+next:
+	for _, i := range valid {
+		req := reqs[i]
+		tiers := c.tiersWithWork(ctx, sc, req, stats)
+		for g := range groups {
+			if sameClaim(groups[g].req, req, groups[g].tiers, tiers) {
+				groups[g].req.Max += req.Max
+				groups[g].members = append(groups[g].members, i)
+				continue next
+			}
+		}
+		groups = append(groups, mergedClaim{req: req, tiers: tiers, members: []int{i}})
+	}
+	return groups
+}
+
+// claimMerged runs one claim under the scope read sc: expired leases first
+// when stale, then fresh due lane heads by tiers.
+func (c *Claimer) claimMerged(ctx context.Context, sc gen.GetScopeRow, req ClaimRequest, tiers [][]string, stale bool) ([]Claimed, ClaimStats, error) {
+	var stats ClaimStats
+	var out []Claimed
+	if stale {
+		got, err := c.reclaim(ctx, sc, req.staleClasses(), req.WorkTypes, req.Max, &stats)
 		out = append(out, got...) // items already won are the caller's even on error
 		if err != nil || req.StaleOnly {
 			return out, stats, err
@@ -326,7 +423,6 @@ func (c *Claimer) Claim(ctx context.Context, req ClaimRequest) ([]Claimed, Claim
 	// ones. Without it a contended claim would come back short, which the
 	// caller takes to mean nothing more is due, and this process would sit
 	// idle on a backlog until its next event.
-	tiers := c.tiersWithWork(ctx, sc, req, &stats)
 	for round := 0; round < claimRounds && len(out) < req.Max; round++ {
 		lost := stats.LostCAS
 		for _, tier := range tiers {
