@@ -204,3 +204,44 @@ func TestReadErrorAfterItemsWereWonEndsTheTurnCleanly(t *testing.T) {
 		t.Fatalf("error %v", err)
 	}
 }
+
+// A shape whose claim failed stays hungry even when another shape's win
+// swallowed the error: the turn asks for a continuation, which claims for it
+// again, instead of leaving it to wait for an event.
+func TestFailedShapeStaysHungryWhenTheTurnWonItems(t *testing.T) {
+	fb := newFakeBackend(classItems("default", 0, 1)...) // the latency shape's claim comes back short
+	b := &failOnceBackend{failingBackend: failingBackend{fakeBackend: fb, failShape: "shared"}}
+	s, err := scheduler.New[item](b, scheduler.Config{Executors: 8, Logger: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	defer s.Stop()
+	batch, err := s.ClaimTurn(context.Background(), controller.Turn{})
+	if err != nil || batch.Started != 1 || !batch.More {
+		t.Fatalf("turn %+v, %v: want the one item, no error, and More for the failed shape", batch, err)
+	}
+	fb.mu.Lock()
+	fb.queue = append(fb.queue, classItems("bulk", 100, 1)...)
+	fb.mu.Unlock()
+	next, err := s.ClaimTurn(context.Background(), controller.Turn{Continuation: true})
+	if err != nil || next.Started != 1 {
+		t.Fatalf("continuation %+v, %v: want the failed shape to claim again and win the bulk item", next, err)
+	}
+	waitFinished(t, fb, 2)
+}
+
+// failOnceBackend fails its shape's claim on the first call only.
+type failOnceBackend struct {
+	failingBackend
+	calls atomic.Int64
+}
+
+func (f *failOnceBackend) Claim(ctx context.Context, reqs []scheduler.Request) []scheduler.ClaimResult[item] {
+	if f.calls.Add(1) == 1 {
+		return f.failingBackend.Claim(ctx, reqs)
+	}
+	return f.fakeBackend.Claim(ctx, reqs)
+}

@@ -470,7 +470,11 @@ func (s *Scheduler[I]) dispatch(sh *shapeSlots[I], req Request, res ClaimResult[
 	unused := req.Max - len(res.Items)
 	s.mu.Lock()
 	sh.free += unused
-	sh.hungry = unused == 0 || contended
+	// A failed claim proves nothing about what is left: the shape stays
+	// hungry, so the turn's other shapes winning items (which swallows the
+	// error) cannot leave it waiting for an event that may never come. When
+	// it fails again with nothing won, the error ends the turn.
+	sh.hungry = unused == 0 || contended || err != nil
 	s.mu.Unlock()
 	if unused > 0 {
 		s.limiter.Release(unused)
