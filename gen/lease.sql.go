@@ -51,6 +51,61 @@ func (q *Queries) Finish(ctx context.Context, arg FinishParams) (int64, error) {
 	return result.RowsAffected()
 }
 
+const finishBatch = `-- name: FinishBatch :execrows
+UPDATE work_item
+SET state = ?,
+    terminal_at = NOW(6),
+    failure_class = NULL,
+    failure_summary = NULL,
+    projection_active_key = NULL,
+    lease_owner = NULL,
+    lease_token = lease_token + 1,
+    updated_at = NOW(6)
+WHERE work_id IN (/*SLICE:work_ids*/?)
+  AND FIND_IN_SET(CONCAT(work_id, ':', lease_token), CAST(? AS CHAR)) > 0
+  AND state = 'processing'
+  AND (source_lane_key IS NULL AND target_lane_key IS NULL) = CAST(? AS SIGNED)
+`
+
+type FinishBatchParams struct {
+	TerminalState string
+	WorkIDs       []int64
+	Fences        interface{}
+	Laneless      int64
+}
+
+// Finish for many claimed rows in one statement: a batch point get on the
+// primary key, each row still fenced by its own token: "id:token" must be
+// one of fences, a comma-separated list (FIND_IN_SET: sqlc cannot bind a
+// slice compared with an expression, and a row-value IN cannot be a slice),
+// so a stale entry matches nothing while the rest commit. laneless says
+// which rows the caller is finishing: rows in no lane (autocommit, nothing
+// to promote) or rows in lanes (inside the transaction that promotes their
+// followers); a row of the other kind matches nothing, so a laned row is
+// never finished without its promotion. The caller reads back which ones
+// matched when fewer rows than entries changed. Same terminal columns as
+// Finish.
+func (q *Queries) FinishBatch(ctx context.Context, arg FinishBatchParams) (int64, error) {
+	query := finishBatch
+	var queryParams []interface{}
+	queryParams = append(queryParams, arg.TerminalState)
+	if len(arg.WorkIDs) > 0 {
+		for _, v := range arg.WorkIDs {
+			queryParams = append(queryParams, v)
+		}
+		query = strings.Replace(query, "/*SLICE:work_ids*/?", strings.Repeat(",?", len(arg.WorkIDs))[1:], 1)
+	} else {
+		query = strings.Replace(query, "/*SLICE:work_ids*/?", "NULL", 1)
+	}
+	queryParams = append(queryParams, arg.Fences)
+	queryParams = append(queryParams, arg.Laneless)
+	result, err := q.db.ExecContext(ctx, query, queryParams...)
+	if err != nil {
+		return 0, err
+	}
+	return result.RowsAffected()
+}
+
 const finishExpired = `-- name: FinishExpired :execrows
 UPDATE work_item
 SET state = 'dead',
@@ -86,57 +141,6 @@ func (q *Queries) FinishExpired(ctx context.Context, arg FinishExpiredParams) (i
 		arg.WorkID,
 		arg.LeaseToken,
 	)
-	if err != nil {
-		return 0, err
-	}
-	return result.RowsAffected()
-}
-
-const finishLanelessBatch = `-- name: FinishLanelessBatch :execrows
-UPDATE work_item
-SET state = ?,
-    terminal_at = NOW(6),
-    failure_class = NULL,
-    failure_summary = NULL,
-    projection_active_key = NULL,
-    lease_owner = NULL,
-    lease_token = lease_token + 1,
-    updated_at = NOW(6)
-WHERE work_id IN (/*SLICE:work_ids*/?)
-  AND FIND_IN_SET(CONCAT(work_id, ':', lease_token), CAST(? AS CHAR)) > 0
-  AND state = 'processing'
-  AND source_lane_key IS NULL
-  AND target_lane_key IS NULL
-`
-
-type FinishLanelessBatchParams struct {
-	TerminalState string
-	WorkIDs       []int64
-	Fences        interface{}
-}
-
-// Finish for many claimed rows in no lane (no followers to promote), in one
-// autocommit statement: a batch point get on the primary key, each row
-// still fenced by its own token: "id:token" must be one of fences, a
-// comma-separated list (FIND_IN_SET: sqlc cannot bind a slice compared with
-// an expression, and a row-value IN cannot be a slice), so a stale entry
-// matches nothing while the rest commit. The caller reads back which ones
-// matched (LeaseStates) when fewer rows than entries changed. Same terminal
-// columns as Finish.
-func (q *Queries) FinishLanelessBatch(ctx context.Context, arg FinishLanelessBatchParams) (int64, error) {
-	query := finishLanelessBatch
-	var queryParams []interface{}
-	queryParams = append(queryParams, arg.TerminalState)
-	if len(arg.WorkIDs) > 0 {
-		for _, v := range arg.WorkIDs {
-			queryParams = append(queryParams, v)
-		}
-		query = strings.Replace(query, "/*SLICE:work_ids*/?", strings.Repeat(",?", len(arg.WorkIDs))[1:], 1)
-	} else {
-		query = strings.Replace(query, "/*SLICE:work_ids*/?", "NULL", 1)
-	}
-	queryParams = append(queryParams, arg.Fences)
-	result, err := q.db.ExecContext(ctx, query, queryParams...)
 	if err != nil {
 		return 0, err
 	}

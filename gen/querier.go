@@ -111,21 +111,24 @@ type Querier interface {
 	// Clears the projection's active key so a successor may activate. The caller
 	// promotes lane followers in the same transaction.
 	Finish(ctx context.Context, arg FinishParams) (int64, error)
+	// Finish for many claimed rows in one statement: a batch point get on the
+	// primary key, each row still fenced by its own token: "id:token" must be
+	// one of fences, a comma-separated list (FIND_IN_SET: sqlc cannot bind a
+	// slice compared with an expression, and a row-value IN cannot be a slice),
+	// so a stale entry matches nothing while the rest commit. laneless says
+	// which rows the caller is finishing: rows in no lane (autocommit, nothing
+	// to promote) or rows in lanes (inside the transaction that promotes their
+	// followers); a row of the other kind matches nothing, so a laned row is
+	// never finished without its promotion. The caller reads back which ones
+	// matched when fewer rows than entries changed. Same terminal columns as
+	// Finish.
+	FinishBatch(ctx context.Context, arg FinishBatchParams) (int64, error)
 	// An item whose lease expired with its attempt budget spent (its process
 	// died in every attempt, say) goes to dead instead of being reclaimed again:
 	// a CAS on the token the stale scan saw, as ReclaimCAS, and the same
 	// terminal columns as Finish. The caller promotes lane followers in the same
 	// transaction, as for every terminal transition.
 	FinishExpired(ctx context.Context, arg FinishExpiredParams) (int64, error)
-	// Finish for many claimed rows in no lane (no followers to promote), in one
-	// autocommit statement: a batch point get on the primary key, each row
-	// still fenced by its own token: "id:token" must be one of fences, a
-	// comma-separated list (FIND_IN_SET: sqlc cannot bind a slice compared with
-	// an expression, and a row-value IN cannot be a slice), so a stale entry
-	// matches nothing while the rest commit. The caller reads back which ones
-	// matched (LeaseStates) when fewer rows than entries changed. Same terminal
-	// columns as Finish.
-	FinishLanelessBatch(ctx context.Context, arg FinishLanelessBatchParams) (int64, error)
 	// Primary-key point read.
 	GetEvent(ctx context.Context, eventID int64) (Event, error)
 	// Point read on uk_event_idempotency: resolves a duplicate delivery to the

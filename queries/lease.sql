@@ -80,15 +80,18 @@ WHERE work_id = sqlc.arg(work_id)
   AND lease_token = sqlc.arg(lease_token)
   AND state = 'processing';
 
--- name: FinishLanelessBatch :execrows
--- Finish for many claimed rows in no lane (no followers to promote), in one
--- autocommit statement: a batch point get on the primary key, each row
--- still fenced by its own token: "id:token" must be one of fences, a
--- comma-separated list (FIND_IN_SET: sqlc cannot bind a slice compared with
--- an expression, and a row-value IN cannot be a slice), so a stale entry
--- matches nothing while the rest commit. The caller reads back which ones
--- matched (LeaseStates) when fewer rows than entries changed. Same terminal
--- columns as Finish.
+-- name: FinishBatch :execrows
+-- Finish for many claimed rows in one statement: a batch point get on the
+-- primary key, each row still fenced by its own token: "id:token" must be
+-- one of fences, a comma-separated list (FIND_IN_SET: sqlc cannot bind a
+-- slice compared with an expression, and a row-value IN cannot be a slice),
+-- so a stale entry matches nothing while the rest commit. laneless says
+-- which rows the caller is finishing: rows in no lane (autocommit, nothing
+-- to promote) or rows in lanes (inside the transaction that promotes their
+-- followers); a row of the other kind matches nothing, so a laned row is
+-- never finished without its promotion. The caller reads back which ones
+-- matched when fewer rows than entries changed. Same terminal columns as
+-- Finish.
 UPDATE work_item
 SET state = sqlc.arg(terminal_state),
     terminal_at = NOW(6),
@@ -101,8 +104,7 @@ SET state = sqlc.arg(terminal_state),
 WHERE work_id IN (sqlc.slice(work_ids))
   AND FIND_IN_SET(CONCAT(work_id, ':', lease_token), CAST(sqlc.arg(fences) AS CHAR)) > 0
   AND state = 'processing'
-  AND source_lane_key IS NULL
-  AND target_lane_key IS NULL;
+  AND (source_lane_key IS NULL AND target_lane_key IS NULL) = CAST(sqlc.arg(laneless) AS SIGNED);
 
 -- name: FinishExpired :execrows
 -- An item whose lease expired with its attempt budget spent (its process

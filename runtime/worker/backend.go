@@ -119,8 +119,8 @@ func (b backend) Finish(ctx context.Context, cp *workqueue.Claimed, outcome erro
 		if runnable {
 			w.ctrl.Wake()
 		}
-	case outcome == nil && w.complete != nil && c.Lease.InNoLane():
-		kind = "completed" // nothing to promote: group-committed
+	case outcome == nil && w.complete != nil:
+		kind = "completed" // group-committed; the batch wakes the controller for followers it promoted
 		err = w.complete.do(ctx, c.Lease)
 	case outcome == nil:
 		kind = "completed"

@@ -53,8 +53,9 @@ type Config struct {
 	// budgets, page size; see workqueue.DependencySweep). The pass runs
 	// every Controller.MaintainEvery.
 	DependencySweep workqueue.DependencySweepConfig
-	// CompleteBatch is the most completions of items in no lane written by
-	// one statement. Executors that finish while another's write is in
+	// CompleteBatch is the most completions one write takes: items in no
+	// lane by one statement, items in lanes by one transaction that
+	// promotes their followers (workqueue.Queue.CompleteMany). Executors that finish while another's write is in
 	// flight are written together by the next one (group commit, no timer:
 	// a lone completion is written at once); each executor's slot frees
 	// only after its own item's write committed. Lease renewals are

@@ -145,7 +145,7 @@ func TestCrashBeforeBatchCommitRerunsOnlyUnacknowledged(t *testing.T) {
 	}
 	// The fifth batch write never reaches the server: it blocks (the process
 	// is being killed) and then fails before sending anything.
-	in.Add(faultdb.Rule{Statement: "FinishLanelessBatch", Skip: 4, Times: 1 << 30, Fault: faultdb.DropBefore,
+	in.Add(faultdb.Rule{Statement: "FinishBatch", Skip: 4, Times: 1 << 30, Fault: faultdb.DropBefore,
 		Before: func(context.Context) {
 			crashOnce.Do(func() { close(crashed) })
 			<-release

@@ -255,8 +255,8 @@ func TestWorkerRidesOutInjectedFaults(t *testing.T) {
 		{Statement: "ClaimBatchCAS", Skip: 3, Fault: faultdb.LockWaitTimeout},
 		{Statement: "ClaimedByRef", Skip: 2, Fault: faultdb.DropBefore}, // the read-back also reads the events
 		// Items in no lane are completed in group-committed batches.
-		{Statement: "FinishLanelessBatch", Fault: faultdb.LockWaitTimeout, Times: 2},
-		{Statement: "FinishLanelessBatch", Skip: 5, Fault: faultdb.ReplyLost, Times: 3},
+		{Statement: "FinishBatch", Fault: faultdb.LockWaitTimeout, Times: 2},
+		{Statement: "FinishBatch", Skip: 5, Fault: faultdb.ReplyLost, Times: 3},
 	} {
 		in.Add(r)
 	}
@@ -277,11 +277,15 @@ func TestWorkerRidesOutInjectedFaults(t *testing.T) {
 			t.Fatalf("work %d ran %d times", id, n)
 		}
 	}
+	// A failed claim restarts the controller only when nothing else was won
+	// in its turn (the turn's other claims often win), so restarts are
+	// logged, not required.
 	st := w.Stats()
-	if st.ControllerRestarts < 1 || st.Queue.WriteRetries < 3 {
-		t.Fatalf("restarts %d, write retries %d: the faults did not happen", st.ControllerRestarts, st.Queue.WriteRetries)
+	if st.Queue.WriteRetries < 3 {
+		t.Fatalf("write retries %d: the faults did not happen", st.Queue.WriteRetries)
 	}
-	for _, name := range []string{"ClaimBatchCAS", "ClaimedByRef", "FinishLanelessBatch"} {
+	t.Logf("controller restarts %d, write retries %d", st.ControllerRestarts, st.Queue.WriteRetries)
+	for _, name := range []string{"ClaimBatchCAS", "ClaimedByRef", "FinishBatch"} {
 		if in.Fired(name) == 0 {
 			t.Fatalf("no fault fired at %s", name)
 		}

@@ -153,7 +153,13 @@ func New(q *workqueue.Queue, cfg Config, handlers map[string]Handler) (*Worker, 
 		return nil, err
 	}
 	if cfg.CompleteBatch > 1 {
-		w.complete = newLeaseBatcher(q.CompleteMany, cfg.CompleteBatch)
+		w.complete = newLeaseBatcher(func(ctx context.Context, leases []workqueue.Lease) []error {
+			errs, fin := q.CompleteMany(ctx, leases)
+			if fin.Promoted > 0 || fin.PromotionsUnknown {
+				w.ctrl.Wake() // followers became claimable
+			}
+			return errs
+		}, cfg.CompleteBatch)
 		w.renew = newLeaseBatcher(q.RenewMany, cfg.CompleteBatch)
 	}
 	cfg.Scheduler.OnCapacityFreed = func() { w.ctrl.CapacityFreed() }

@@ -2,7 +2,9 @@ package workqueue
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -20,28 +22,37 @@ func (l Lease) InNoLane() bool {
 const MaxCompleteBatch = 256
 
 // CompleteMany completes claimed items, one error per lease (nil: completed,
-// ErrLeaseLost: another owner has the item). Items in no lane (Lease.InNoLane)
-// are finished by one autocommit statement per MaxCompleteBatch, each still
-// fenced by its own token: a stale entry fails alone and the rest commit.
-// Other items are completed one by one, as Complete does. Transient errors
-// are retried as for every write; a lost reply is resolved by reading the
-// rows back.
-func (qu *Queue) CompleteMany(ctx context.Context, leases []Lease) []error {
+// ErrLeaseLost: another owner has the item), and reports the lane
+// followers the completions made claimable. Items in no lane
+// (Lease.InNoLane) are finished by one autocommit statement per
+// MaxCompleteBatch; items in lanes by one transaction per MaxCompleteBatch
+// that finishes them with one statement and promotes their followers as
+// Complete does. Each item stays fenced by its own token: a stale entry
+// fails alone and the rest commit. Transient errors are retried as for
+// every write; a lost reply is resolved by reading the rows back.
+func (qu *Queue) CompleteMany(ctx context.Context, leases []Lease) ([]error, Finished) {
 	errs := make([]error, len(leases))
-	var batch []int // indexes of leases in no lane
+	var fin Finished
+	var laneless, laned []int // indexes of leases
 	for i, l := range leases {
-		if l.InNoLane() {
-			batch = append(batch, i)
-			continue
+		switch {
+		case l.InNoLane():
+			laneless = append(laneless, i)
+		case l.lanes != nil:
+			laned = append(laned, i)
+		default: // lanes unknown (a Lease built by hand): Complete reads them
+			one, err := qu.Complete(ctx, l)
+			errs[i] = err
+			fin.add(one)
 		}
-		_, errs[i] = qu.Complete(ctx, l)
 	}
-	for len(batch) > 0 {
-		n := min(len(batch), MaxCompleteBatch)
-		qu.completeLaneless(ctx, leases, batch[:n], errs)
-		batch = batch[n:]
+	for batch := range slices.Chunk(laneless, MaxCompleteBatch) {
+		qu.completeLaneless(ctx, leases, batch, errs)
 	}
-	return errs
+	for batch := range slices.Chunk(laned, MaxCompleteBatch) {
+		fin.add(qu.completeLaned(ctx, leases, batch, errs))
+	}
+	return errs, fin
 }
 
 // completeLaneless finishes leases[idx...] in one statement and sets their
@@ -49,13 +60,110 @@ func (qu *Queue) CompleteMany(ctx context.Context, leases []Lease) []error {
 func (qu *Queue) completeLaneless(ctx context.Context, leases []Lease, idx []int, errs []error) {
 	qu.fencedBatch(ctx, "complete", true, leases, idx, errs,
 		func(ctx context.Context, ids []int64, fences string) (int64, error) {
-			return qu.q.FinishLanelessBatch(ctx, gen.FinishLanelessBatchParams{
-				TerminalState: StateCompleted, WorkIDs: ids, Fences: fences,
+			return qu.q.FinishBatch(ctx, gen.FinishBatchParams{
+				TerminalState: StateCompleted, WorkIDs: ids, Fences: fences, Laneless: 1,
 			})
 		},
 		func(r gen.LeaseStatesRow, l Lease) bool {
 			return r.State == StateCompleted && r.LeaseToken == l.Token+1
 		})
+}
+
+// errBatchShort ends a laned batch transaction whose finish matched fewer
+// rows than entries: it is rolled back and each entry resolved alone.
+var errBatchShort = errors.New("workqueue: batch finish matched fewer rows than entries")
+
+// completeLaned finishes leases[idx...] (items in lanes, their lanes known
+// from the claim) in one READ COMMITTED transaction: one fenced statement
+// finishes them all, then each one's followers are promoted as finish
+// does, every finished row already terminal (see promoteAfter's headed).
+// When the statement matched fewer rows than entries (a stale entry, or a
+// retry after a commit whose reply was lost), the transaction is rolled
+// back and each entry resolved alone by its row: completed by an earlier
+// run (followers may have been promoted), still ours (Complete), or lost.
+func (qu *Queue) completeLaned(ctx context.Context, leases []Lease, idx []int, errs []error) Finished {
+	if len(idx) == 1 {
+		fin, err := qu.Complete(ctx, leases[idx[0]])
+		errs[idx[0]] = err
+		return fin
+	}
+	ids, fences := fenceList(leases, idx)
+	what := fmt.Sprintf("complete %d items in lanes", len(idx))
+	var fin Finished
+	err := qu.inTx(ctx, what, readCommitted, func(ctx context.Context, q *gen.Queries) error {
+		fin = Finished{}
+		n, err := q.FinishBatch(ctx, gen.FinishBatchParams{TerminalState: StateCompleted, WorkIDs: ids, Fences: fences, Laneless: 0})
+		if err != nil {
+			return err
+		}
+		if n != int64(len(idx)) {
+			return errBatchShort
+		}
+		headed := map[laneRef]bool{}
+		for _, i := range idx {
+			promoted, err := promoteAfter(ctx, q, leases[i].lanes, headed)
+			if err != nil {
+				return fmt.Errorf("work %d: %w", leases[i].WorkID, err)
+			}
+			fin.Promoted += promoted
+		}
+		return nil
+	})
+	switch {
+	case err == nil:
+		return fin
+	case errors.Is(err, errBatchShort):
+		return qu.resolveLaned(ctx, leases, idx, errs)
+	}
+	for _, i := range idx {
+		errs[i] = fmt.Errorf("workqueue: complete work %d: %w", leases[i].WorkID, err)
+	}
+	return Finished{PromotionsUnknown: true} // the commit may have happened
+}
+
+// resolveLaned settles each entry of a laned batch whose finish came up
+// short, by its row: finished by an earlier run of the batch whose commit
+// reply was lost (its followers may have been promoted), still ours
+// (completed alone), or another owner's.
+func (qu *Queue) resolveLaned(ctx context.Context, leases []Lease, idx []int, errs []error) Finished {
+	ids, _ := fenceList(leases, idx)
+	var rows []gen.LeaseStatesRow
+	if err := qu.retryWrite(ctx, "read back a short laned batch", func(ctx context.Context) error {
+		var err error
+		rows, err = qu.q.LeaseStates(ctx, ids)
+		return err
+	}); err != nil {
+		for _, i := range idx {
+			errs[i] = fmt.Errorf("workqueue: complete work %d: %w", leases[i].WorkID, err)
+		}
+		return Finished{PromotionsUnknown: true}
+	}
+	byID := make(map[int64]gen.LeaseStatesRow, len(rows))
+	for _, r := range rows {
+		byID[r.WorkID] = r
+	}
+	var fin Finished
+	for _, i := range idx {
+		l := leases[i]
+		r, ok := byID[l.WorkID]
+		switch {
+		case ok && r.State == StateCompleted && r.LeaseToken == l.Token+1:
+			fin.PromotionsUnknown = true
+		case ok && r.State == StateProcessing && r.LeaseToken == l.Token:
+			one, err := qu.Complete(ctx, l)
+			errs[i] = err
+			fin.add(one)
+		default:
+			errs[i] = leaseLost(l, "complete")
+		}
+	}
+	return fin
+}
+
+// add folds another finish's report into f.
+func (f *Finished) add(o Finished) {
+	f.Promoted += o.Promoted
+	f.PromotionsUnknown = f.PromotionsUnknown || o.PromotionsUnknown
 }
 
 // RenewMany renews the leases of claimed items (heartbeats), one error per
@@ -86,17 +194,9 @@ func (qu *Queue) RenewMany(ctx context.Context, leases []Lease) []error {
 	return errs
 }
 
-// fencedBatch runs write once over leases[idx...] (their ids, and their
-// "id:token" fences) and sets each one's error. When fewer rows than
-// entries matched, or no run returned, the rows read back say which
-// entries took effect (took), in this run or in one whose reply was lost.
-//
-// visible says whether a row read back shows the write took effect even
-// when its reply was lost: true for a finish (it moves the token), false
-// for a renewal (the row looks the same before and after).
-func (qu *Queue) fencedBatch(ctx context.Context, op string, visible bool, leases []Lease, idx []int, errs []error,
-	write func(ctx context.Context, ids []int64, fences string) (int64, error), took func(gen.LeaseStatesRow, Lease) bool,
-) {
+// fenceList returns the ids of leases[idx...] and their "id:token" fences
+// (see FinishBatch).
+func fenceList(leases []Lease, idx []int) ([]int64, string) {
 	ids := make([]int64, len(idx))
 	var fences strings.Builder
 	for k, i := range idx {
@@ -108,11 +208,26 @@ func (qu *Queue) fencedBatch(ctx context.Context, op string, visible bool, lease
 		fences.WriteByte(':')
 		fences.WriteString(strconv.FormatInt(leases[i].Token, 10))
 	}
+	return ids, fences.String()
+}
+
+// fencedBatch runs write once over leases[idx...] (their ids, and their
+// "id:token" fences) and sets each one's error. When fewer rows than
+// entries matched, or no run returned, the rows read back say which
+// entries took effect (took), in this run or in one whose reply was lost.
+//
+// visible says whether a row read back shows the write took effect even
+// when its reply was lost: true for a finish (it moves the token), false
+// for a renewal (the row looks the same before and after).
+func (qu *Queue) fencedBatch(ctx context.Context, op string, visible bool, leases []Lease, idx []int, errs []error,
+	write func(ctx context.Context, ids []int64, fences string) (int64, error), took func(gen.LeaseStatesRow, Lease) bool,
+) {
+	ids, fences := fenceList(leases, idx)
 	var changed int64
 	what := fmt.Sprintf("%s %d items", op, len(idx))
 	err := qu.retryWrite(ctx, what, func(ctx context.Context) error {
 		var err error
-		changed, err = write(ctx, ids, fences.String())
+		changed, err = write(ctx, ids, fences)
 		return err
 	})
 	if err == nil && changed == int64(len(idx)) {

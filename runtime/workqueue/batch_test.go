@@ -3,6 +3,7 @@ package workqueue_test
 import (
 	"context"
 	"errors"
+	"slices"
 	"testing"
 	"time"
 
@@ -15,8 +16,8 @@ import (
 )
 
 // A batch holding one stale token commits the others and reports exactly
-// that one as ErrLeaseLost; laned items in the same call complete one by
-// one and promote their followers. Items in no lane cost one statement,
+// that one as ErrLeaseLost; a lone laned item in the same call completes
+// as Complete does and promotes its follower. Items in no lane cost one statement,
 // plus one read-back because an entry was stale.
 func TestCompleteManyFencesEachItem(t *testing.T) {
 	f := newFixture(t, workqueue.Config{})
@@ -55,7 +56,8 @@ func TestCompleteManyFencesEachItem(t *testing.T) {
 		}
 	}
 	before := counter.ByStatement()
-	onlyStaleLost(t, got, qu.CompleteMany(f.ctx, leases), stale)
+	errs, _ := qu.CompleteMany(f.ctx, leases)
+	onlyStaleLost(t, got, errs, stale)
 	for i, it := range got {
 		want := "completed"
 		if i == stale {
@@ -69,7 +71,7 @@ func TestCompleteManyFencesEachItem(t *testing.T) {
 		t.Fatalf("the head's follower is %s, want promoted to pending", s)
 	}
 	sent := counter.Since(before)
-	if n := sent["FinishLanelessBatch"]; n != 1 {
+	if n := sent["FinishBatch"]; n != 1 {
 		t.Fatalf("%d batch statements for 4 items in no lane, want 1: %v", n, sent)
 	}
 	if n := sent["LeaseStates"]; n != 1 {
@@ -88,12 +90,12 @@ func TestCompleteManyAllFreshIsOneStatement(t *testing.T) {
 		t.Fatal("a hand-built lease claims to know its lanes")
 	}
 	before := counter.ByStatement()
-	errs := qu.CompleteMany(f.ctx, []workqueue.Lease{got[0].Lease, got[1].Lease, byHand})
+	errs, _ := qu.CompleteMany(f.ctx, []workqueue.Lease{got[0].Lease, got[1].Lease, byHand})
 	if diff := cmp.Diff([]error{nil, nil, nil}, errs, cmp.Comparer(func(a, b error) bool { return errors.Is(a, b) })); diff != "" {
 		t.Fatalf("errors (-want +got):\n%s", diff)
 	}
 	sent := counter.Since(before)
-	if sent["FinishLanelessBatch"] != 1 || sent["LeaseStates"] != 0 || sent["Finish"] != 1 {
+	if sent["FinishBatch"] != 1 || sent["LeaseStates"] != 0 || sent["Finish"] != 1 {
 		t.Fatalf("statements %v, want one batch, no read-back, one per-item finish", sent)
 	}
 	for _, it := range got {
@@ -308,5 +310,103 @@ func TestClaimManyMergesRequestsForTheSameWork(t *testing.T) {
 	res = c.ClaimMany(f.ctx, []workqueue.ClaimRequest{{QueueClasses: []string{"default"}, WorkTypes: types}, reqs[0]})
 	if !errors.Is(res[0].Err, workqueue.ErrInvalid) || res[1].Err != nil {
 		t.Fatalf("invalid beside valid: %v, %v", res[0].Err, res[1].Err)
+	}
+}
+
+// Laned completions in one CompleteMany share one transaction and one
+// finish statement. F follows X in source lane S1 and Y in target lane T1;
+// G follows F in T1 and H follows F in S1. Completing X and Y together
+// promotes F (both its lanes' heads finished in the transaction) and must
+// leave G and H blocked behind F, whichever of X and Y is promoted from
+// first: the follower found after the second one is behind F, a head the
+// same transaction promoted. A stale entry makes the batch settle each
+// entry alone: the fresh ones complete, the stale one is lost.
+func TestCompleteManyLanedBatchKeepsLaneOrder(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		order []string
+		stale bool
+	}{
+		{"X then Y", []string{"X", "Y"}, false},
+		{"Y then X", []string{"Y", "X"}, false},
+		{"with a stale entry", []string{"X", "Y", "Z"}, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := newFixture(t, workqueue.Config{})
+			qu, counter := queuetest.Counted(t, f.dsn, workqueue.Config{})
+			id := map[string]int64{
+				"X": f.one(workqueue.Work{SourceLane: "S1"}),
+				"Y": f.one(workqueue.Work{SourceLane: "SY", TargetLane: "T1"}),
+				"Z": f.one(workqueue.Work{SourceLane: "S3"}),
+				"F": f.one(workqueue.Work{SourceLane: "S1", TargetLane: "T1"}),
+				"G": f.one(workqueue.Work{SourceLane: "SG", TargetLane: "T1"}),
+				"H": f.one(workqueue.Work{SourceLane: "S1"}),
+			}
+			c, err := qu.NewClaimer(scope, "w", workqueue.ClaimerConfig{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			got, _, err := c.Claim(f.ctx, withTestDefaults(workqueue.ClaimRequest{}))
+			if err != nil || len(got) != 3 {
+				t.Fatalf("claimed %v (%v), want the heads X, Y, Z", ids(got), err)
+			}
+			byID := map[int64]workqueue.Claimed{}
+			for _, it := range got {
+				byID[it.WorkID] = it
+			}
+			if tc.stale {
+				if err := qu.Release(f.ctx, byID[id["Z"]].Lease); err != nil {
+					t.Fatal(err)
+				}
+			}
+			var leases []workqueue.Lease
+			for _, name := range tc.order {
+				leases = append(leases, byID[id[name]].Lease)
+			}
+			before := counter.ByStatement()
+			errs, fin := qu.CompleteMany(f.ctx, leases)
+			sent := counter.Since(before)
+			for k, err := range errs {
+				stale := tc.order[k] == "Z"
+				if stale != errors.Is(err, workqueue.ErrLeaseLost) || (!stale && err != nil) {
+					t.Fatalf("%s: %v", tc.order[k], err)
+				}
+			}
+			want := map[string]string{"X": "completed", "Y": "completed", "F": "pending", "G": "blocked", "H": "blocked", "Z": "processing"}
+			if tc.stale {
+				want["Z"] = "pending" // released: its lease in the batch was stale
+			}
+			for name, st := range want {
+				if got := f.state(id[name]); got != st {
+					t.Fatalf("%s is %s, want %s", name, got, st)
+				}
+			}
+			if fin.Promoted != 1 {
+				t.Fatalf("promoted %d, want 1 (F): %+v", fin.Promoted, fin)
+			}
+			wantFinish := map[string]int64{"FinishBatch": 1, "Finish": 0}
+			if tc.stale { // the batch came up short: rolled back, read back, each fresh entry alone
+				wantFinish = map[string]int64{"FinishBatch": 1, "LeaseStates": 1, "Finish": 2}
+			}
+			for name, n := range wantFinish {
+				if sent[name] != n {
+					t.Fatalf("statements %v: want %d %s", sent, n, name)
+				}
+			}
+			// F's completion promotes both of its followers.
+			next, _, err := c.Claim(f.ctx, withTestDefaults(workqueue.ClaimRequest{}))
+			k := slices.IndexFunc(next, func(c workqueue.Claimed) bool { return c.WorkID == id["F"] })
+			if err != nil || k < 0 {
+				t.Fatalf("next claim %v (%v), want F", ids(next), err)
+			}
+			for _, it := range next {
+				if it.WorkID == id["G"] || it.WorkID == id["H"] {
+					t.Fatalf("next claim %v took a follower of F", ids(next))
+				}
+			}
+			if errs, fin := qu.CompleteMany(f.ctx, []workqueue.Lease{next[k].Lease}); errs[0] != nil || fin.Promoted != 2 {
+				t.Fatalf("completing F: %v, %+v; want G and H promoted", errs[0], fin)
+			}
+		})
 	}
 }

@@ -227,7 +227,7 @@ func (qu *Queue) finish(ctx context.Context, l Lease, state string, f *Failure) 
 			}
 			lanes = &laneIdentity{scope: row.ScopeID, generation: row.Generation, ordinal: row.LaneOrdinal, source: row.SourceLaneKey, target: row.TargetLaneKey}
 		}
-		res.Promoted, err = promoteAfter(ctx, q, lanes)
+		res.Promoted, err = promoteAfter(ctx, q, lanes, nil)
 		replyLost = true // a failure from here on (the commit) may have committed
 		return err
 	})
@@ -254,7 +254,7 @@ func (qu *Queue) expireToDead(ctx context.Context, r gen.ClaimCandidatesRow) err
 			return fmt.Errorf("read lanes: %w", err)
 		}
 		lanes.scope = row.ScopeID
-		_, err = promoteAfter(ctx, q, lanes)
+		_, err = promoteAfter(ctx, q, lanes, nil)
 		return err
 	})
 }
@@ -310,7 +310,13 @@ func nextFollower(ctx context.Context, q *gen.Queries, lanes *laneIdentity, targ
 // the finished item headed that lane, everything before it is terminal, and
 // every live item after a head is blocked. So only its other lane needs a
 // look.
-func promoteAfter(ctx context.Context, q *gen.Queries, finished *laneIdentity) (int, error) {
+//
+// headed is for a transaction that finishes several items before promoting
+// (CompleteMany): there, a lane can gain a head from an earlier promotion
+// of the same transaction, ahead of the follower found in it, which then
+// stays blocked (that head's finish promotes it). Every row promoted adds
+// its lanes to headed. Nil for a single finish.
+func promoteAfter(ctx context.Context, q *gen.Queries, finished *laneIdentity, headed map[laneRef]bool) (int, error) {
 	var viaSource, viaTarget *follower
 	var err error
 	if finished.source.Valid {
@@ -324,7 +330,12 @@ func promoteAfter(ctx context.Context, q *gen.Queries, finished *laneIdentity) (
 		}
 	}
 	promoted := 0
-	promote := func(fw *follower, otherSource, otherTarget sql.NullString) error {
+	promote := func(fw *follower, found []laneRef, otherSource, otherTarget sql.NullString) error {
+		for _, lane := range found {
+			if headed[lane] {
+				return nil // behind a head promoted earlier in this transaction
+			}
+		}
 		blocked, err := liveBefore(ctx, q, finished.scope, finished.generation, otherSource, otherTarget, fw.ordinal)
 		if err != nil || blocked {
 			return err // when blocked, the other lane's predecessor promotes it on finishing
@@ -334,20 +345,30 @@ func promoteAfter(ctx context.Context, q *gen.Queries, finished *laneIdentity) (
 			return fmt.Errorf("promote work %d: %w", fw.workID, err)
 		}
 		promoted += int(n)
+		if n > 0 && headed != nil {
+			if fw.source.Valid {
+				headed[laneRef{"source", fw.source.String}] = true
+			}
+			if fw.target.Valid {
+				headed[laneRef{"target", fw.target.String}] = true
+			}
+		}
 		return nil
 	}
+	sourceLane, targetLane := laneRef{"source", finished.source.String}, laneRef{"target", finished.target.String}
 	both := viaSource != nil && viaTarget != nil && viaSource.workID == viaTarget.workID
 	if viaSource != nil {
-		other := viaSource.target
+		other, found := viaSource.target, []laneRef{sourceLane}
 		if both {
-			other = sql.NullString{} // found through both lanes: it heads both
+			// Found through both lanes: it heads both.
+			other, found = sql.NullString{}, []laneRef{sourceLane, targetLane}
 		}
-		if err := promote(viaSource, sql.NullString{}, other); err != nil {
+		if err := promote(viaSource, found, sql.NullString{}, other); err != nil {
 			return 0, err
 		}
 	}
 	if viaTarget != nil && !both {
-		if err := promote(viaTarget, viaTarget.source, sql.NullString{}); err != nil {
+		if err := promote(viaTarget, []laneRef{targetLane}, viaTarget.source, sql.NullString{}); err != nil {
 			return 0, err
 		}
 	}
