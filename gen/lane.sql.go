@@ -502,7 +502,7 @@ func (q *Queries) PromoteBlocked(ctx context.Context, arg PromoteBlockedParams) 
 	return result.RowsAffected()
 }
 
-const promoteEnqueued = `-- name: PromoteEnqueued :execrows
+const promoteBlockedBatch = `-- name: PromoteBlockedBatch :execrows
 UPDATE work_item
 SET state = 'pending',
     run_after = GREATEST(run_after, NOW(6)),
@@ -512,12 +512,14 @@ WHERE work_id IN (/*SLICE:work_ids*/?)
   AND state = 'blocked'
 `
 
-// Enqueue: the batch's first row of each lane becomes pending when none of
-// its lanes has a live row ahead of it (checked under locks just before). All
-// such rows of the batch in one statement, by primary key; run_after as in
-// PromoteBlocked.
-func (q *Queries) PromoteEnqueued(ctx context.Context, workIds []int64) (int64, error) {
-	query := promoteEnqueued
+// blocked -> pending for rows the caller holds locked and found heading
+// both of their lanes: the first row of each lane of an enqueue batch with
+// no live row ahead (checked under locks just before), or the followers a
+// batch of completions promotes (each locked by NextBlocked*), written
+// together at the end of that transaction. All of them in one statement,
+// by primary key; run_after as in PromoteBlocked.
+func (q *Queries) PromoteBlockedBatch(ctx context.Context, workIds []int64) (int64, error) {
+	query := promoteBlockedBatch
 	var queryParams []interface{}
 	if len(workIds) > 0 {
 		for _, v := range workIds {

@@ -244,11 +244,13 @@ type Querier interface {
 	// claimable now must sort after what claimers already consumed, or their
 	// scan floors would pass it (see ClaimCandidates).
 	PromoteBlocked(ctx context.Context, arg PromoteBlockedParams) (int64, error)
-	// Enqueue: the batch's first row of each lane becomes pending when none of
-	// its lanes has a live row ahead of it (checked under locks just before). All
-	// such rows of the batch in one statement, by primary key; run_after as in
-	// PromoteBlocked.
-	PromoteEnqueued(ctx context.Context, workIds []int64) (int64, error)
+	// blocked -> pending for rows the caller holds locked and found heading
+	// both of their lanes: the first row of each lane of an enqueue batch with
+	// no live row ahead (checked under locks just before), or the followers a
+	// batch of completions promotes (each locked by NextBlocked*), written
+	// together at the end of that transaction. All of them in one statement,
+	// by primary key; run_after as in PromoteBlocked.
+	PromoteBlockedBatch(ctx context.Context, workIds []int64) (int64, error)
 	// Takes over an expired lease: a CAS on the token the candidate read saw.
 	// The new token fences the old holder: no call it makes matches any more.
 	// Only while attempts remain; an item at its attempt budget goes to dead

@@ -151,11 +151,13 @@ WHERE work_id = sqlc.arg(work_id)
   AND lease_token = sqlc.arg(lease_token)
   AND state = 'blocked';
 
--- name: PromoteEnqueued :execrows
--- Enqueue: the batch's first row of each lane becomes pending when none of
--- its lanes has a live row ahead of it (checked under locks just before). All
--- such rows of the batch in one statement, by primary key; run_after as in
--- PromoteBlocked.
+-- name: PromoteBlockedBatch :execrows
+-- blocked -> pending for rows the caller holds locked and found heading
+-- both of their lanes: the first row of each lane of an enqueue batch with
+-- no live row ahead (checked under locks just before), or the followers a
+-- batch of completions promotes (each locked by NextBlocked*), written
+-- together at the end of that transaction. All of them in one statement,
+-- by primary key; run_after as in PromoteBlocked.
 UPDATE work_item
 SET state = 'pending',
     run_after = GREATEST(run_after, NOW(6)),

@@ -75,8 +75,9 @@ var errBatchShort = errors.New("workqueue: batch finish matched fewer rows than 
 
 // completeLaned finishes leases[idx...] (items in lanes, their lanes known
 // from the claim) in one READ COMMITTED transaction: one fenced statement
-// finishes them all, then each one's followers are promoted as finish
-// does, every finished row already terminal (see promoteAfter's headed).
+// finishes them all, each one's next followers are chosen as finish
+// chooses them (every finished row already terminal; see promotions), and
+// one statement promotes the chosen.
 // When the statement matched fewer rows than entries (a stale entry, or a
 // retry after a commit whose reply was lost), the transaction is rolled
 // back and each entry resolved alone by its row: completed by an earlier
@@ -99,15 +100,14 @@ func (qu *Queue) completeLaned(ctx context.Context, leases []Lease, idx []int, e
 		if n != int64(len(idx)) {
 			return errBatchShort
 		}
-		headed := map[laneRef]bool{}
+		batch := newPromotions()
 		for _, i := range idx {
-			promoted, err := promoteAfter(ctx, q, leases[i].lanes, headed)
-			if err != nil {
+			if _, err := promoteAfter(ctx, q, leases[i].lanes, batch); err != nil {
 				return fmt.Errorf("work %d: %w", leases[i].WorkID, err)
 			}
-			fin.Promoted += promoted
 		}
-		return nil
+		fin.Promoted, err = batch.write(ctx, q)
+		return err
 	})
 	switch {
 	case err == nil:

@@ -3,6 +3,8 @@ package workqueue_test
 import (
 	"context"
 	"errors"
+	"fmt"
+	"math/rand/v2"
 	"slices"
 	"testing"
 	"time"
@@ -313,13 +315,13 @@ func TestClaimManyMergesRequestsForTheSameWork(t *testing.T) {
 	}
 }
 
-// Laned completions in one CompleteMany share one transaction and one
-// finish statement. F follows X in source lane S1 and Y in target lane T1;
+// Laned completions in one CompleteMany share one transaction, one finish
+// statement and one promotion statement. F follows X in source lane S1 and Y in target lane T1;
 // G follows F in T1 and H follows F in S1. Completing X and Y together
 // promotes F (both its lanes' heads finished in the transaction) and must
 // leave G and H blocked behind F, whichever of X and Y is promoted from
-// first: the follower found after the second one is behind F, a head the
-// same transaction promoted. A stale entry makes the batch settle each
+// first: the follower found after the second one is behind F, a follower
+// the same transaction chose to promote. A stale entry makes the batch settle each
 // entry alone: the fresh ones complete, the stale one is lost.
 func TestCompleteManyLanedBatchKeepsLaneOrder(t *testing.T) {
 	for _, tc := range []struct {
@@ -384,9 +386,9 @@ func TestCompleteManyLanedBatchKeepsLaneOrder(t *testing.T) {
 			if fin.Promoted != 1 {
 				t.Fatalf("promoted %d, want 1 (F): %+v", fin.Promoted, fin)
 			}
-			wantFinish := map[string]int64{"FinishBatch": 1, "Finish": 0}
+			wantFinish := map[string]int64{"FinishBatch": 1, "Finish": 0, "PromoteBlockedBatch": 1, "PromoteBlocked": 0}
 			if tc.stale { // the batch came up short: rolled back, read back, each fresh entry alone
-				wantFinish = map[string]int64{"FinishBatch": 1, "LeaseStates": 1, "Finish": 2}
+				wantFinish = map[string]int64{"FinishBatch": 1, "LeaseStates": 1, "Finish": 2, "PromoteBlockedBatch": 0, "PromoteBlocked": 1}
 			}
 			for name, n := range wantFinish {
 				if sent[name] != n {
@@ -406,6 +408,74 @@ func TestCompleteManyLanedBatchKeepsLaneOrder(t *testing.T) {
 			}
 			if errs, fin := qu.CompleteMany(f.ctx, []workqueue.Lease{next[k].Lease}); errs[0] != nil || fin.Promoted != 2 {
 				t.Fatalf("completing F: %v, %+v; want G and H promoted", errs[0], fin)
+			}
+		})
+	}
+}
+
+// Randomized lanes (every item in one of 5 source lanes, most also in one
+// of 4 target lanes), drained in rounds: claim everything claimable, then
+// complete it all with one CompleteMany in a random order. Each round must
+// claim exactly the items whose predecessors in both of their lanes are
+// all completed: nothing early (lane order) and nothing late (a follower
+// the batch should have promoted).
+func TestCompleteManyRandomLanesPromoteExactlyTheReady(t *testing.T) {
+	for seed := int64(1); seed <= 3; seed++ {
+		t.Run(fmt.Sprint("seed=", seed), func(t *testing.T) {
+			f := newFixture(t, workqueue.Config{})
+			rng := rand.New(rand.NewPCG(uint64(seed), 0))
+			type item struct {
+				id             int64
+				source, target string
+			}
+			var items []item
+			for range 60 {
+				it := item{source: fmt.Sprint("S", rng.IntN(5))}
+				if rng.IntN(4) > 0 {
+					it.target = fmt.Sprint("T", rng.IntN(4))
+				}
+				it.id = f.one(workqueue.Work{SourceLane: it.source, TargetLane: it.target})
+				items = append(items, it)
+			}
+			done := map[int64]bool{}
+			ready := func() []int64 { // in enqueue (ordinal) order
+				var out []int64
+				for i, it := range items {
+					if done[it.id] {
+						continue
+					}
+					blocked := false
+					for _, before := range items[:i] {
+						if !done[before.id] && (before.source == it.source || (it.target != "" && before.target == it.target)) {
+							blocked = true
+							break
+						}
+					}
+					if !blocked {
+						out = append(out, it.id)
+					}
+				}
+				return out
+			}
+			c := f.claimer("w")
+			for round := 0; len(done) < len(items); round++ {
+				want := ready()
+				got := f.claim(c, workqueue.ClaimRequest{})
+				if diff := cmp.Diff(sorted(want), sorted(ids(got))); diff != "" {
+					t.Fatalf("round %d: claimed (-ready +got):\n%s", round, diff)
+				}
+				rng.Shuffle(len(got), func(i, j int) { got[i], got[j] = got[j], got[i] })
+				leases := make([]workqueue.Lease, len(got))
+				for i, it := range got {
+					leases[i] = it.Lease
+				}
+				errs, _ := f.qu.CompleteMany(f.ctx, leases)
+				for i, err := range errs {
+					if err != nil {
+						t.Fatalf("round %d: complete %d: %v", round, got[i].WorkID, err)
+					}
+					done[got[i].WorkID] = true
+				}
 			}
 		})
 	}

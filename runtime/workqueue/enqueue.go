@@ -336,7 +336,7 @@ func settleLanes(ctx context.Context, q *gen.Queries, scope string, generation, 
 		}
 	}
 	if len(ids) > 0 {
-		if _, err := q.PromoteEnqueued(ctx, ids); err != nil {
+		if _, err := q.PromoteBlockedBatch(ctx, ids); err != nil {
 			return nil, fmt.Errorf("promote lane heads: %w", err)
 		}
 	}

@@ -304,6 +304,52 @@ func nextFollower(ctx context.Context, q *gen.Queries, lanes *laneIdentity, targ
 	return nil, nil
 }
 
+// promotions collects, for a transaction that finishes several items
+// (CompleteMany), the followers to promote, so that one statement
+// (PromoteBlockedBatch) writes them at the end; meanwhile the lanes they
+// will head are known here. A follower found in, or also in, such a lane is
+// behind the head chosen for it (a row chosen heads its lanes: every
+// blocked row before it in them was checked), so it stays blocked.
+type promotions struct {
+	headed map[laneRef]bool
+	ids    []int64
+}
+
+func newPromotions() *promotions { return &promotions{headed: map[laneRef]bool{}} }
+
+// behindChosen reports whether fw is in a lane a chosen follower will head.
+func (p *promotions) behindChosen(fw *follower) bool {
+	return (fw.source.Valid && p.headed[laneRef{"source", fw.source.String}]) ||
+		(fw.target.Valid && p.headed[laneRef{"target", fw.target.String}])
+}
+
+func (p *promotions) choose(fw *follower) {
+	p.ids = append(p.ids, fw.workID)
+	if fw.source.Valid {
+		p.headed[laneRef{"source", fw.source.String}] = true
+	}
+	if fw.target.Valid {
+		p.headed[laneRef{"target", fw.target.String}] = true
+	}
+}
+
+// write promotes the chosen followers, all still locked by this
+// transaction, and returns how many it promoted.
+func (p *promotions) write(ctx context.Context, q *gen.Queries) (int, error) {
+	if len(p.ids) == 0 {
+		return 0, nil
+	}
+	n, err := q.PromoteBlockedBatch(ctx, p.ids)
+	if err != nil {
+		return 0, fmt.Errorf("promote %d followers: %w", len(p.ids), err)
+	}
+	if n != int64(len(p.ids)) {
+		// Each was read blocked under this transaction's lock.
+		return 0, fmt.Errorf("promote %d locked followers: %d were blocked", len(p.ids), n)
+	}
+	return len(p.ids), nil
+}
+
 // promoteAfter promotes, for each lane the finished item leaves, the next
 // blocked item of that lane if it now heads both of its lanes, and returns
 // how many it promoted. In the lane it was found in it is the head already:
@@ -311,12 +357,11 @@ func nextFollower(ctx context.Context, q *gen.Queries, lanes *laneIdentity, targ
 // every live item after a head is blocked. So only its other lane needs a
 // look.
 //
-// headed is for a transaction that finishes several items before promoting
-// (CompleteMany): there, a lane can gain a head from an earlier promotion
-// of the same transaction, ahead of the follower found in it, which then
-// stays blocked (that head's finish promotes it). Every row promoted adds
-// its lanes to headed. Nil for a single finish.
-func promoteAfter(ctx context.Context, q *gen.Queries, finished *laneIdentity, headed map[laneRef]bool) (int, error) {
+// With batch (a transaction finishing several items, every one of them
+// already terminal), followers are chosen into batch instead of promoted
+// at once, and one behind a follower already chosen stays blocked (see
+// promotions); the count returned is then 0. Nil for a single finish.
+func promoteAfter(ctx context.Context, q *gen.Queries, finished *laneIdentity, batch *promotions) (int, error) {
 	var viaSource, viaTarget *follower
 	var err error
 	if finished.source.Valid {
@@ -330,45 +375,37 @@ func promoteAfter(ctx context.Context, q *gen.Queries, finished *laneIdentity, h
 		}
 	}
 	promoted := 0
-	promote := func(fw *follower, found []laneRef, otherSource, otherTarget sql.NullString) error {
-		for _, lane := range found {
-			if headed[lane] {
-				return nil // behind a head promoted earlier in this transaction
-			}
+	promote := func(fw *follower, otherSource, otherTarget sql.NullString) error {
+		if batch != nil && batch.behindChosen(fw) {
+			return nil // the chosen follower's finish promotes it
 		}
 		blocked, err := liveBefore(ctx, q, finished.scope, finished.generation, otherSource, otherTarget, fw.ordinal)
 		if err != nil || blocked {
 			return err // when blocked, the other lane's predecessor promotes it on finishing
+		}
+		if batch != nil {
+			batch.choose(fw)
+			return nil
 		}
 		n, err := q.PromoteBlocked(ctx, gen.PromoteBlockedParams{WorkID: fw.workID, LeaseToken: fw.token})
 		if err != nil {
 			return fmt.Errorf("promote work %d: %w", fw.workID, err)
 		}
 		promoted += int(n)
-		if n > 0 && headed != nil {
-			if fw.source.Valid {
-				headed[laneRef{"source", fw.source.String}] = true
-			}
-			if fw.target.Valid {
-				headed[laneRef{"target", fw.target.String}] = true
-			}
-		}
 		return nil
 	}
-	sourceLane, targetLane := laneRef{"source", finished.source.String}, laneRef{"target", finished.target.String}
 	both := viaSource != nil && viaTarget != nil && viaSource.workID == viaTarget.workID
 	if viaSource != nil {
-		other, found := viaSource.target, []laneRef{sourceLane}
+		other := viaSource.target
 		if both {
-			// Found through both lanes: it heads both.
-			other, found = sql.NullString{}, []laneRef{sourceLane, targetLane}
+			other = sql.NullString{} // found through both lanes: it heads both
 		}
-		if err := promote(viaSource, found, sql.NullString{}, other); err != nil {
+		if err := promote(viaSource, sql.NullString{}, other); err != nil {
 			return 0, err
 		}
 	}
 	if viaTarget != nil && !both {
-		if err := promote(viaTarget, []laneRef{targetLane}, viaTarget.source, sql.NullString{}); err != nil {
+		if err := promote(viaTarget, viaTarget.source, sql.NullString{}); err != nil {
 			return 0, err
 		}
 	}
