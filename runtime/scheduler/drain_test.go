@@ -183,23 +183,14 @@ func (f failingBackend) Claim(_ context.Context, reqs []scheduler.Request) []sch
 
 func TestReadErrorAfterItemsWereWonEndsTheTurnCleanly(t *testing.T) {
 	b := failingBackend{fakeBackend: newFakeBackend(classItems("default", 0, 3)...), failShape: "shared"}
-	s, err := scheduler.New[item](b, scheduler.Config{Executors: 8, Logger: quiet})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := s.Start(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	defer s.Stop()
+	s := startBackend(t, b, scheduler.Config{Executors: 8})
 	batch, err := s.ClaimTurn(context.Background(), controller.Turn{})
 	if err != nil || batch.Started != 2 {
 		t.Fatalf("batch %+v err %v: want the latency shape's 2 items and no error", batch, err)
 	}
 	waitFinished(t, b.fakeBackend, 2)
 	// With nothing won, the same error goes up as a proven no-commit.
-	s2, _ := scheduler.New[item](failingBackend{fakeBackend: newFakeBackend(), failShape: "latency"}, scheduler.Config{Executors: 8, Logger: quiet})
-	_ = s2.Start(context.Background())
-	defer s2.Stop()
+	s2 := startBackend(t, failingBackend{fakeBackend: newFakeBackend(), failShape: "latency"}, scheduler.Config{Executors: 8})
 	if _, err := s2.ClaimTurn(context.Background(), controller.Turn{}); !errors.Is(err, controller.ErrSourceOperationNotCommitted) {
 		t.Fatalf("error %v", err)
 	}
@@ -211,14 +202,7 @@ func TestReadErrorAfterItemsWereWonEndsTheTurnCleanly(t *testing.T) {
 func TestFailedShapeStaysHungryWhenTheTurnWonItems(t *testing.T) {
 	fb := newFakeBackend(classItems("default", 0, 1)...) // the latency shape's claim comes back short
 	b := &failOnceBackend{failingBackend: failingBackend{fakeBackend: fb, failShape: "shared"}}
-	s, err := scheduler.New[item](b, scheduler.Config{Executors: 8, Logger: quiet})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := s.Start(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	defer s.Stop()
+	s := startBackend(t, b, scheduler.Config{Executors: 8})
 	batch, err := s.ClaimTurn(context.Background(), controller.Turn{})
 	if err != nil || batch.Started != 1 || !batch.More {
 		t.Fatalf("turn %+v, %v: want the one item, no error, and More for the failed shape", batch, err)

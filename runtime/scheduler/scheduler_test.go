@@ -171,11 +171,17 @@ var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
 
 func start(t *testing.T, b *fakeBackend, cfg scheduler.Config) *scheduler.Scheduler[item] {
 	t.Helper()
-	cfg.Logger = quiet
 	if cfg.OnCapacityFreed == nil {
 		cfg.OnCapacityFreed = func() { b.freed <- struct{}{} }
 	}
-	s, err := scheduler.New[item](b, cfg)
+	return startBackend(t, b, cfg)
+}
+
+// startBackend starts a quiet scheduler on backend, stopped at cleanup.
+func startBackend(t *testing.T, backend scheduler.Backend[item], cfg scheduler.Config) *scheduler.Scheduler[item] {
+	t.Helper()
+	cfg.Logger = quiet
+	s, err := scheduler.New[item](backend, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -637,14 +643,7 @@ func TestContendedClaimKeepsTheShapeClaiming(t *testing.T) {
 	release := make(chan struct{})
 	fb.handle = func(ctx context.Context, _ item) error { <-release; return nil }
 	b := &contendedBackend{fakeBackend: fb}
-	s, err := scheduler.New[item](b, scheduler.Config{Executors: 2, Logger: quiet, OnCapacityFreed: func() {}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := s.Start(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(s.Stop)
+	s := startBackend(t, b, scheduler.Config{Executors: 2})
 	first, err := s.ClaimTurn(context.Background(), controller.Turn{})
 	if err != nil || first.Started != 0 || !first.More {
 		t.Fatalf("contended turn: %+v, %v; want no error, nothing started, More", first, err)

@@ -127,20 +127,12 @@ func (qu *Queue) completeLaned(ctx context.Context, leases []Lease, idx []int, e
 // (completed alone), or another owner's.
 func (qu *Queue) resolveLaned(ctx context.Context, leases []Lease, idx []int, errs []error) Finished {
 	ids, _ := fenceList(leases, idx)
-	var rows []gen.LeaseStatesRow
-	if err := qu.retryWrite(ctx, "read back a short laned batch", func(ctx context.Context) error {
-		var err error
-		rows, err = qu.q.LeaseStates(ctx, ids)
-		return err
-	}); err != nil {
+	byID, err := qu.leaseStates(ctx, "read back a short laned batch", ids)
+	if err != nil {
 		for _, i := range idx {
 			errs[i] = fmt.Errorf("workqueue: complete work %d: %w", leases[i].WorkID, err)
 		}
 		return Finished{PromotionsUnknown: true}
-	}
-	byID := make(map[int64]gen.LeaseStatesRow, len(rows))
-	for _, r := range rows {
-		byID[r.WorkID] = r
 	}
 	var fin Finished
 	for _, i := range idx {
@@ -158,6 +150,25 @@ func (qu *Queue) resolveLaned(ctx context.Context, leases []Lease, idx []int, er
 		}
 	}
 	return fin
+}
+
+// leaseStates reads the rows of ids by work id, retried after transient
+// errors (the read is idempotent).
+func (qu *Queue) leaseStates(ctx context.Context, what string, ids []int64) (map[int64]gen.LeaseStatesRow, error) {
+	var rows []gen.LeaseStatesRow
+	err := qu.retryWrite(ctx, what, func(ctx context.Context) error {
+		var err error
+		rows, err = qu.q.LeaseStates(ctx, ids)
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	byID := make(map[int64]gen.LeaseStatesRow, len(rows))
+	for _, r := range rows {
+		byID[r.WorkID] = r
+	}
+	return byID, nil
 }
 
 // add folds another finish's report into f.
@@ -233,21 +244,12 @@ func (qu *Queue) fencedBatch(ctx context.Context, op string, visible bool, lease
 	if err == nil && changed == int64(len(idx)) {
 		return // every entry matched in the run that returned
 	}
-	var rows []gen.LeaseStatesRow
-	readErr := qu.retryWrite(ctx, "read back "+what, func(ctx context.Context) error {
-		var err error
-		rows, err = qu.q.LeaseStates(ctx, ids)
-		return err
-	})
+	byID, readErr := qu.leaseStates(ctx, "read back "+what, ids)
 	if readErr != nil {
 		for _, i := range idx {
 			errs[i] = fmt.Errorf("workqueue: %s work %d: outcome unknown (%v): %w", op, leases[i].WorkID, err, readErr)
 		}
 		return
-	}
-	byID := make(map[int64]gen.LeaseStatesRow, len(rows))
-	for _, r := range rows {
-		byID[r.WorkID] = r
 	}
 	for _, i := range idx {
 		l := leases[i]

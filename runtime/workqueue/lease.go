@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"time"
 
 	"github.com/laneq/laneq/gen"
@@ -319,18 +320,19 @@ func newPromotions() *promotions { return &promotions{headed: map[laneRef]bool{}
 
 // behindChosen reports whether fw is in a lane a chosen follower will head.
 func (p *promotions) behindChosen(fw *follower) bool {
-	return (fw.source.Valid && p.headed[laneRef{"source", fw.source.String}]) ||
-		(fw.target.Valid && p.headed[laneRef{"target", fw.target.String}])
+	return slices.ContainsFunc(fw.lanes(), func(l laneRef) bool { return p.headed[l] })
 }
 
 func (p *promotions) choose(fw *follower) {
 	p.ids = append(p.ids, fw.workID)
-	if fw.source.Valid {
-		p.headed[laneRef{"source", fw.source.String}] = true
+	for _, l := range fw.lanes() {
+		p.headed[l] = true
 	}
-	if fw.target.Valid {
-		p.headed[laneRef{"target", fw.target.String}] = true
-	}
+}
+
+// lanes are the lanes fw is in.
+func (fw *follower) lanes() []laneRef {
+	return lanedItem{source: fw.source.String, target: fw.target.String}.lanes()
 }
 
 // write promotes the chosen followers, all still locked by this
