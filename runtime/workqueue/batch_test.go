@@ -480,3 +480,61 @@ func TestCompleteManyRandomLanesPromoteExactlyTheReady(t *testing.T) {
 		})
 	}
 }
+
+// A laned completion batch under faults: a deadlock inside its transaction
+// is run again whole; a lost reply of its commit makes the retry's finish
+// match nothing, and the read-back recognizes every entry as completed by
+// the lost run (followers possibly promoted) instead of calling them lost.
+// Either way each lane's follower is claimable exactly once afterwards.
+func TestCompleteManyLanedBatchUnderFaults(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		rule    faultdb.Rule
+		unknown bool // PromotionsUnknown expected
+	}{
+		{"deadlock on the follower read", faultdb.Rule{Statement: "NextBlockedInSourceLane", Skip: 1, Fault: faultdb.Deadlock}, false},
+		{"lost reply of the commit", faultdb.Rule{Statement: "COMMIT", Fault: faultdb.ReplyLost}, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f, qu, in := faultFixture(t, workqueue.Config{})
+			var heads, followers []int64
+			for _, lane := range []string{"A", "B", "C"} {
+				heads = append(heads, f.one(workqueue.Work{SourceLane: lane}))
+			}
+			for _, lane := range []string{"A", "B", "C"} {
+				followers = append(followers, f.one(workqueue.Work{SourceLane: lane}))
+			}
+			c := f.claimer("w")
+			got := f.claim(c, workqueue.ClaimRequest{})
+			if diff := cmp.Diff(sorted(heads), sorted(ids(got))); diff != "" {
+				t.Fatalf("claimed (-heads +got):\n%s", diff)
+			}
+			leases := make([]workqueue.Lease, len(got))
+			for i, it := range got {
+				leases[i] = it.Lease
+			}
+			in.Add(tc.rule)
+			errs, fin := qu.CompleteMany(f.ctx, leases)
+			for i, err := range errs {
+				if err != nil {
+					t.Fatalf("complete %d: %v", got[i].WorkID, err)
+				}
+			}
+			if in.Fired(tc.rule.Statement) != 1 {
+				t.Fatalf("the fault did not fire")
+			}
+			if fin.PromotionsUnknown != tc.unknown || (!tc.unknown && fin.Promoted != 3) {
+				t.Fatalf("finished %+v", fin)
+			}
+			for _, id := range heads {
+				if s := f.state(id); s != workqueue.StateCompleted {
+					t.Fatalf("head %d is %s", id, s)
+				}
+			}
+			next := f.claim(c, workqueue.ClaimRequest{})
+			if diff := cmp.Diff(sorted(followers), sorted(ids(next))); diff != "" {
+				t.Fatalf("claimed after the batch (-followers +got):\n%s", diff)
+			}
+		})
+	}
+}
