@@ -11,6 +11,13 @@ import (
 // slot is one executor: it runs the items handed to its shape, one at a
 // time, until the scheduler stops. A handler's panic, wedge or lease loss
 // ends that attempt only; the slot goes on to the next item.
+//
+// The slot is free again as soon as the handler returns: the outcome is
+// made durable on its own goroutine (finishAsync), which keeps the item's
+// processing-budget row until the outcome committed. Outcomes of many
+// slots then commit together (the backend group-commits them) while the
+// slots already run the next claim, instead of every slot idling for a
+// commit it cannot speed up.
 func (s *Scheduler[I]) slot(sh *shapeSlots[I]) {
 	defer s.wg.Done()
 	for {
@@ -18,14 +25,25 @@ func (s *Scheduler[I]) slot(sh *shapeSlots[I]) {
 		case <-s.ctx.Done():
 			return
 		case item := <-sh.work:
-			if s.ctx.Err() != nil { // stopping: do not start it
-				s.finish(item, ErrShutdown)
-			} else {
-				s.finish(item, s.attempt(item))
+			outcome := ErrShutdown // stopping: do not start it
+			if s.ctx.Err() == nil {
+				outcome = s.attempt(item)
 			}
-			s.release(sh)
+			s.finishAsync(item, outcome)
+			s.releaseSlot(sh)
 		}
 	}
+}
+
+// finishAsync makes outcome durable on its own goroutine and then returns
+// the item's budget row. Stop waits for it.
+func (s *Scheduler[I]) finishAsync(item I, outcome error) {
+	s.wg.Add(1) // the calling slot's own count is held: Stop cannot be past Wait
+	go func() {
+		defer s.wg.Done()
+		s.finish(item, outcome)
+		s.releaseBudget()
+	}()
 }
 
 // attempt runs the handler on its own goroutine under a heartbeat and the

@@ -100,6 +100,9 @@ func (p *PanicError) Error() string { return fmt.Sprintf("scheduler: handler pan
 // DefaultExecutors is the executor count when Config.Executors is zero.
 const DefaultExecutors = 4
 
+// DefaultClaimGather is Config.ClaimGather's default.
+const DefaultClaimGather = 200 * time.Microsecond
+
 // Config configures a Scheduler. Zero fields take the defaults.
 type Config struct {
 	// Executors is the number of execution slots. Default DefaultExecutors.
@@ -109,14 +112,29 @@ type Config struct {
 	// Classes names the latency and bulk classes of the profile.
 	Classes Classes
 	// MaxProcessingRows is the scope's processing budget across every
-	// queue class in this process (used when Limiter is nil). Default
-	// Executors.
+	// queue class in this process (used when Limiter is nil): items claimed
+	// and not finished, whether their handler runs or their outcome is
+	// committing. A slot takes its next item as soon as its handler
+	// returns, while the outcome commits (together with other slots'), so
+	// the default, 2 × Executors, holds a second row per slot for those
+	// commits; Executors makes every slot wait for its own commit.
 	MaxProcessingRows int
 	// Limiter admits claims. Default NewBudgetLimiter(MaxProcessingRows).
 	// A limiter belongs to one scheduler: budget it frees wakes only that
 	// scheduler's controller, so sharing one across schedulers can leave a
 	// scope waiting for its backstop.
 	Limiter Limiter
+	// ClaimGather is how long a continuation turn (the claim right after
+	// a turn that filled its slots: a backlog) waits for the slots of its
+	// shapes to come back before it claims. Handlers that return at once
+	// free their slots moments after the turn that filled them; without
+	// the wait, turns alternate between the few slots free at their start,
+	// each turn a scan, CAS and read-back for a handful of items. The wait
+	// ends as soon as every slot of those shapes is free and budgeted, so
+	// a continuation turn costs at most this much more, and the first turn
+	// after an event (an enqueue, a due timer, a wake) never waits. It is
+	// wall time, whatever Clock says. Default 200µs; negative disables.
+	ClaimGather time.Duration
 	// HandlerDeadline bounds one attempt. Default 5m.
 	HandlerDeadline time.Duration
 	// AbandonAfter is how long a handler may ignore its cancelled context
@@ -153,7 +171,10 @@ func (c Config) withDefaults() Config {
 	}
 	c.Classes = c.Classes.withDefaults()
 	if c.MaxProcessingRows == 0 {
-		c.MaxProcessingRows = c.Executors
+		c.MaxProcessingRows = 2 * c.Executors
+	}
+	if c.ClaimGather == 0 {
+		c.ClaimGather = DefaultClaimGather
 	}
 	if c.HandlerDeadline == 0 {
 		c.HandlerDeadline = 5 * time.Minute
@@ -192,8 +213,8 @@ func (c Config) renewRetryEvery() time.Duration {
 func (c Config) Fingerprint() string {
 	c = c.withDefaults()
 	h := fnv.New64a()
-	fmt.Fprintf(h, "%d|%s|%q|%q|%d|%t|%s|%s|%s|%s|%s", c.Executors, c.Profile, c.Classes.Latency, c.Classes.Bulk,
-		c.MaxProcessingRows, c.Limiter != nil, c.HandlerDeadline, c.AbandonAfter, c.HeartbeatEvery, c.FinishTimeout, c.RenewGrace)
+	fmt.Fprintf(h, "%d|%s|%q|%q|%d|%t|%s|%s|%s|%s|%s|%s", c.Executors, c.Profile, c.Classes.Latency, c.Classes.Bulk,
+		c.MaxProcessingRows, c.Limiter != nil, c.HandlerDeadline, c.AbandonAfter, c.HeartbeatEvery, c.FinishTimeout, c.RenewGrace, c.ClaimGather)
 	return fmt.Sprintf("%016x", h.Sum64())
 }
 
@@ -234,6 +255,7 @@ type Scheduler[I any] struct {
 
 	mu     sync.Mutex
 	shapes []*shapeSlots[I]
+	freed  chan struct{} // capacity freed since the last gather looked; never blocks a sender
 
 	state  atomic.Int32 // 0 new, 1 running, 2 stopped
 	cancel context.CancelCauseFunc
@@ -267,7 +289,7 @@ func New[I any](backend Backend[I], cfg Config) (*Scheduler[I], error) {
 			return nil, err
 		}
 	}
-	s := &Scheduler[I]{cfg: cfg, backend: backend, limiter: lim, log: cfg.Logger}
+	s := &Scheduler[I]{cfg: cfg, backend: backend, limiter: lim, log: cfg.Logger, freed: make(chan struct{}, 1)}
 	for _, sh := range shapes {
 		s.shapes = append(s.shapes, &shapeSlots[I]{Shape: sh, work: make(chan I, sh.Executors), free: sh.Executors, hungry: true})
 	}
@@ -318,7 +340,8 @@ func (s *Scheduler[I]) Stop() {
 			select {
 			case item := <-sh.work:
 				s.finish(item, ErrShutdown)
-				s.release(sh)
+				s.releaseSlot(sh)
+				s.releaseBudget()
 				continue
 			default:
 			}
@@ -359,6 +382,9 @@ func (s *Scheduler[I]) ClaimTurn(ctx context.Context, turn controller.Turn) (con
 	if !s.Running() { // Stop won the lock: nothing would run the items
 		return controller.ClaimBatch{}, fmt.Errorf("%w: %w", ErrStopped, controller.ErrSourceOperationNotCommitted)
 	}
+	if turn.Continuation {
+		s.gather()
+	}
 	s.turns.Add(1)
 	var batch controller.ClaimBatch
 	first := s.next
@@ -384,7 +410,15 @@ func (s *Scheduler[I]) ClaimTurn(ctx context.Context, turn controller.Turn) (con
 		}
 		if ok {
 			reqs, claiming = append(reqs, req), append(claiming, sh)
+			continue
 		}
+		// Denied. By the budget, a hungry shape stays hungry, and More
+		// lets the controller continue once capacity frees; without it a
+		// turn whose budget went to a shape without work (then not hungry)
+		// would end the claiming while work waits, until the next event.
+		s.mu.Lock()
+		batch.More = batch.More || sh.hungry
+		s.mu.Unlock()
 	}
 	var firstErr error
 	if len(reqs) > 0 {
@@ -507,11 +541,62 @@ func (s *Scheduler[I]) FreeSlots() map[string]int {
 	return out
 }
 
-// release returns a slot and its budget row after an item finished.
-func (s *Scheduler[I]) release(sh *shapeSlots[I]) {
+// gather waits, up to ClaimGather of wall time, until every slot of the
+// hungry shapes (those a continuation turn claims for) is free and the
+// budget covers them, or the scheduler stops.
+func (s *Scheduler[I]) gather() {
+	if s.cfg.ClaimGather <= 0 {
+		return
+	}
+	var timeout <-chan time.Time
+	for {
+		s.mu.Lock()
+		free, slots := 0, 0
+		for _, sh := range s.shapes {
+			if sh.hungry {
+				free, slots = free+sh.free, slots+sh.Executors
+			}
+		}
+		s.mu.Unlock()
+		if min(free, s.limiter.Available()) >= slots {
+			return
+		}
+		if timeout == nil {
+			t := time.NewTimer(s.cfg.ClaimGather)
+			defer t.Stop()
+			timeout = t.C
+		}
+		select {
+		case <-s.freed:
+		case <-timeout:
+			return
+		case <-s.ctx.Done():
+			return
+		}
+	}
+}
+
+// capacityFreed tells a gathering turn and the controller that a slot or
+// budget row came back.
+func (s *Scheduler[I]) capacityFreed() {
+	select {
+	case s.freed <- struct{}{}:
+	default:
+	}
+	s.cfg.OnCapacityFreed()
+}
+
+// releaseSlot returns a slot whose handler returned.
+func (s *Scheduler[I]) releaseSlot(sh *shapeSlots[I]) {
 	s.mu.Lock()
 	sh.free++
 	s.mu.Unlock()
+	s.capacityFreed()
+}
+
+// releaseBudget returns the budget row of an item whose outcome committed
+// (or failed for good).
+func (s *Scheduler[I]) releaseBudget() {
 	s.limiter.Release(1)
-	s.cfg.OnCapacityFreed()
+	s.capacityFreed()
 }

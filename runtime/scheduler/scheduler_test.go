@@ -39,7 +39,8 @@ type fakeBackend struct {
 	handle              func(ctx context.Context, it item) error
 	renew               func(it item) error
 	renewed             chan int
-	freed               chan struct{} // one per slot released
+	freed               chan struct{} // one per slot or budget row released
+	beforeFinish        func(it item) // runs as Finish starts (may block it)
 }
 
 func newFakeBackend(items ...item) *fakeBackend {
@@ -116,6 +117,9 @@ func (b *fakeBackend) Handle(ctx context.Context, it item) error {
 }
 
 func (b *fakeBackend) Finish(_ context.Context, it item, outcome error) error {
+	if b.beforeFinish != nil {
+		b.beforeFinish(it)
+	}
 	b.mu.Lock()
 	b.outcomes[it.id] = outcome
 	b.mu.Unlock()
@@ -141,14 +145,16 @@ func (b *fakeBackend) Requests() []scheduler.Request {
 	return slices.Clone(b.requests)
 }
 
-// waitFreed waits until n slots were released after their items finished.
-func waitFreed(t *testing.T, b *fakeBackend, n int) {
+// waitCapacity waits until a fresh claim turn could start n items (free
+// slots with budget), woken by every release (start wires OnCapacityFreed
+// to b.freed).
+func waitCapacity(t *testing.T, s *scheduler.Scheduler[item], b *fakeBackend, n int) {
 	t.Helper()
-	for i := range n {
+	for s.Capacity(false) < n {
 		select {
 		case <-b.freed:
 		case <-time.After(10 * time.Second):
-			t.Fatalf("only %d of %d slots freed", i, n)
+			t.Fatalf("capacity %d, waiting for %d", s.Capacity(false), n)
 		}
 	}
 }
@@ -415,7 +421,7 @@ func TestPanicIsRecoveredInTheSlot(t *testing.T) {
 			t.Fatal(err)
 		}
 		waitFinished(t, b, 1)
-		waitFreed(t, b, 1)
+		waitCapacity(t, s, b, 1)
 	}
 	var p *scheduler.PanicError
 	if !errors.As(b.outcome(1), &p) || p.Value != "boom" {
@@ -464,7 +470,7 @@ func TestDeadlineCancelsAndAbandonsWedgedHandlers(t *testing.T) {
 	<-started
 	fc.Advance(time.Minute)
 	waitFinished(t, b, 1)
-	waitFreed(t, b, 1)
+	waitCapacity(t, s, b, 1)
 	if err := b.outcome(1); !errors.Is(err, scheduler.ErrHandlerDeadline) {
 		t.Fatalf("item 1 outcome %v", err)
 	}
@@ -479,7 +485,7 @@ func TestDeadlineCancelsAndAbandonsWedgedHandlers(t *testing.T) {
 	if err := b.outcome(2); !errors.Is(err, scheduler.ErrHandlerDeadline) {
 		t.Fatalf("item 2 outcome %v", err)
 	}
-	waitFreed(t, b, 1)
+	waitCapacity(t, s, b, 1)
 	if st := s.Stats(); st.Abandoned != 1 {
 		t.Fatalf("abandoned %d", st.Abandoned)
 	}

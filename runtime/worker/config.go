@@ -27,6 +27,7 @@ const (
 	EnvReconcileEvery        = "LANEQ_RECONCILE_EVERY"         // Controller.ReconcileEvery
 	EnvDependencySafetyEvery = "LANEQ_DEPENDENCY_SAFETY_EVERY" // Controller.MaintainEvery
 	EnvCompleteBatch         = "LANEQ_COMPLETE_BATCH"          // CompleteBatch
+	EnvClaimGather           = "LANEQ_CLAIM_GATHER"            // Scheduler.ClaimGather, a Go duration
 )
 
 // DefaultCompleteBatch is Config.CompleteBatch's default.
@@ -57,9 +58,11 @@ type Config struct {
 	// lane by one statement, items in lanes by one transaction that
 	// promotes their followers (workqueue.Queue.CompleteMany). Executors that finish while another's write is in
 	// flight are written together by the next one (group commit, no timer:
-	// a lone completion is written at once); each executor's slot frees
-	// only after its own item's write committed. Lease renewals are
-	// batched the same way, up to the same bound. 1 writes each alone.
+	// a lone completion is written at once). An executor takes its next
+	// item as soon as its handler returns; the item keeps its processing
+	// budget row (Scheduler.MaxProcessingRows) until its own write
+	// committed. Lease renewals are batched the same way, up to the same
+	// bound. 1 writes each alone.
 	// Default 64, at most workqueue.MaxCompleteBatch.
 	CompleteBatch int
 	// StageTiming logs each attempt's stage durations (no payloads).
@@ -140,6 +143,7 @@ func (c Config) fromLookup(lookup func(string) (string, bool)) (Config, error) {
 		positive(EnvMaxProcessingRows, &c.Scheduler.MaxProcessingRows),
 		positive(EnvCompleteBatch, &c.CompleteBatch),
 		duration(EnvHandlerDeadline, &c.Scheduler.HandlerDeadline, false),
+		duration(EnvClaimGather, &c.Scheduler.ClaimGather, true),
 		duration(EnvGenerationProbeEvery, &c.Controller.GenerationProbeEvery, true),
 		duration(EnvReconcileEvery, &c.Controller.ReconcileEvery, true),
 		duration(EnvDependencySafetyEvery, &c.Controller.MaintainEvery, true),
