@@ -257,6 +257,10 @@ func (w *Worker) Run(ctx context.Context) error {
 	if err := w.sched.Start(ctx); err != nil {
 		return err
 	}
+	// Work enqueued through this worker's Queue (Enqueue, a committed Tx)
+	// wakes it: no Wake call of the caller's.
+	stopListening := w.q.OnEnqueued(w.cfg.Scope, w.Wake)
+	defer stopListening()
 	execs := w.sched.Shapes()
 	w.log.Info("worker started", "owner", w.cfg.Owner, "executors", w.cfg.Scheduler.Executors,
 		"profile", w.cfg.Scheduler.Profile, "shapes", len(execs), "work_types", w.WorkTypes())
@@ -312,9 +316,10 @@ func (w *Worker) runController(ctx context.Context) error {
 // Running reports whether Run is active.
 func (w *Worker) Running() bool { return w.running.Load() }
 
-// Wake tells the worker new work may be claimable (call it after enqueueing
-// in this process; other processes see the enqueue on their next
-// generation probe).
+// Wake tells the worker new work may be claimable. Enqueues through the
+// worker's own Queue wake it by themselves (Queue.OnEnqueued); call Wake
+// after enqueueing through another Queue of this process. Other processes
+// see an enqueue on their next generation probe.
 func (w *Worker) Wake() { w.ctrl.Wake() }
 
 // Satisfy records a dependency key of the worker's scope and wakes the

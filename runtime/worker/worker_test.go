@@ -314,12 +314,49 @@ func TestGenerationProbeFindsOtherProcessesWork(t *testing.T) {
 		t.Fatal(err)
 	}
 	before := w.Stats().Controller
-	// Enqueued without a Wake, as another process would.
+	// Enqueued through another Queue, as another process would: nothing
+	// wakes the worker.
+	other, err := workqueue.New(f.db, workqueue.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.qu = other
 	f.enqueue(3, 0, "deliver")
 	c.wait(t, 3)
 	after := w.Stats().Controller
 	if after.GenerationChanges < 1 || after.Claims <= before.Claims {
 		t.Fatalf("the enqueue was not noticed through the probe: before %+v after %+v", before, after)
+	}
+}
+
+// TestEnqueueWakesTheWorkerOfItsQueue: with every periodic read off, an
+// enqueue through the worker's own Queue, plain or in a committed Tx,
+// starts its work without a Wake call.
+func TestEnqueueWakesTheWorkerOfItsQueue(t *testing.T) {
+	f := newFixture(t, workqueue.Config{})
+	c := newCollector(nil)
+	w, err := worker.New(f.qu, quietCfg(2), map[string]worker.Handler{"deliver": c.handle})
+	if err != nil {
+		t.Fatal(err)
+	}
+	run(t, w)
+	if err := w.Settle(f.ctx); err != nil {
+		t.Fatal(err)
+	}
+	f.enqueue(2, 0, "deliver")
+	c.wait(t, 2)
+	err = f.qu.InTx(f.ctx, func(ctx context.Context, tx *workqueue.Tx) error {
+		_, err := tx.Enqueue(ctx, scope, []workqueue.Event{{IdempotencyKey: "in-tx", Payload: []byte("{}"),
+			Work: []workqueue.Work{{WorkType: "deliver"}}}})
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.wait(t, 1)
+	settled(t, f, w, map[string]int{"completed": 3})
+	if st := w.Stats().Controller; st.GenerationProbes != 0 || st.DueTimerFires != 0 {
+		t.Fatalf("found through periodic reads: %+v", st)
 	}
 }
 

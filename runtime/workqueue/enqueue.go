@@ -63,7 +63,9 @@ type EnqueuedWork struct {
 }
 
 // Enqueue writes events and their work items in one transaction and returns
-// their ids in input order. It is idempotent: an event whose idempotency key
+// their ids in input order (Tx.Enqueue does it inside a caller's
+// transaction). After the commit, OnEnqueued listeners of scope are
+// called when it created work. It is idempotent: an event whose idempotency key
 // exists is not written again and its existing work items are returned; a
 // work type missing from an existing event is created.
 //
@@ -86,15 +88,13 @@ func (qu *Queue) Enqueue(ctx context.Context, scope string, events []Event) ([]E
 		out, err = enqueueTx(ctx, q, scope, events, kinds)
 		return err
 	})
-	if mysqlErrno(err) == errDuplicateEntry {
-		// Enqueue's own duplicates are found under the scope lock before any
-		// insert; a duplicate key here means another writer bypassed it.
-		return nil, fmt.Errorf("%w: %w", ErrConflict, err)
-	}
 	if err != nil {
-		return nil, err
+		return nil, enqueueError(err)
 	}
 	qu.rememberKinds(kinds)
+	if createdWork(out) {
+		qu.notifyEnqueued(scope)
+	}
 	return out, nil
 }
 

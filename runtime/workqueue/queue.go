@@ -132,6 +132,10 @@ type Queue struct {
 	kindsMu sync.Mutex
 	kinds   map[workKind]bool // work kinds this Queue registered (see Enqueue)
 
+	listenMu  sync.Mutex
+	listenID  uint64
+	listeners map[string]map[uint64]func() // scope -> OnEnqueued listeners
+
 	writeRetries, writesAbandoned atomic.Uint64
 }
 
@@ -160,7 +164,7 @@ func New(db *sql.DB, cfg Config) (*Queue, error) {
 	if err != nil {
 		return nil, err
 	}
-	qu := &Queue{db: db, cfg: cfg, kinds: map[workKind]bool{}}
+	qu := &Queue{db: db, cfg: cfg, kinds: map[workKind]bool{}, listeners: map[string]map[uint64]func(){}}
 	if !cfg.TextProtocol {
 		qu.prep = prepcache.New(db, 0)
 		qu.q = gen.New(qu.prep)
