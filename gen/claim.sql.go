@@ -66,9 +66,7 @@ func (q *Queries) ClaimBatchCAS(ctx context.Context, arg ClaimBatchCASParams) (i
 }
 
 const claimCandidates = `-- name: ClaimCandidates :many
-SELECT w.work_id, w.event_id, w.work_type, w.queue_class, w.lease_token, w.lane_ordinal,
-       w.attempt_count, w.safe_retry_count, w.generation, w.source_lane_key, w.target_lane_key,
-       w.run_after
+SELECT w.work_id, w.work_type, w.run_after, w.lane_ordinal
 FROM work_item w
 WHERE w.scope_id = ?
   AND w.generation = ?
@@ -92,18 +90,10 @@ type ClaimCandidatesParams struct {
 }
 
 type ClaimCandidatesRow struct {
-	WorkID         int64
-	EventID        int64
-	WorkType       string
-	QueueClass     string
-	LeaseToken     int64
-	LaneOrdinal    int64
-	AttemptCount   int32
-	SafeRetryCount int32
-	Generation     int64
-	SourceLaneKey  sql.NullString
-	TargetLaneKey  sql.NullString
-	RunAfter       time.Time
+	WorkID      int64
+	WorkType    string
+	RunAfter    time.Time
+	LaneOrdinal int64
 }
 
 // Due lane heads of one queue class in claim order (run_after, lane_ordinal,
@@ -122,6 +112,9 @@ type ClaimCandidatesRow struct {
 // engine a scan costs time for every live entry in its range, LIMIT or not.
 // The generation comes from the claimer's read of the scope row for this
 // turn; the fence itself is enforced by ClaimBatchCAS and ClaimedByRef.
+// Only columns of idx_work_item_claim: the scan never reads a table row
+// (an index-only read, no per-candidate lookup); ClaimedByRef reads the
+// rows the CAS won, so rows lost to another claimer are never read whole.
 func (q *Queries) ClaimCandidates(ctx context.Context, arg ClaimCandidatesParams) ([]ClaimCandidatesRow, error) {
 	query := claimCandidates
 	var queryParams []interface{}
@@ -149,17 +142,9 @@ func (q *Queries) ClaimCandidates(ctx context.Context, arg ClaimCandidatesParams
 		var i ClaimCandidatesRow
 		if err := rows.Scan(
 			&i.WorkID,
-			&i.EventID,
 			&i.WorkType,
-			&i.QueueClass,
-			&i.LeaseToken,
-			&i.LaneOrdinal,
-			&i.AttemptCount,
-			&i.SafeRetryCount,
-			&i.Generation,
-			&i.SourceLaneKey,
-			&i.TargetLaneKey,
 			&i.RunAfter,
+			&i.LaneOrdinal,
 		); err != nil {
 			return nil, err
 		}

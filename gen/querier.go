@@ -80,6 +80,9 @@ type Querier interface {
 	// engine a scan costs time for every live entry in its range, LIMIT or not.
 	// The generation comes from the claimer's read of the scope row for this
 	// turn; the fence itself is enforced by ClaimBatchCAS and ClaimedByRef.
+	// Only columns of idx_work_item_claim: the scan never reads a table row
+	// (an index-only read, no per-candidate lookup); ClaimedByRef reads the
+	// rows the CAS won, so rows lost to another claimer are never read whole.
 	ClaimCandidates(ctx context.Context, arg ClaimCandidatesParams) ([]ClaimCandidatesRow, error)
 	// The rows ClaimBatchCAS won, with the lease tokens it set and the events
 	// their executors run on: batch point gets on the primary keys, filtered by

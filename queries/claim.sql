@@ -15,9 +15,10 @@
 -- engine a scan costs time for every live entry in its range, LIMIT or not.
 -- The generation comes from the claimer's read of the scope row for this
 -- turn; the fence itself is enforced by ClaimBatchCAS and ClaimedByRef.
-SELECT w.work_id, w.event_id, w.work_type, w.queue_class, w.lease_token, w.lane_ordinal,
-       w.attempt_count, w.safe_retry_count, w.generation, w.source_lane_key, w.target_lane_key,
-       w.run_after
+-- Only columns of idx_work_item_claim: the scan never reads a table row
+-- (an index-only read, no per-candidate lookup); ClaimedByRef reads the
+-- rows the CAS won, so rows lost to another claimer are never read whole.
+SELECT w.work_id, w.work_type, w.run_after, w.lane_ordinal
 FROM work_item w
 WHERE w.scope_id = sqlc.arg(scope_id)
   AND w.generation = sqlc.arg(generation)

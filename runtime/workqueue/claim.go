@@ -591,12 +591,20 @@ func (c *Claimer) settle(m map[string]*cursor, class string, epoch uint64, scan 
 // the database time the scan read its range to exhaustion through (zero
 // when the limit cut it short), and the row density it measured.
 type classScan struct {
-	rows    []gen.ClaimCandidatesRow
+	rows    []scanned
 	through time.Time
 	perRow  time.Duration
 }
 
-type scanFunc func(from, until time.Time, limit int) ([]gen.ClaimCandidatesRow, error)
+// scanned is what claim order and a cursor need of a candidate: the
+// columns ClaimCandidates reads off its index.
+type scanned struct {
+	WorkID      int64
+	RunAfter    time.Time
+	LaneOrdinal int64
+}
+
+type scanFunc func(from, until time.Time, limit int) ([]scanned, error)
 
 // scanWindows reads a class's range from its cursor up to now, at most want
 // rows, in at most two statements: the cursor's window first (see
@@ -609,7 +617,7 @@ type scanFunc func(from, until time.Time, limit int) ([]gen.ClaimCandidatesRow, 
 // (see cursor.width). A class without a floor is read from the front of its
 // range in one statement.
 func (c *Claimer) scanWindows(cur cursor, now time.Time, want int, stats *ClaimStats, scan scanFunc) (classScan, error) {
-	read := func(from, until time.Time, limit int) ([]gen.ClaimCandidatesRow, error) {
+	read := func(from, until time.Time, limit int) ([]scanned, error) {
 		stats.Statements++
 		return scan(from, until, limit)
 	}
@@ -669,7 +677,7 @@ func (cur cursor) width(want int) time.Duration {
 // statement over [floor, floor+width] that returned rows: when it filled
 // want, from the span its rows covered; when it came up short, as if it had
 // found at least one row (so an empty range doubles its width or more).
-func nextPerRow(cur cursor, width time.Duration, rows []gen.ClaimCandidatesRow, want int) time.Duration {
+func nextPerRow(cur cursor, width time.Duration, rows []scanned, want int) time.Duration {
 	if len(rows) >= want {
 		span := rows[len(rows)-1].RunAfter.Sub(cur.floor)
 		return max(span/time.Duration(len(rows)), time.Microsecond)
@@ -692,8 +700,9 @@ func earliest(a, b time.Time) time.Time {
 }
 
 type candidate struct {
-	row   gen.ClaimCandidatesRow
+	row   scanned
 	class string
+	stale gen.StaleCandidatesRow // the whole row, for a reclaim's CAS on its token
 }
 
 // claimTier scans each class of the tier from its cursor, merges the
@@ -705,11 +714,16 @@ func (c *Claimer) claimTier(ctx context.Context, sc gen.GetScopeRow, classes, wo
 	for _, class := range classes {
 		var cur cursor
 		cur, epoch = c.cursorFor(c.fresh, class)
-		res, err := c.scanWindows(cur, sc.DbNow, want, stats, func(from, until time.Time, limit int) ([]gen.ClaimCandidatesRow, error) {
-			return c.qu.q.ClaimCandidates(ctx, gen.ClaimCandidatesParams{
+		res, err := c.scanWindows(cur, sc.DbNow, want, stats, func(from, until time.Time, limit int) ([]scanned, error) {
+			rows, err := c.qu.q.ClaimCandidates(ctx, gen.ClaimCandidatesParams{
 				ScopeID: c.scope, Generation: sc.ActiveGeneration, QueueClass: class,
 				FromTime: from, UntilTime: until, WorkTypes: workTypes, Limit: int32(limit),
 			})
+			out := make([]scanned, len(rows))
+			for i, r := range rows {
+				out[i] = scanned{WorkID: r.WorkID, RunAfter: r.RunAfter, LaneOrdinal: r.LaneOrdinal}
+			}
+			return out, err
 		})
 		if err != nil {
 			return nil, nothingCommitted(fmt.Errorf("workqueue: claim candidates (scope %q, class %q): %w", c.scope, class, err))
@@ -798,7 +812,7 @@ func (c *Claimer) readBack(ctx context.Context, ref sql.NullString, ids []int64,
 	}
 	won = make([]Claimed, 0, len(rows))
 	for _, r := range rows {
-		claimed := c.claimedFrom(gen.ClaimCandidatesRow{
+		claimed := c.claimedFrom(gen.StaleCandidatesRow{
 			WorkID: r.WorkID, EventID: r.EventID, WorkType: r.WorkType, QueueClass: r.QueueClass,
 			LeaseToken: r.LeaseToken, LaneOrdinal: r.LaneOrdinal, AttemptCount: r.AttemptCount,
 			SafeRetryCount: r.SafeRetryCount, Generation: r.Generation, SourceLaneKey: r.SourceLaneKey,
@@ -850,9 +864,9 @@ func (c *Claimer) reclaim(ctx context.Context, sc gen.GetScopeRow, classes, work
 		stats.Scanned += len(rows)
 		res := classScan{through: throughIf(len(rows) < want, sc.DbNow), perRow: cur.perRow}
 		for _, r := range rows {
-			row := gen.ClaimCandidatesRow(r)
+			row := scanned{WorkID: r.WorkID, RunAfter: r.RunAfter, LaneOrdinal: r.LaneOrdinal}
 			res.rows = append(res.rows, row)
-			cands = append(cands, candidate{row: row, class: class})
+			cands = append(cands, candidate{row: row, class: class, stale: r})
 		}
 		scans[class] = res
 	}
@@ -884,7 +898,7 @@ func (c *Claimer) reclaim(ctx context.Context, sc gen.GetScopeRow, classes, work
 		}
 	}
 	for _, cand := range cands {
-		r := cand.row
+		r := cand.stale
 		if r.AttemptCount >= c.qu.cfg.MaxAttempts {
 			err := c.qu.expireToDead(ctx, r)
 			if err == nil {
@@ -926,7 +940,7 @@ func (c *Claimer) reclaim(ctx context.Context, sc gen.GetScopeRow, classes, work
 	return won, nil
 }
 
-func (c *Claimer) reclaimCAS(ctx context.Context, r gen.ClaimCandidatesRow, ref sql.NullString) (int64, error) {
+func (c *Claimer) reclaimCAS(ctx context.Context, r gen.StaleCandidatesRow, ref sql.NullString) (int64, error) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.qu.cfg.WriteTimeout)
 	defer cancel()
 	return c.qu.q.ReclaimCAS(ctx, gen.ReclaimCASParams{
@@ -936,7 +950,7 @@ func (c *Claimer) reclaimCAS(ctx context.Context, r gen.ClaimCandidatesRow, ref 
 }
 
 // claimedFrom builds the owner's view of a row as it is after its claim CAS.
-func (c *Claimer) claimedFrom(r gen.ClaimCandidatesRow, reclaimed bool) Claimed {
+func (c *Claimer) claimedFrom(r gen.StaleCandidatesRow, reclaimed bool) Claimed {
 	return Claimed{
 		Scope: c.scope, WorkID: r.WorkID, EventID: r.EventID, WorkType: r.WorkType, QueueClass: r.QueueClass,
 		LaneOrdinal: r.LaneOrdinal, Attempt: r.AttemptCount, SafeRetries: r.SafeRetryCount, Reclaimed: reclaimed,
@@ -975,7 +989,9 @@ func (c *Claimer) Probe(ctx context.Context, classes, workTypes []string) (uint6
 			return 0, fmt.Errorf("workqueue: probe class %q of scope %q: %w", class, c.scope, err)
 		}
 		for _, r := range rows {
-			fmt.Fprintf(h, "/%s:%d:%d", class, r.WorkID, r.LeaseToken)
+			// A claim and release of the same row moves its run_after to
+			// the release's time: the first row changed.
+			fmt.Fprintf(h, "/%s:%d:%d", class, r.WorkID, r.RunAfter.UnixMicro())
 		}
 	}
 	return h.Sum64(), nil

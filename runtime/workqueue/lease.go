@@ -239,7 +239,7 @@ func (qu *Queue) finish(ctx context.Context, l Lease, state string, f *Failure) 
 // promoting its lane followers in the same transaction. A lost CAS (another
 // claimer got there first) is not an error worth reporting: the row is
 // handled either way.
-func (qu *Queue) expireToDead(ctx context.Context, r gen.ClaimCandidatesRow) error {
+func (qu *Queue) expireToDead(ctx context.Context, r gen.StaleCandidatesRow) error {
 	f := Failure{Class: FailureAttemptsExhausted,
 		Summary: fmt.Sprintf("lease expired after attempt %d of %d (the process running it stopped or stalled each time)", r.AttemptCount, qu.cfg.MaxAttempts)}
 	lanes := &laneIdentity{generation: r.Generation, ordinal: r.LaneOrdinal, source: r.SourceLaneKey, target: r.TargetLaneKey}
