@@ -195,9 +195,9 @@ func Check(ctx context.Context, stmts []Statement, cases []Case, fixtures []Fixt
 	for k, v := range opts.Values {
 		values[k] = v
 	}
-	byQuery := map[string]Case{}                // the first case of each statement, for traced calls
-	boundArgs := map[string]int{}               // how many arguments that case binds
-	churnedMedian := map[string]time.Duration{} // each hot case's time where the traced calls ran
+	byQuery := map[string]Case{}          // the first case of each statement, for traced calls
+	boundArgs := map[string]int{}         // how many arguments that case binds
+	churnedCase := map[string]timedCase{} // each hot case's time where the traced calls ran
 	for _, c := range cases {
 		res, churned, err := checkCase(ctx, c, sqlOf[c.Query], values, fixtures, opts)
 		if err != nil {
@@ -206,16 +206,16 @@ func Check(ctx context.Context, stmts []Statement, cases []Case, fixtures []Fixt
 		if _, ok := byQuery[c.Query]; !ok {
 			byQuery[c.Query], boundArgs[c.Query] = c, res.boundArgs
 		}
-		if churned > 0 {
-			if _, ok := churnedMedian[c.Query]; !ok {
-				churnedMedian[c.Query] = churned
+		if churned.median > 0 {
+			if _, ok := churnedCase[c.Query]; !ok {
+				churnedCase[c.Query] = churned
 			}
 		}
 		rep.Results = append(rep.Results, res)
 		fmt.Fprintf(opts.Progress, "plancheck: %-34s rows %v ms %v %s\n", res.Query, res.RowsRead, res.MedianMs, verdict(res.Pass()))
 	}
 	if opts.Trace != nil && opts.Churned != nil {
-		traced, err := checkTrace(ctx, opts.Churned, opts.Trace, byQuery, boundArgs, churnedMedian, opts.Runs)
+		traced, err := checkTrace(ctx, opts.Churned, opts.Trace, byQuery, boundArgs, churnedCase, opts.Runs)
 		if err != nil {
 			return rep, err
 		}
@@ -235,8 +235,9 @@ func verdict(ok bool) string {
 }
 
 // checkCase runs one case on every fixture (and the churned one) and
-// returns its result and, for a hot case, its median on the churned fixture.
-func checkCase(ctx context.Context, c Case, stmt string, values map[string]any, fixtures []Fixture, opts Options) (Result, time.Duration, error) {
+// returns its result and, for a hot case, the case bound and timed on the
+// churned fixture.
+func checkCase(ctx context.Context, c Case, stmt string, values map[string]any, fixtures []Fixture, opts Options) (Result, timedCase, error) {
 	res := Result{Query: c.Name()}
 	if c.Inner != "" {
 		stmt = c.Inner
@@ -245,20 +246,20 @@ func checkCase(ctx context.Context, c Case, stmt string, values map[string]any, 
 	for _, f := range fixtures {
 		args, err := resolveOn(ctx, f.DB, c.Args, values)
 		if err != nil {
-			return res, 0, fmt.Errorf("plancheck: %s at %s: %w", c.Name(), f.Name, err)
+			return res, timedCase{}, fmt.Errorf("plancheck: %s at %s: %w", c.Name(), f.Name, err)
 		}
 		query, bound, err := Bind(stmt, args)
 		if err != nil {
-			return res, 0, fmt.Errorf("plancheck: %s: %w", c.Name(), err)
+			return res, timedCase{}, fmt.Errorf("plancheck: %s: %w", c.Name(), err)
 		}
 		o, err := explainBound(ctx, f.DB, query, bound)
 		if err != nil {
-			return res, 0, fmt.Errorf("plancheck: %s at %s: %w", c.Name(), f.Name, err)
+			return res, timedCase{}, fmt.Errorf("plancheck: %s at %s: %w", c.Name(), f.Name, err)
 		}
 		o.Fixture, res.boundArgs = f.Name, len(bound)
 		if timed {
 			if o.Median, err = MedianTime(ctx, f.DB, query, bound, opts.Runs); err != nil {
-				return res, 0, fmt.Errorf("plancheck: time %s at %s: %w", c.Name(), f.Name, err)
+				return res, timedCase{}, fmt.Errorf("plancheck: time %s at %s: %w", c.Name(), f.Name, err)
 			}
 			res.MedianMs = append(res.MedianMs, ms(o.Median))
 		}
@@ -276,7 +277,7 @@ func checkCase(ctx context.Context, c Case, stmt string, values map[string]any, 
 				// One slow median on a busy machine is not a finding: time
 				// both again, and judge the second pair.
 				if v, err = retime(ctx, c, stmt, values, fixtures[0], fixtures[n-1], opts.Runs, &small, &large); err != nil {
-					return res, 0, err
+					return res, timedCase{}, err
 				}
 				res.MedianMs[0], res.MedianMs[n-1] = ms(small.Median), ms(large.Median)
 			}
@@ -287,27 +288,35 @@ func checkCase(ctx context.Context, c Case, stmt string, values map[string]any, 
 	res.Operators, res.Shape = Brief(last.Ops), Shape(last.Ops)
 	if timed {
 		if err := checkPlanCache(ctx, c, stmt, values, fixtures[len(fixtures)-1], &res); err != nil {
-			return res, 0, err
+			return res, timedCase{}, err
 		}
 	}
 	if !timed || opts.Churned == nil {
-		return res, 0, nil
+		return res, timedCase{}, nil
 	}
 	args, err := resolveOn(ctx, opts.Churned, c.Args, values)
 	if err != nil {
-		return res, 0, fmt.Errorf("plancheck: %s churned: %w", c.Name(), err)
+		return res, timedCase{}, fmt.Errorf("plancheck: %s churned: %w", c.Name(), err)
 	}
 	query, bound, err := Bind(stmt, args)
 	if err != nil {
-		return res, 0, err
+		return res, timedCase{}, err
 	}
 	churned, err := MedianTime(ctx, opts.Churned, query, bound, opts.Runs)
 	if err != nil {
-		return res, 0, fmt.Errorf("plancheck: time %s churned: %w", c.Name(), err)
+		return res, timedCase{}, fmt.Errorf("plancheck: time %s churned: %w", c.Name(), err)
 	}
 	res.ChurnedMs = ms(churned)
 	res.Violations = append(res.Violations, judgeChurn(c, last.Median, churned)...)
-	return res, churned, nil
+	return res, timedCase{query: query, args: bound, median: churned}, nil
+}
+
+// timedCase is a hot case bound on the churned database and its median
+// time there: what a traced call is compared with, and timed again beside.
+type timedCase struct {
+	query  string
+	args   []any
+	median time.Duration
 }
 
 // checkPlanCache runs a hot case prepared at fixture f and adds a
