@@ -14,6 +14,7 @@ import (
 	"github.com/laneq/laneq/internal/naivedb"
 	"github.com/laneq/laneq/internal/queuetest"
 	"github.com/laneq/laneq/internal/sqlcount"
+	"github.com/laneq/laneq/runtime/scheduler"
 	"github.com/laneq/laneq/runtime/worker"
 	"github.com/laneq/laneq/runtime/workqueue"
 )
@@ -50,16 +51,26 @@ func BenchmarkThroughputVsFloor(b *testing.B) {
 	// one shape: every run measures after a floor drain that is thrown away.
 	measure(b, "warm-up", func(b *testing.B) float64 { return floorRate(b) })
 	naive := measure(b, "naive", func(b *testing.B) float64 { return naiveRate(b) })
-	type shape struct{ lanes, workers, completeBatch int }
-	shapes := []shape{{0, 1, 0}, {0, 2, 0}, {5, 1, 0}, {5, 2, 0}, {0, 1, 1}}
+	shapes := []benchShape{
+		{lanes: 0, workers: 1}, {lanes: 0, workers: 2}, {lanes: 5, workers: 1}, {lanes: 5, workers: 2},
+		// Each completion written alone: what group commit costs and saves.
+		{lanes: 0, workers: 1, completeBatch: 1},
+		// The default profile keeps a quarter of the executors for bulk
+		// classes, so 12 of the 16 run these default-class items; under
+		// default-heavy all 16 may.
+		{lanes: 0, workers: 1, profile: scheduler.ProfileDefaultHeavy},
+	}
 	for _, sh := range shapes {
 		name := fmt.Sprintf("laneq/lanes=%d/workers=%d", sh.lanes, sh.workers)
 		if sh.completeBatch == 1 {
-			name += "/unbatched" // each completion written alone: what group commit costs and saves
+			name += "/unbatched"
+		}
+		if sh.profile != "" {
+			name += "/" + string(sh.profile)
 		}
 		b.Run(name, func(b *testing.B) {
 			floor := floorRate(b)
-			rate, perItem, finish := workerRate(b, sh.lanes, sh.workers, sh.completeBatch)
+			rate, perItem, finish := workerRate(b, sh)
 			b.ReportMetric(rate, "items/s")
 			b.ReportMetric(floor, "floor-items/s")
 			b.ReportMetric(ms(queuetest.Percentile(finish, 50)), "finish-p50-ms")
@@ -71,6 +82,14 @@ func BenchmarkThroughputVsFloor(b *testing.B) {
 			b.ReportMetric(perItem, "statements/item")
 		})
 	}
+}
+
+// benchShape is one laneq measurement: lanes of that size (0: no lanes),
+// that many worker processes, worker.Config.CompleteBatch (0: the default)
+// and the executor profile ("": the default).
+type benchShape struct {
+	lanes, workers, completeBatch int
+	profile                       scheduler.Profile
 }
 
 // measure runs one baseline as a sub-benchmark (so its figure is printed)
@@ -193,12 +212,12 @@ func timedDrain(b *testing.B, n int, step func(context.Context) (bool, error)) f
 	return throughputItems / elapsed.Seconds()
 }
 
-// workerRate drains the queue with that many assembled runtime/workers of 16
-// executors each (completeBatch as worker.Config.CompleteBatch, 0 for the
-// default) and returns items/s, statements per item (all workers'
+// workerRate drains the queue with sh.workers assembled runtime/workers of
+// 16 executors each and returns items/s, statements per item (all workers'
 // statements, start-up included) and each item's handler-return-to-commit
 // time.
-func workerRate(b *testing.B, laneSize, workers, completeBatch int) (rate, perItem float64, finish []time.Duration) {
+func workerRate(b *testing.B, sh benchShape) (rate, perItem float64, finish []time.Duration) {
+	laneSize, workers := sh.lanes, sh.workers
 	_, _, dsn := benchQueue(b, throughputItems, laneSize)
 	var ran atomic.Int64
 	handler := func(context.Context, *worker.Job) error { ran.Add(1); return nil }
@@ -235,7 +254,8 @@ func workerRate(b *testing.B, laneSize, workers, completeBatch int) (rate, perIt
 		cfg := worker.Config{Scope: scope, Owner: fmt.Sprintf("bench-%d", i), Logger: quiet}
 		cfg.Scheduler.Executors = 16
 		cfg.Hooks = hooks
-		cfg.CompleteBatch = completeBatch
+		cfg.CompleteBatch = sh.completeBatch
+		cfg.Scheduler.Profile = sh.profile
 		w, err := worker.New(qu, cfg, map[string]worker.Handler{"deliver": handler})
 		if err != nil {
 			b.Fatal(err)
