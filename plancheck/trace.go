@@ -216,9 +216,10 @@ func checkTrace(ctx context.Context, db *sql.DB, trace *Trace, cases map[string]
 		res := TracedResult{Query: name, Calls: counts[name]}
 		base, hasBase := caseTimed[name]
 		ratio := max(c.TimeRatio, DefaultTimeRatio)
-		// The call furthest over its reviewed case, and that case's time
-		// when it was judged.
+		// The call furthest over its reviewed case (by time when there is
+		// none), and that case's time when it was judged.
 		var slowest, slowestBase time.Duration
+		worst := -1.0
 		for _, call := range calls[name] {
 			if firstScan(call) {
 				continue // a cursor's first scan: see firstScan
@@ -261,8 +262,12 @@ func checkTrace(ctx context.Context, db *sql.DB, trace *Trace, cases map[string]
 				}
 				b = max(b, again)
 			}
-			if slowest == 0 || (hasBase && float64(d)/float64(b) >= float64(slowest)/float64(slowestBase)) || (!hasBase && d >= slowest) {
-				slowest, slowestBase, res.Args = d, b, abridge(call.Args)
+			score := float64(d)
+			if hasBase {
+				score /= float64(b)
+			}
+			if score >= worst {
+				worst, slowest, slowestBase, res.Args = score, d, b, abridge(call.Args)
 			}
 		}
 		res.MedianMs = ms(slowest)

@@ -39,11 +39,10 @@ const throughputItems = 3000
 // just before it in the same sub-benchmark (floor-items/s), so both see the
 // server in the same state (the embedded engine slows down as earlier
 // runs' dropped databases accumulate), naive-ratio against the naive loop
-// measured once at the start,
-// statements/item counted by internal/sqlcount, and finish-p50-ms /
-// finish-p99-ms: from a handler's return to its outcome's commit (what
-// group commit adds). Run with -benchtime=1x: one drain of throughputItems
-// is the measurement.
+// measured once at the start, statements/item counted by internal/sqlcount,
+// and finish-p50-ms / finish-p99-ms: from a handler's return to its
+// outcome's commit (what group commit adds). Run with -benchtime=1x: one
+// drain of throughputItems is the measurement.
 func BenchmarkThroughputVsFloor(b *testing.B) {
 	// A server that just started runs the floor about half as fast as one
 	// that has worked for a minute (its first runs share the machine with
@@ -217,8 +216,7 @@ func timedDrain(b *testing.B, n int, step func(context.Context) (bool, error)) f
 // statements, start-up included) and each item's handler-return-to-commit
 // time.
 func workerRate(b *testing.B, sh benchShape) (rate, perItem float64, finish []time.Duration) {
-	laneSize, workers := sh.lanes, sh.workers
-	_, _, dsn := benchQueue(b, throughputItems, laneSize)
+	_, _, dsn := benchQueue(b, throughputItems, sh.lanes)
 	var ran atomic.Int64
 	handler := func(context.Context, *worker.Job) error { ran.Add(1); return nil }
 	var finishMu sync.Mutex
@@ -240,7 +238,7 @@ func workerRate(b *testing.B, sh benchShape) (rate, perItem float64, finish []ti
 	}
 	var ws []*worker.Worker
 	var counters []*sqlcount.Counter
-	for i := range workers {
+	for i := range sh.workers {
 		db, counter, err := sqlcount.Open(dsn)
 		if err != nil {
 			b.Fatal(err)
@@ -264,7 +262,7 @@ func workerRate(b *testing.B, sh benchShape) (rate, perItem float64, finish []ti
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
-	runErrs := make(chan error, workers)
+	runErrs := make(chan error, sh.workers)
 	b.ResetTimer()
 	began := time.Now()
 	for _, w := range ws {
