@@ -104,4 +104,5 @@ type WorkItem struct {
 	CreatedAt            time.Time
 	UpdatedAt            time.Time
 	DependencyKeys       []byte
+	ReplayDepth          int32
 }

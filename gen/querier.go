@@ -154,7 +154,8 @@ type Querier interface {
 	GetScope(ctx context.Context, scopeID string) (GetScopeRow, error)
 	// Primary-key point read.
 	GetWorkItem(ctx context.Context, workID int64) (WorkItem, error)
-	// Point read on uk_work_item_event_type.
+	// Point read on uk_work_item_event_type: the item of one event and work type
+	// at one replay depth (0: the one enqueue made; see replay.sql).
 	GetWorkItemByEventAndType(ctx context.Context, arg GetWorkItemByEventAndTypeParams) (WorkItem, error)
 	// Promotion: does a follower still have a live head ahead of it in its
 	// source or target lane (pass NULL for a lane not to look at)? Deliberately
@@ -167,6 +168,15 @@ type Querier interface {
 	// event_id is AUTO_RANDOM (no write hot spot on the primary key); the driver
 	// returns the generated id.
 	InsertEvent(ctx context.Context, arg InsertEventParams) (int64, error)
+	// The replay child: a new work item for the parent's event and work type,
+	// copied from the parent row in the statement (a primary-key point read), so
+	// no column can drift between the parent and the child. It gets its own
+	// AUTO_RANDOM id, a fresh lane ordinal (the caller's, reserved under the
+	// scope lock: the child joins its lanes behind everything admitted before
+	// it, as a new enqueue does), a clean failure budget, and replay_depth one
+	// past the parent's, which uk_work_item_event_type keeps unique. It is due
+	// now; a dependency it declared is checked again before it runs.
+	InsertReplay(ctx context.Context, arg InsertReplayParams) (int64, error)
 	// work_id is AUTO_RANDOM; the driver returns the generated id. run_after is
 	// the database clock plus a delay, never a host's clock. Enqueue finds
 	// duplicates with current reads first (LockWorkItemsByEvents), so
@@ -196,6 +206,11 @@ type Querier interface {
 	// The pairs a scope has work of: a primary-key prefix range, as small as the
 	// number of distinct pairs. Workers read it at start-up and reconciliation.
 	ListWorkKinds(ctx context.Context, scopeID string) ([]ListWorkKindsRow, error)
+	// The warnings of the statement before it in this session. A LOAD DATA
+	// (queries/load) reports a skipped duplicate key, a truncated value or an
+	// invalid character as a warning where an INSERT fails: the materializer
+	// reads this after each load and fails closed on any.
+	LoadWarningCount(ctx context.Context) (int64, error)
 	// Duplicate detection for an enqueue batch. A locking read is a current read
 	// in a TiDB pessimistic transaction: it sees events committed while this
 	// transaction waited for the scope lock, which a plain SELECT (reading the
@@ -211,6 +226,11 @@ type Querier interface {
 	// Current read under a row lock. Enqueue takes this lock first, then writes
 	// events, then work items: one lock order for every admission path.
 	LockScopeForEnqueue(ctx context.Context, scopeID string) (LockScopeForEnqueueRow, error)
+	// Replay's current read of the item to replay, under a row lock taken after
+	// the scope lock (LockScopeForEnqueue): the same lock order as enqueue, so a
+	// replay and an enqueue into the same lanes serialize on the scope row and
+	// never deadlock. Primary-key point get.
+	LockWorkItemForReplay(ctx context.Context, workID int64) (LockWorkItemForReplayRow, error)
 	// Rows by primary key under a lock (batch point gets), with their current
 	// state: enqueue locks the lane rows it appends behind this way, last, so
 	// the locks are held for the batch's final statements only.
@@ -280,6 +300,16 @@ type Querier interface {
 	// in fences, as FinishLanelessBatch. The caller reads back which entries
 	// matched (LeaseStates) when fewer rows than entries matched.
 	RenewLeaseBatch(ctx context.Context, arg RenewLeaseBatchParams) (int64, error)
+	// The child a replay of (event, work type) at a depth made: a point get on
+	// uk_work_item_event_type, for reporting it to a replay that lost the
+	// reservation.
+	ReplayChild(ctx context.Context, arg ReplayChildParams) (ReplayChildRow, error)
+	// Marks a dead item replayed: the reservation that lets one replay create a
+	// child. A compare-and-swap on the row Replay locked: a second replay of the
+	// same item matches nothing (its replayed_at is set) and reports the child
+	// the first one made. The terminal row is otherwise left as it is: its
+	// state, outcome and lease token never change again.
+	ReserveReplay(ctx context.Context, workID int64) (int64, error)
 	// A safe retry: pending again after a backoff computed from the consecutive
 	// safe-retry count, which this increments. Still its lanes' head.
 	RetryLater(ctx context.Context, arg RetryLaterParams) (int64, error)

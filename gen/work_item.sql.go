@@ -12,7 +12,7 @@ import (
 )
 
 const getWorkItem = `-- name: GetWorkItem :one
-SELECT work_id, event_id, scope_id, generation, work_type, queue_class, state, run_after, priority, attempt_count, safe_retry_count, lease_owner, lease_token, source_lane_key, target_lane_key, lane_ordinal, projection_key, projection_active_key, terminal_at, replay_of_work_id, replayed_at, failure_class, failure_summary, dependency_wake_key, dependency_probe_after, created_at, updated_at, dependency_keys
+SELECT work_id, event_id, scope_id, generation, work_type, queue_class, state, run_after, priority, attempt_count, safe_retry_count, lease_owner, lease_token, source_lane_key, target_lane_key, lane_ordinal, projection_key, projection_active_key, terminal_at, replay_of_work_id, replayed_at, failure_class, failure_summary, dependency_wake_key, dependency_probe_after, created_at, updated_at, dependency_keys, replay_depth
 FROM work_item
 WHERE work_id = ?
 `
@@ -50,25 +50,29 @@ func (q *Queries) GetWorkItem(ctx context.Context, workID int64) (WorkItem, erro
 		&i.CreatedAt,
 		&i.UpdatedAt,
 		&i.DependencyKeys,
+		&i.ReplayDepth,
 	)
 	return i, err
 }
 
 const getWorkItemByEventAndType = `-- name: GetWorkItemByEventAndType :one
-SELECT work_id, event_id, scope_id, generation, work_type, queue_class, state, run_after, priority, attempt_count, safe_retry_count, lease_owner, lease_token, source_lane_key, target_lane_key, lane_ordinal, projection_key, projection_active_key, terminal_at, replay_of_work_id, replayed_at, failure_class, failure_summary, dependency_wake_key, dependency_probe_after, created_at, updated_at, dependency_keys
+SELECT work_id, event_id, scope_id, generation, work_type, queue_class, state, run_after, priority, attempt_count, safe_retry_count, lease_owner, lease_token, source_lane_key, target_lane_key, lane_ordinal, projection_key, projection_active_key, terminal_at, replay_of_work_id, replayed_at, failure_class, failure_summary, dependency_wake_key, dependency_probe_after, created_at, updated_at, dependency_keys, replay_depth
 FROM work_item
 WHERE event_id = ?
   AND work_type = ?
+  AND replay_depth = ?
 `
 
 type GetWorkItemByEventAndTypeParams struct {
-	EventID  int64
-	WorkType string
+	EventID     int64
+	WorkType    string
+	ReplayDepth int32
 }
 
-// Point read on uk_work_item_event_type.
+// Point read on uk_work_item_event_type: the item of one event and work type
+// at one replay depth (0: the one enqueue made; see replay.sql).
 func (q *Queries) GetWorkItemByEventAndType(ctx context.Context, arg GetWorkItemByEventAndTypeParams) (WorkItem, error) {
-	row := q.db.QueryRowContext(ctx, getWorkItemByEventAndType, arg.EventID, arg.WorkType)
+	row := q.db.QueryRowContext(ctx, getWorkItemByEventAndType, arg.EventID, arg.WorkType, arg.ReplayDepth)
 	var i WorkItem
 	err := row.Scan(
 		&i.WorkID,
@@ -99,6 +103,7 @@ func (q *Queries) GetWorkItemByEventAndType(ctx context.Context, arg GetWorkItem
 		&i.CreatedAt,
 		&i.UpdatedAt,
 		&i.DependencyKeys,
+		&i.ReplayDepth,
 	)
 	return i, err
 }

@@ -159,7 +159,7 @@ func TestEventAndWorkItemRoundTrip(t *testing.T) {
 	if gotWork.CreatedAt.Before(before) || gotWork.CreatedAt.After(after) || !gotWork.UpdatedAt.Equal(gotWork.CreatedAt) {
 		t.Fatalf("work item stamps created %s updated %s outside [%s, %s]", gotWork.CreatedAt, gotWork.UpdatedAt, before, after)
 	}
-	byEvent, err := q.GetWorkItemByEventAndType(ctx, gen.GetWorkItemByEventAndTypeParams{EventID: eventID, WorkType: "deliver"})
+	byEvent, err := q.GetWorkItemByEventAndType(ctx, gen.GetWorkItemByEventAndTypeParams{ReplayDepth: 0, EventID: eventID, WorkType: "deliver"})
 	if err != nil {
 		t.Fatal(err)
 	}

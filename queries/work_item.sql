@@ -28,11 +28,13 @@ FROM work_item
 WHERE work_id = sqlc.arg(work_id);
 
 -- name: GetWorkItemByEventAndType :one
--- Point read on uk_work_item_event_type.
+-- Point read on uk_work_item_event_type: the item of one event and work type
+-- at one replay depth (0: the one enqueue made; see replay.sql).
 SELECT *
 FROM work_item
 WHERE event_id = sqlc.arg(event_id)
-  AND work_type = sqlc.arg(work_type);
+  AND work_type = sqlc.arg(work_type)
+  AND replay_depth = sqlc.arg(replay_depth);
 
 -- name: LockWorkItemsByEvents :many
 -- Existing work of duplicate events, read current and locked for the same

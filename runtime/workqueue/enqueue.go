@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"slices"
 	"time"
+	"unicode/utf8"
 
 	"github.com/laneq/laneq/gen"
 )
@@ -83,9 +84,9 @@ func (qu *Queue) Enqueue(ctx context.Context, scope string, events []Event) ([]E
 	}
 	kinds := qu.newKinds(scope, events)
 	var out []EnqueuedEvent
-	err := qu.inTx(ctx, "enqueue", readCommitted, func(ctx context.Context, q *gen.Queries) error {
+	err := qu.inRawTx(ctx, "enqueue", readCommitted, func(ctx context.Context, tx *sql.Tx, q *gen.Queries) error {
 		var err error
-		out, err = enqueueTx(ctx, q, scope, events, kinds)
+		out, err = enqueueTx(ctx, q, tx, scope, events, kinds)
 		return err
 	})
 	if err != nil {
@@ -135,7 +136,9 @@ func queueClass(c string) string {
 	return c
 }
 
-func enqueueTx(ctx context.Context, q *gen.Queries, scope string, events []Event, kinds []workKind) ([]EnqueuedEvent, error) {
+// enqueueTx is Enqueue's transaction. raw is the transaction itself, for the
+// batch loads (nil: every row is inserted alone).
+func enqueueTx(ctx context.Context, q *gen.Queries, raw *sql.Tx, scope string, events []Event, kinds []workKind) ([]EnqueuedEvent, error) {
 	head, err := q.LockScopeForEnqueue(ctx, scope)
 	if errors.Is(err, sql.ErrNoRows) {
 		return nil, fmt.Errorf("%w: %q", ErrUnknownScope, scope)
@@ -177,44 +180,32 @@ func enqueueTx(ctx context.Context, q *gen.Queries, scope string, events []Event
 		}
 	}
 
+	// Plan every new row in input order first (its ordinal, its values),
+	// then write the events and the work items, each with one load when the
+	// batch is large (see insertEvents): the statement count of a large
+	// batch does not grow with its size.
 	next := head.NextEnqueueOrdinal
-	var laned []lanedItem
 	out := make([]EnqueuedEvent, len(events))
+	var newEvents []gen.InsertEventParams
+	var newEventAt []int // index in events of each of newEvents
+	type plannedWork struct {
+		event, work int // its place in out
+		params      gen.InsertWorkItemParams
+	}
+	var works []plannedWork
 	for i, ev := range events {
-		res := EnqueuedEvent{}
+		res := &out[i]
 		if id, dup := eventByKey[ev.IdempotencyKey]; dup {
 			res.EventID, res.Duplicate = id, true
 		} else {
-			payload := ev.Payload
-			if payload == nil {
-				payload = []byte{} // an empty payload, not SQL NULL
-			}
-			sum := sha256.Sum256(payload)
-			id, err := q.InsertEvent(ctx, gen.InsertEventParams{
-				ReceiptID:        sql.NullInt64{Int64: ev.ReceiptID, Valid: ev.ReceiptID != 0},
-				ScopeID:          scope,
-				Generation:       head.ActiveGeneration,
-				RouteID:          ev.RouteID,
-				RouteVersion:     ev.RouteVersion,
-				EventKind:        ev.EventKind,
-				SourceKind:       ev.SourceKind,
-				SourceID:         ev.SourceID,
-				DeliverySequence: ev.DeliverySequence,
-				EnqueueOrdinal:   next,
-				IdempotencyKey:   ev.IdempotencyKey,
-				PayloadHash:      sum[:],
-				Payload:          payload,
-			})
-			if err != nil {
-				return nil, fmt.Errorf("insert event %q: %w", ev.IdempotencyKey, err)
-			}
-			res.EventID = id
+			newEvents = append(newEvents, eventRow(scope, head.ActiveGeneration, next, ev))
+			newEventAt = append(newEventAt, i)
 			if len(ev.Work) == 0 { // an event without work still takes its place in the order
 				next++
 			}
 		}
 		for _, work := range ev.Work {
-			if got, ok := existingWork[workKey{res.EventID, work.WorkType}]; ok {
+			if got, ok := existingWork[workKey{res.EventID, work.WorkType}]; ok && res.Duplicate {
 				res.Work = append(res.Work, EnqueuedWork{WorkID: got.WorkID, WorkType: got.WorkType, State: got.State})
 				continue
 			}
@@ -231,8 +222,8 @@ func enqueueTx(ctx context.Context, q *gen.Queries, scope string, events []Event
 					return nil, err
 				}
 			}
-			id, err := q.InsertWorkItem(ctx, gen.InsertWorkItemParams{
-				EventID:       res.EventID,
+			works = append(works, plannedWork{event: i, work: len(res.Work), params: gen.InsertWorkItemParams{
+				EventID:       res.EventID, // 0 for a new event until it is written
 				ScopeID:       scope,
 				Generation:    head.ActiveGeneration,
 				WorkType:      work.WorkType,
@@ -246,17 +237,33 @@ func enqueueTx(ctx context.Context, q *gen.Queries, scope string, events []Event
 
 				DependencyWakeKey: wake,
 				DependencyKeys:    depKeys,
-			})
-			if err != nil {
-				return nil, fmt.Errorf("event %q: insert work item %q: %w", ev.IdempotencyKey, work.WorkType, err)
-			}
-			if state == StateBlocked {
-				laned = append(laned, lanedItem{workID: id, source: work.SourceLane, target: work.TargetLane, event: i, work: len(res.Work)})
-			}
-			res.Work = append(res.Work, EnqueuedWork{WorkID: id, WorkType: work.WorkType, State: state, Created: true})
+			}})
+			res.Work = append(res.Work, EnqueuedWork{WorkType: work.WorkType, State: state, Created: true})
 			next++
 		}
-		out[i] = res
+	}
+	newIDs, err := insertEvents(ctx, q, raw, newEvents)
+	if err != nil {
+		return nil, err
+	}
+	for k, i := range newEventAt {
+		out[i].EventID = newIDs[k]
+	}
+	rows := make([]gen.InsertWorkItemParams, len(works))
+	for k, w := range works {
+		rows[k] = w.params
+		rows[k].EventID = out[w.event].EventID
+	}
+	workIDs, err := insertWorkItems(ctx, q, raw, rows)
+	if err != nil {
+		return nil, err
+	}
+	var laned []lanedItem
+	for k, w := range works {
+		out[w.event].Work[w.work].WorkID = workIDs[k]
+		if p := w.params; p.State == StateBlocked {
+			laned = append(laned, lanedItem{workID: workIDs[k], source: p.SourceLaneKey.String, target: p.TargetLaneKey.String, event: w.event, work: w.work})
+		}
 	}
 	heads, err := settleLanes(ctx, q, scope, head.ActiveGeneration, head.NextEnqueueOrdinal, laned)
 	if err != nil {
@@ -271,6 +278,30 @@ func enqueueTx(ctx context.Context, q *gen.Queries, scope string, events []Event
 		}
 	}
 	return out, nil
+}
+
+// eventRow is the row of a new event.
+func eventRow(scope string, generation, ordinal int64, ev Event) gen.InsertEventParams {
+	payload := ev.Payload
+	if payload == nil {
+		payload = []byte{} // an empty payload, not SQL NULL
+	}
+	sum := sha256.Sum256(payload)
+	return gen.InsertEventParams{
+		ReceiptID:        sql.NullInt64{Int64: ev.ReceiptID, Valid: ev.ReceiptID != 0},
+		ScopeID:          scope,
+		Generation:       generation,
+		RouteID:          ev.RouteID,
+		RouteVersion:     ev.RouteVersion,
+		EventKind:        ev.EventKind,
+		SourceKind:       ev.SourceKind,
+		SourceID:         ev.SourceID,
+		DeliverySequence: ev.DeliverySequence,
+		EnqueueOrdinal:   ordinal,
+		IdempotencyKey:   ev.IdempotencyKey,
+		PayloadHash:      sum[:],
+		Payload:          payload,
+	}
 }
 
 // lanedItem is a work item the batch wrote into a lane, in ordinal order.
@@ -497,9 +528,14 @@ func (qu *Queue) validateEnqueue(scope string, events []Event) error {
 	return nil
 }
 
-// checkLen bounds a string in characters, as the VARCHAR columns do.
+// checkLen bounds a string in characters, as the VARCHAR columns do, and
+// refuses invalid UTF-8 (which an INSERT refuses and a batch load would
+// replace with '?').
 func checkLen(what string, i int, field, v string, minLen, maxLen int) error {
-	if n := len([]rune(v)); n < minLen || n > maxLen {
+	if !utf8.ValidString(v) {
+		return invalidf("%s %d: %s must be valid UTF-8", what, i, field)
+	}
+	if n := utf8.RuneCountInString(v); n < minLen || n > maxLen {
 		return invalidf("%s %d: %s must be %d..%d characters, got %d", what, i, field, minLen, maxLen, n)
 	}
 	return nil

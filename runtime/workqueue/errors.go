@@ -24,6 +24,11 @@ var (
 	// ErrConflict reports that a unique key was taken by a writer that did
 	// not go through Enqueue's locks; the whole enqueue rolled back.
 	ErrConflict = errors.New("workqueue: conflicting writer")
+	// ErrLoadIncomplete reports a batch load (a large enqueue) that wrote
+	// fewer rows than it sent, or wrote them with warnings: a duplicate key
+	// from a writer that bypassed Enqueue's locks, or a value validation let
+	// through and the load would have cut. The whole enqueue rolled back.
+	ErrLoadIncomplete = errors.New("workqueue: batch load incomplete")
 	// ErrNothingCommitted marks a Claim error after which the claim is known
 	// to have changed nothing durable: it failed before any write, or TiDB
 	// answered its write with an error (an autocommit statement that fails

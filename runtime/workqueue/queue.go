@@ -221,6 +221,12 @@ func (qu *Queue) SetGeneration(ctx context.Context, scope string, generation int
 // outcome, and each run is bounded by WriteTimeout. fn must be safe to run
 // again: idempotent, or fenced by compare-and-swaps.
 func (qu *Queue) inTx(ctx context.Context, what string, opts *sql.TxOptions, fn func(ctx context.Context, q *gen.Queries) error) error {
+	return qu.inRawTx(ctx, what, opts, func(ctx context.Context, _ *sql.Tx, q *gen.Queries) error { return fn(ctx, q) })
+}
+
+// inRawTx is inTx for a fn that also runs the statements sqlc cannot
+// compile (queries/load) on the transaction itself.
+func (qu *Queue) inRawTx(ctx context.Context, what string, opts *sql.TxOptions, fn func(ctx context.Context, tx *sql.Tx, q *gen.Queries) error) error {
 	return qu.retryWrite(ctx, what, func(ctx context.Context) error {
 		return qu.runTx(ctx, opts, fn)
 	})
@@ -253,12 +259,12 @@ func (qu *Queue) retryWrite(ctx context.Context, what string, write func(ctx con
 	return nil
 }
 
-func (qu *Queue) runTx(ctx context.Context, opts *sql.TxOptions, fn func(ctx context.Context, q *gen.Queries) error) error {
+func (qu *Queue) runTx(ctx context.Context, opts *sql.TxOptions, fn func(ctx context.Context, tx *sql.Tx, q *gen.Queries) error) error {
 	tx, err := qu.db.BeginTx(ctx, opts)
 	if err != nil {
 		return fmt.Errorf("begin: %w", err)
 	}
-	if err := fn(ctx, qu.inTxQueries(tx)); err != nil {
+	if err := fn(ctx, tx, qu.inTxQueries(tx)); err != nil {
 		_ = tx.Rollback()
 		return err
 	}

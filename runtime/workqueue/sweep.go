@@ -2,6 +2,7 @@ package workqueue
 
 import (
 	"context"
+	"database/sql"
 	"fmt"
 	"slices"
 	"sync"
@@ -184,7 +185,7 @@ func (s *DependencySweep) settle(ctx context.Context, r gen.DependencySafetyPage
 	var state string
 	ctx, cancel := s.writeContext(ctx)
 	defer cancel()
-	err := s.qu.runTx(ctx, readCommitted, func(ctx context.Context, q *gen.Queries) error {
+	err := s.qu.runTx(ctx, readCommitted, func(ctx context.Context, _ *sql.Tx, q *gen.Queries) error {
 		var err error
 		state, err = settleRegistration(ctx, q, s.scope, Lease{WorkID: r.WorkID, Token: r.LeaseToken}, keys)
 		return err

@@ -59,7 +59,7 @@ func (t *Tx) Enqueue(ctx context.Context, scope string, events []Event) ([]Enque
 		return nil, err
 	}
 	kinds := t.qu.newKinds(scope, events)
-	out, err := enqueueTx(ctx, t.q, scope, events, kinds)
+	out, err := enqueueTx(ctx, t.q, t.tx, scope, events, kinds)
 	if err != nil {
 		return nil, enqueueError(err)
 	}
