@@ -442,6 +442,31 @@ func lockLanesAhead(ctx context.Context, q *gen.Queries, scope string, generatio
 		for l := range firstOrdinal {
 			expect[ahead[l]] = StateBlocked
 		}
+		// A row of a headless lane that another finisher promoted between
+		// the two reads was seen by neither (see liveBefore): read the heads
+		// of the lanes that still look empty again, and settle once more if
+		// one has a head now. Rows never go back to blocked, so a live row
+		// missed by both reads is a head at this one.
+		var emptySources, emptyTargets []sql.NullString
+		for _, l := range headlessSources {
+			if _, ok := firstOrdinal[laneRef{"source", l.String}]; !ok {
+				emptySources = append(emptySources, l)
+			}
+		}
+		for _, l := range headlessTargets {
+			if _, ok := firstOrdinal[laneRef{"target", l.String}]; !ok {
+				emptyTargets = append(emptyTargets, l)
+			}
+		}
+		if len(emptySources)+len(emptyTargets) > 0 {
+			late, err := q.LaneHeads(ctx, gen.LaneHeadsParams{ScopeID: scope, Generation: generation, SourceLanes: emptySources, TargetLanes: emptyTargets, BeforeOrdinal: before})
+			if err != nil {
+				return nil, false, fmt.Errorf("read lane heads again: %w", err)
+			}
+			if len(late) > 0 {
+				return nil, false, nil
+			}
+		}
 	}
 
 	busy = map[laneRef]bool{}
