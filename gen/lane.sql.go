@@ -9,6 +9,7 @@ import (
 	"context"
 	"database/sql"
 	"strings"
+	"time"
 )
 
 const blockedBefore = `-- name: BlockedBefore :many
@@ -150,6 +151,82 @@ func (q *Queries) BlockedInHeadlessLanes(ctx context.Context, arg BlockedInHeadl
 			&i.LaneOrdinal,
 			&i.LaneKind,
 			&i.LaneKey,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Close(); err != nil {
+		return nil, err
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const blockedPage = `-- name: BlockedPage :many
+SELECT w.work_id, w.lease_token, w.lane_ordinal, w.generation, w.source_lane_key,
+       w.target_lane_key, w.run_after
+FROM work_item w
+WHERE w.scope_id = ?
+  AND w.generation = (SELECT s.active_generation FROM scope s WHERE s.scope_id = ?)
+  AND w.state = 'blocked'
+  AND (w.run_after > ? OR (w.run_after = ? AND w.work_id > ?))
+ORDER BY w.run_after, w.work_id
+LIMIT ?
+`
+
+type BlockedPageParams struct {
+	ScopeID     string
+	AfterTime   time.Time
+	AfterWorkID int64
+	Limit       int32
+}
+
+type BlockedPageRow struct {
+	WorkID        int64
+	LeaseToken    int64
+	LaneOrdinal   int64
+	Generation    int64
+	SourceLaneKey sql.NullString
+	TargetLaneKey sql.NullString
+	RunAfter      time.Time
+}
+
+// Lane recovery (Queue.RecoverLanes): one page of the active generation's
+// blocked rows after a cursor, on idx_work_item_due's blocked range in
+// (run_after, work_id) order: the OR becomes two ranges of the index, so
+// ties at one time are neither skipped nor read twice, and a page reads at
+// most its LIMIT of entries (plus their row lookups) however many rows are
+// blocked. The scalar subquery (the scope's primary key) is folded into the
+// range before execution. A scope with nothing blocked costs this one
+// statement. Not locking: a row found stranded is promoted by a CAS on the
+// token read here (PromoteBlocked).
+func (q *Queries) BlockedPage(ctx context.Context, arg BlockedPageParams) ([]BlockedPageRow, error) {
+	rows, err := q.db.QueryContext(ctx, blockedPage,
+		arg.ScopeID,
+		arg.ScopeID,
+		arg.AfterTime,
+		arg.AfterTime,
+		arg.AfterWorkID,
+		arg.Limit,
+	)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []BlockedPageRow{}
+	for rows.Next() {
+		var i BlockedPageRow
+		if err := rows.Scan(
+			&i.WorkID,
+			&i.LeaseToken,
+			&i.LaneOrdinal,
+			&i.Generation,
+			&i.SourceLaneKey,
+			&i.TargetLaneKey,
+			&i.RunAfter,
 		); err != nil {
 			return nil, err
 		}

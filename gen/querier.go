@@ -52,6 +52,16 @@ type Querier interface {
 	// asked, and a lane seen for the first time has no rows at all, so this
 	// reads what it returns; the enqueue locks the first of each lane.
 	BlockedInHeadlessLanes(ctx context.Context, arg BlockedInHeadlessLanesParams) ([]BlockedInHeadlessLanesRow, error)
+	// Lane recovery (Queue.RecoverLanes): one page of the active generation's
+	// blocked rows after a cursor, on idx_work_item_due's blocked range in
+	// (run_after, work_id) order: the OR becomes two ranges of the index, so
+	// ties at one time are neither skipped nor read twice, and a page reads at
+	// most its LIMIT of entries (plus their row lookups) however many rows are
+	// blocked. The scalar subquery (the scope's primary key) is folded into the
+	// range before execution. A scope with nothing blocked costs this one
+	// statement. Not locking: a row found stranded is promoted by a CAS on the
+	// token read here (PromoteBlocked).
+	BlockedPage(ctx context.Context, arg BlockedPageParams) ([]BlockedPageRow, error)
 	// The claim itself: one compare-and-swap over the candidates of a claim
 	// turn, by primary key. Each row flips only if it is still a pending, due
 	// row of the generation the turn read from the scope (pending means lane

@@ -165,3 +165,23 @@ SET state = 'pending',
     updated_at = NOW(6)
 WHERE work_id IN (sqlc.slice(work_ids))
   AND state = 'blocked';
+
+-- name: BlockedPage :many
+-- Lane recovery (Queue.RecoverLanes): one page of the active generation's
+-- blocked rows after a cursor, on idx_work_item_due's blocked range in
+-- (run_after, work_id) order: the OR becomes two ranges of the index, so
+-- ties at one time are neither skipped nor read twice, and a page reads at
+-- most its LIMIT of entries (plus their row lookups) however many rows are
+-- blocked. The scalar subquery (the scope's primary key) is folded into the
+-- range before execution. A scope with nothing blocked costs this one
+-- statement. Not locking: a row found stranded is promoted by a CAS on the
+-- token read here (PromoteBlocked).
+SELECT w.work_id, w.lease_token, w.lane_ordinal, w.generation, w.source_lane_key,
+       w.target_lane_key, w.run_after
+FROM work_item w
+WHERE w.scope_id = sqlc.arg(scope_id)
+  AND w.generation = (SELECT s.active_generation FROM scope s WHERE s.scope_id = sqlc.arg(scope_id))
+  AND w.state = 'blocked'
+  AND (w.run_after > sqlc.arg(after_time) OR (w.run_after = sqlc.arg(after_time) AND w.work_id > sqlc.arg(after_work_id)))
+ORDER BY w.run_after, w.work_id
+LIMIT ?;

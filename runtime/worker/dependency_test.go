@@ -134,14 +134,7 @@ func TestDependencyMissedWakeRepaired(t *testing.T) {
 		}
 		return nil
 	})
-	clk := clock.NewFake(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
-	cfg := quietCfg(2)
-	cfg.Controller.Clock = clk
-	w, err := worker.New(f.qu, cfg, map[string]worker.Handler{"deliver": c.handle})
-	if err != nil {
-		t.Fatal(err)
-	}
-	run(t, w)
+	w, clk := f.runOnFakeClock(c)
 	c.wait(t, 1)
 	f.waitForState(id, "waiting_dependency")
 	f.exec("INSERT INTO dependency_satisfied (scope_id, dependency_key, satisfied_at) VALUES (?, ?, NOW(6))", scope, linkDep(id).Keys[0])
@@ -160,6 +153,51 @@ func TestDependencyMissedWakeRepaired(t *testing.T) {
 	f.waitForState(id, "completed")
 	if st := w.Stats().Controller; st.Maintenances != 1 || st.MaintenanceClaims != 1 {
 		t.Fatalf("controller: %+v, want one pass that asked for a claim turn", st)
+	}
+}
+
+// runOnFakeClock runs a two-executor worker whose "deliver" handler is c
+// and whose controller runs on the returned fake clock.
+func (f *fixture) runOnFakeClock(c *collector) (*worker.Worker, *clock.Fake) {
+	f.t.Helper()
+	clk := clock.NewFake(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
+	cfg := quietCfg(2)
+	cfg.Controller.Clock = clk
+	w, err := worker.New(f.qu, cfg, map[string]worker.Handler{"deliver": c.handle})
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	run(f.t, w)
+	return w, clk
+}
+
+// TestLaneRecoveryRunsAStrandedRow: a lane head finished outside laneq
+// leaves its follower blocked with nothing ahead; the worker's maintenance,
+// one interval later on its clock, promotes it and a claim turn runs it.
+func TestLaneRecoveryRunsAStrandedRow(t *testing.T) {
+	f := newFixture(t, workqueue.Config{})
+	f.enqueue(2, 2, "deliver") // one lane: a head and its follower
+	var head, follower int64
+	if err := f.db.QueryRow("SELECT work_id FROM work_item WHERE state = 'pending'").Scan(&head); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.db.QueryRow("SELECT work_id FROM work_item WHERE state = 'blocked'").Scan(&follower); err != nil {
+		t.Fatal(err)
+	}
+	f.exec("UPDATE work_item SET state = 'completed', terminal_at = NOW(6) WHERE work_id = ?", head)
+	c := newCollector(func(*worker.Job, int) error { return nil })
+	w, clk := f.runOnFakeClock(c)
+	if err := w.Settle(f.ctx); err != nil {
+		t.Fatal(err)
+	}
+	if s := f.item(follower).State; s != "blocked" {
+		t.Fatalf("follower is %s before any maintenance, want blocked", s)
+	}
+	clk.Advance(controller.DefaultMaintainEvery)
+	c.wait(t, 1)
+	f.waitForState(follower, "completed")
+	if st := w.Stats().Controller; st.Maintenances != 1 || st.MaintenanceClaims != 1 {
+		t.Fatalf("controller: %+v, want one maintenance that asked for a claim turn", st)
 	}
 }
 
@@ -239,7 +277,7 @@ func TestDependencyQuietBacklog(t *testing.T) {
 			if d := stats1.Scheduler.Claimed - stats0.Scheduler.Claimed; d != 0 {
 				t.Fatalf("%d items claimed", d)
 			}
-			reads := []string{"DependencySafetyPage", "SatisfiedDependencies"}
+			reads := []string{"DependencySafetyPage", "SatisfiedDependencies", "BlockedPage"}
 			if tc.defaults {
 				// Probes and reconciliation: the scope, first claimable rows,
 				// the work kinds, and the next-work lookup after a claim turn.

@@ -85,11 +85,14 @@ func (w *Worker) claimError(won int, err error) error {
 	return fmt.Errorf("%w: %w", controller.ErrSourceOperationNotCommitted, err)
 }
 
-// Maintain runs one dependency safety pass (the controller's maintenance,
-// every Controller.MaintainEvery): it wakes waiters whose key a producer
-// satisfied without waking them, and settles registrations a crashed
-// worker left. A pass that woke anything, or may have, asks for a claim
-// turn; a failed pass keeps its cursor and is run again after a backoff.
+// Maintain runs the controller's maintenance (every
+// Controller.MaintainEvery): one dependency safety pass, which wakes
+// waiters whose key a producer satisfied without waking them and settles
+// registrations a crashed worker left, and one page of lane recovery
+// (workqueue.Queue.RecoverLanes), which promotes blocked rows that nothing
+// ahead of them holds back any more. Either one that made work claimable,
+// or may have, asks for a claim turn; a failed pass keeps its cursor and is
+// run again after a backoff.
 func (s source) Maintain(ctx context.Context) (bool, error) {
 	st, err := s.w.sweep.Pass(ctx)
 	s.w.metrics.swept(ctx, st)
@@ -99,5 +102,18 @@ func (s source) Maintain(ctx context.Context) (bool, error) {
 	if err != nil {
 		return st.Claimable(), fmt.Errorf("dependency safety pass: %w", err)
 	}
-	return st.Claimable(), nil
+	lanes, err := s.w.q.RecoverLanes(ctx, s.w.cfg.Scope, s.w.laneCursor, laneRecoveryPage)
+	s.w.laneCursor = lanes.Next
+	if lanes.Promoted > 0 {
+		s.w.log.Warn("lane recovery promoted blocked rows nothing held back", "promoted", lanes.Promoted, "checked", lanes.Checked)
+	}
+	if err != nil {
+		return st.Claimable() || lanes.Promoted > 0, fmt.Errorf("lane recovery: %w", err)
+	}
+	return st.Claimable() || lanes.Promoted > 0, nil
 }
+
+// laneRecoveryPage is the blocked rows one maintenance checks (two probes
+// each): a scope with many lane followers is gone round over several
+// maintenances, and one with none costs one statement.
+const laneRecoveryPage = 100

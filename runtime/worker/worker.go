@@ -92,11 +92,14 @@ type Worker struct {
 	types    []string // handlers' work types, sorted
 	classes  []string // queue classes the executor shapes serve, sorted
 	sweep    *workqueue.DependencySweep
-	complete *leaseBatcher // nil: each completion written alone
-	renew    *leaseBatcher // nil: each renewal written alone
-	log      *slog.Logger
-	metrics  *metrics
-	clock    clock.Clock
+	// laneCursor is where the next lane recovery page starts; only the
+	// controller's maintenance touches it, one at a time.
+	laneCursor workqueue.LaneCursor
+	complete   *leaseBatcher // nil: each completion written alone
+	renew      *leaseBatcher // nil: each renewal written alone
+	log        *slog.Logger
+	metrics    *metrics
+	clock      clock.Clock
 
 	restarts atomic.Uint64
 	running  atomic.Bool

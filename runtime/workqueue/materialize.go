@@ -115,13 +115,9 @@ func insertWorkItems(ctx context.Context, q *gen.Queries, raw *sql.Tx, rows []ge
 	var events []int64
 	seen := map[int64]bool{}
 	for _, r := range rows {
-		var keys any // SQL NULL unless the item waits for a dependency
-		if r.DependencyKeys != nil {
-			keys = r.DependencyKeys
-		}
 		data.row(r.EventID, r.ScopeID, r.Generation, r.WorkType, r.QueueClass, r.State, int64(r.Priority),
 			r.SourceLaneKey, r.TargetLaneKey, r.LaneOrdinal, r.ProjectionKey,
-			r.ProjectionActiveKey, r.DependencyWakeKey, keys, r.DelayMicros)
+			r.ProjectionActiveKey, r.DependencyWakeKey, r.DependencyKeys, r.DelayMicros)
 		if !seen[r.EventID] {
 			seen[r.EventID] = true
 			events = append(events, r.EventID)
@@ -159,8 +155,8 @@ type loadData struct {
 	rows int64
 }
 
-// row appends one row; each field is nil, a string, bytes, an integer or a
-// sql.Null of those.
+// row appends one row; each field is nil, a string, bytes (nil bytes are
+// NULL, as database/sql has them), an integer or a sql.Null of those.
 func (d *loadData) row(fields ...any) {
 	for i, f := range fields {
 		if i > 0 {
@@ -169,10 +165,14 @@ func (d *loadData) row(fields ...any) {
 		switch v := f.(type) {
 		case nil:
 			d.buf.WriteString(`\N`)
+		case []byte:
+			if v == nil {
+				d.buf.WriteString(`\N`)
+			} else {
+				d.escaped(string(v))
+			}
 		case string:
 			d.escaped(v)
-		case []byte:
-			d.escaped(string(v))
 		case int64:
 			d.buf.WriteString(strconv.FormatInt(v, 10))
 		case sql.NullString:

@@ -14,8 +14,8 @@ import (
 func TestLoadDataEscapesWhatTheFormatReads(t *testing.T) {
 	var d loadData
 	d.row(nil, "a\tb\nc\\d\x00e\rf\x1ag\xff", []byte(`\N`), int64(-7), sql.NullString{}, sql.NullString{String: "x", Valid: true},
-		sql.NullInt64{}, sql.NullInt64{Int64: 9, Valid: true})
-	want := `\N` + "\t" + `a\tb\nc\\d\0e\rf\Zg` + "\xff\t" + `\\N` + "\t-7\t" + `\N` + "\tx\t" + `\N` + "\t9\n"
+		sql.NullInt64{}, sql.NullInt64{Int64: 9, Valid: true}, []byte(nil), []byte{})
+	want := `\N` + "\t" + `a\tb\nc\\d\0e\rf\Zg` + "\xff\t" + `\\N` + "\t-7\t" + `\N` + "\tx\t" + `\N` + "\t9\t" + `\N` + "\t\n"
 	if got := d.buf.String(); got != want {
 		t.Fatalf("row encoded as %q, want %q", got, want)
 	}

@@ -206,6 +206,28 @@ func TestEnqueueBatchLoadMatchesPerRowInserts(t *testing.T) {
 	if n := len(storedWork(t, db, loaded)); n != len(loadedWork) {
 		t.Fatalf("re-enqueue left %d work items, want %d", n, len(loadedWork))
 	}
+	// Enqueued again with a work type each lacks: no new event, and the
+	// missing items, one per event, are loaded for the existing events.
+	for i := range evs {
+		evs[i].Work = append(evs[i].Work, workqueue.Work{WorkType: "late"})
+	}
+	late, err := qu.Enqueue(ctx, loaded, evs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, ev := range late {
+		w := ev.Work[len(ev.Work)-1]
+		if !ev.Duplicate || w.WorkType != "late" || !w.Created {
+			t.Fatalf("event %d with a late work type: %+v", i, ev)
+		}
+		var eventID int64
+		if err := db.QueryRow(`SELECT event_id FROM work_item WHERE work_id = ? AND work_type = 'late'`, w.WorkID).Scan(&eventID); err != nil || eventID != got[i].EventID {
+			t.Fatalf("event %d: late item %d stored for event %d (%v), want %d", i, w.WorkID, eventID, err, got[i].EventID)
+		}
+	}
+	if n := len(storedWork(t, db, loaded)); n != len(loadedWork)+len(evs) {
+		t.Fatalf("%d work items after the late types, want %d", n, len(loadedWork)+len(evs))
+	}
 }
 
 // A large batch costs the same statements as a small one: the loads write
