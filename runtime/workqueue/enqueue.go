@@ -447,17 +447,16 @@ func lockLanesAhead(ctx context.Context, q *gen.Queries, scope string, generatio
 		// of the lanes that still look empty again, and settle once more if
 		// one has a head now. Rows never go back to blocked, so a live row
 		// missed by both reads is a head at this one.
-		var emptySources, emptyTargets []sql.NullString
-		for _, l := range headlessSources {
-			if _, ok := firstOrdinal[laneRef{"source", l.String}]; !ok {
-				emptySources = append(emptySources, l)
+		stillEmpty := func(kind string, lanes []sql.NullString) []sql.NullString {
+			var out []sql.NullString
+			for _, l := range lanes {
+				if _, ok := firstOrdinal[laneRef{kind, l.String}]; !ok {
+					out = append(out, l)
+				}
 			}
+			return out
 		}
-		for _, l := range headlessTargets {
-			if _, ok := firstOrdinal[laneRef{"target", l.String}]; !ok {
-				emptyTargets = append(emptyTargets, l)
-			}
-		}
+		emptySources, emptyTargets := stillEmpty("source", headlessSources), stillEmpty("target", headlessTargets)
 		if len(emptySources)+len(emptyTargets) > 0 {
 			late, err := q.LaneHeads(ctx, gen.LaneHeadsParams{ScopeID: scope, Generation: generation, SourceLanes: emptySources, TargetLanes: emptyTargets, BeforeOrdinal: before})
 			if err != nil {
