@@ -117,7 +117,10 @@ test: check-generate lint tidb tidb-image-if-docker ## Run every test (race dete
 	$(GO) test -race -count=20 -timeout 10m $(BUDGET_PKGS)
 
 # Benchmarks on the embedded TiDB: laneq's claim path against the naive loop
-# (BenchmarkClaimComplete) and the MVCC-churn proof (BenchmarkChurn).
+# (BenchmarkClaimComplete), the MVCC-churn proof (BenchmarkChurn), the
+# worker against the per-item floor (BenchmarkThroughputVsFloor) and batch
+# enqueue, loads against per-row inserts (BenchmarkMaterialize400x10,
+# BenchmarkEnqueueLaned20000).
 BENCH_FLAGS ?= -benchtime=2000x
 .PHONY: bench
 bench: tidb ## Claim throughput and churn benchmarks on the embedded TiDB.
@@ -125,6 +128,7 @@ bench: tidb ## Claim throughput and churn benchmarks on the embedded TiDB.
 	LANEQ_TIDB=embedded $(GO) test -run '^$$' -bench 'ClaimComplete' $(BENCH_FLAGS) -timeout 60m ./runtime/workqueue/
 	LANEQ_TIDB=embedded $(GO) test -run '^$$' -bench 'Churn' -benchtime=1x -timeout 30m -v ./runtime/workqueue/
 	LANEQ_TIDB=embedded $(GO) test -run '^$$' -bench 'ThroughputVsFloor' -benchtime=1x -timeout 30m ./runtime/worker/
+	LANEQ_TIDB=embedded $(GO) test -run '^$$' -bench 'Materialize400x10|EnqueueLaned20000' -benchtime=1x -timeout 30m ./runtime/workqueue/
 
 .PHONY: plancheck
 plancheck: tidb ## Plan-check the whole query catalog on TiDB and print the report.
