@@ -248,19 +248,26 @@ func checkTrace(ctx context.Context, db *sql.DB, trace *Trace, cases map[string]
 				return out, fmt.Errorf("time traced %s: %w", name, err)
 			}
 			b := base.median
-			if hasBase && overRatio(b, d, ratio) {
-				// One slow median on a busy machine is not a finding: time
-				// the call again, and the reviewed case right beside it, so
-				// both are measured under the same load. A range wider than
-				// the case's stays slower whatever the load.
-				if d, err = MedianTime(ctx, db, call.Query, call.Args, runs); err != nil {
+			// One slow median on a busy machine is not a finding: time the
+			// call again, and the reviewed case right beside it, so both are
+			// measured under the same load, up to retimeRounds times, and
+			// keep the round that shows the call least slow. A range wider
+			// than the case's stays slower in every round whatever the load;
+			// a burst of load does not (seen beside a CPU hog: 6.4x in one
+			// round).
+			for round := 0; hasBase && overRatio(b, d, ratio) && round < retimeRounds; round++ {
+				d2, err := MedianTime(ctx, db, call.Query, call.Args, runs)
+				if err != nil {
 					return out, fmt.Errorf("time traced %s: %w", name, err)
 				}
-				again, err := MedianTime(ctx, db, base.query, base.args, runs)
+				b2, err := MedianTime(ctx, db, base.query, base.args, runs)
 				if err != nil {
 					return out, fmt.Errorf("time case %s again: %w", name, err)
 				}
-				b = max(b, again)
+				b2 = max(b2, base.median)
+				if float64(d2)/float64(b2) < float64(d)/float64(b) {
+					d, b = d2, b2
+				}
 			}
 			score := float64(d)
 			if hasBase {
@@ -279,6 +286,10 @@ func checkTrace(ctx context.Context, db *sql.DB, trace *Trace, cases map[string]
 	}
 	return out, nil
 }
+
+// retimeRounds bounds how often a traced call over its ratio is timed again
+// beside its reviewed case before the verdict.
+const retimeRounds = 3
 
 // firstScan reports a call whose range starts at the beginning of time: a
 // claimer cursor's first scan of a class, at start-up or after a
