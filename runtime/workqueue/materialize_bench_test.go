@@ -11,6 +11,14 @@ import (
 	"github.com/laneq/laneq/runtime/workqueue"
 )
 
+// enqueuePaths are the two ways an enqueue writes its rows: "loads" as
+// Enqueue is (SetLoadMinRows untouched: 0), "per-row" with every row
+// inserted alone, as enqueue did before the loads.
+var enqueuePaths = []struct {
+	name    string
+	minRows int
+}{{"loads", 0}, {"per-row", math.MaxInt}}
+
 // BenchmarkMaterialize400x10 enqueues seed 004's batch in one call: 400
 // sources with 10 events each (each event's work item in its source's
 // lane) and 400 per-event actions (no lane), 4,400 events and 4,400 work
@@ -23,10 +31,7 @@ import (
 // Projection reduction (newest event per source) is not part of it yet:
 // every event here gets its own work item.
 func BenchmarkMaterialize400x10(b *testing.B) {
-	for _, path := range []struct {
-		name    string
-		minRows int
-	}{{"loads", 0}, {"per-row", math.MaxInt}} {
+	for _, path := range enqueuePaths {
 		b.Run(path.name, func(b *testing.B) {
 			_, _, dsn := queuetest.New(b, workqueue.Config{}, scope)
 			qu, counter := queuetest.Counted(b, dsn, workqueue.Config{MaxEnqueueBatch: 5000})
@@ -84,10 +89,7 @@ func materializeBatch() []workqueue.Event {
 // over the 20 calls.
 func BenchmarkEnqueueLaned20000(b *testing.B) {
 	const items, perCall, laneSize = 20000, 1000, 5
-	for _, path := range []struct {
-		name    string
-		minRows int
-	}{{"loads", 0}, {"per-row", math.MaxInt}} {
+	for _, path := range enqueuePaths {
 		b.Run(path.name, func(b *testing.B) {
 			qu, _, _ := queuetest.New(b, workqueue.Config{}, scope)
 			if path.minRows != 0 {

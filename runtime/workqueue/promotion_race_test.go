@@ -26,6 +26,22 @@ func (h *onFirst) Before(_ context.Context, query string, _ []driver.NamedValue)
 
 func (h *onFirst) After(_ context.Context, _ string, _ any, err error) error { return err }
 
+// queueWithHook is a Queue on the fixture's database whose statements pass
+// through hook.
+func (f *fixture) queueWithHook(hook sqlwrap.Hook) *workqueue.Queue {
+	f.t.Helper()
+	db, err := sqlwrap.Open(f.dsn, hook)
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	f.t.Cleanup(func() { db.Close() })
+	qu, err := workqueue.New(db, workqueue.Config{})
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	return qu
+}
+
 // A finisher decides whether a follower heads its other lane by reading
 // that lane (not locked). If the row ahead of the follower there is
 // promoted by another finisher between the finisher's read for lane heads
@@ -48,21 +64,12 @@ func TestPromotionSeesARowPromotedBetweenItsReads(t *testing.T) {
 	if len(got) != 2 || leases[a].WorkID != a || leases[b].WorkID != b {
 		t.Fatalf("claimed %v, want the heads %d and %d", ids(got), a, b)
 	}
-	hook := &onFirst{name: "BlockedBefore", fn: func() {
+	hooked := f.queueWithHook(&onFirst{name: "BlockedBefore", fn: func() {
 		fin, err := f.qu.Complete(f.ctx, leases[a])
 		if err != nil || fin.Promoted != 1 {
 			t.Errorf("completing a between the reads: %+v, %v; want x promoted", fin, err)
 		}
-	}}
-	db, err := sqlwrap.Open(f.dsn, hook)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { db.Close() })
-	hooked, err := workqueue.New(db, workqueue.Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	}})
 	if _, err := hooked.Complete(f.ctx, leases[b]); err != nil {
 		t.Fatalf("complete b: %v", err)
 	}
@@ -87,21 +94,12 @@ func TestEnqueueSeesARowPromotedBetweenItsReads(t *testing.T) {
 	if len(got) != 1 || got[0].WorkID != a {
 		t.Fatalf("claimed %v, want the head %d", ids(got), a)
 	}
-	hook := &onFirst{name: "BlockedInHeadlessLanes", fn: func() {
+	hooked := f.queueWithHook(&onFirst{name: "BlockedInHeadlessLanes", fn: func() {
 		fin, err := f.qu.Complete(f.ctx, got[0].Lease)
 		if err != nil || fin.Promoted != 1 {
 			t.Errorf("completing a between the reads: %+v, %v; want x promoted", fin, err)
 		}
-	}}
-	db, err := sqlwrap.Open(f.dsn, hook)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { db.Close() })
-	hooked, err := workqueue.New(db, workqueue.Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	}})
 	res, err := hooked.Enqueue(f.ctx, scope, []workqueue.Event{{IdempotencyKey: "late", Payload: []byte("{}"),
 		Work: []workqueue.Work{{WorkType: "deliver", TargetLane: "t"}}}})
 	if err != nil {
