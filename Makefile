@@ -119,8 +119,8 @@ test: check-generate lint tidb tidb-image-if-docker ## Run every test (race dete
 # Benchmarks on the embedded TiDB: laneq's claim path against the naive loop
 # (BenchmarkClaimComplete), the MVCC-churn proof (BenchmarkChurn), the
 # worker against the per-item floor (BenchmarkThroughputVsFloor) and batch
-# enqueue, loads against per-row inserts (BenchmarkMaterialize400x10,
-# BenchmarkEnqueueLaned20000).
+# enqueue, loads against per-row inserts and with source projections
+# (BenchmarkMaterialize400x10, BenchmarkEnqueueLaned20000).
 BENCH_FLAGS ?= -benchtime=2000x
 .PHONY: bench
 bench: tidb ## Claim throughput and churn benchmarks on the embedded TiDB.

@@ -162,9 +162,10 @@ func (q *Queries) ClaimCandidates(ctx context.Context, arg ClaimCandidatesParams
 const claimedByRef = `-- name: ClaimedByRef :many
 SELECT w.work_id, w.event_id, w.work_type, w.queue_class, w.lease_token, w.lane_ordinal,
        w.attempt_count, w.safe_retry_count, w.generation, w.source_lane_key, w.target_lane_key,
-       w.run_after, w.dependency_wake_key, w.dependency_keys, s.active_generation,
-       e.receipt_id, e.route_id, e.route_version, e.event_kind, e.source_kind, e.source_id,
-       e.delivery_sequence, e.idempotency_key, e.payload, e.created_at
+       w.run_after, w.dependency_wake_key, w.dependency_keys, w.projection_key,
+       s.active_generation, e.receipt_id, e.route_id, e.route_version, e.event_kind,
+       e.source_kind, e.source_id, e.delivery_sequence, e.enqueue_ordinal,
+       e.idempotency_key, e.payload, e.created_at
 FROM work_item w
 JOIN scope s ON s.scope_id = w.scope_id
 JOIN event e ON e.event_id = w.event_id
@@ -194,6 +195,7 @@ type ClaimedByRefRow struct {
 	RunAfter          time.Time
 	DependencyWakeKey sql.NullString
 	DependencyKeys    []byte
+	ProjectionKey     sql.NullString
 	ActiveGeneration  int64
 	ReceiptID         sql.NullInt64
 	RouteID           string
@@ -202,6 +204,7 @@ type ClaimedByRefRow struct {
 	SourceKind        string
 	SourceID          string
 	DeliverySequence  int64
+	EnqueueOrdinal    int64
 	IdempotencyKey    string
 	Payload           []byte
 	CreatedAt         time.Time
@@ -251,6 +254,7 @@ func (q *Queries) ClaimedByRef(ctx context.Context, arg ClaimedByRefParams) ([]C
 			&i.RunAfter,
 			&i.DependencyWakeKey,
 			&i.DependencyKeys,
+			&i.ProjectionKey,
 			&i.ActiveGeneration,
 			&i.ReceiptID,
 			&i.RouteID,
@@ -259,6 +263,7 @@ func (q *Queries) ClaimedByRef(ctx context.Context, arg ClaimedByRefParams) ([]C
 			&i.SourceKind,
 			&i.SourceID,
 			&i.DeliverySequence,
+			&i.EnqueueOrdinal,
 			&i.IdempotencyKey,
 			&i.Payload,
 			&i.CreatedAt,
@@ -397,7 +402,7 @@ func (q *Queries) ReclaimCAS(ctx context.Context, arg ReclaimCASParams) (int64, 
 const staleCandidates = `-- name: StaleCandidates :many
 SELECT w.work_id, w.event_id, w.work_type, w.queue_class, w.lease_token, w.lane_ordinal,
        w.attempt_count, w.safe_retry_count, w.generation, w.source_lane_key, w.target_lane_key,
-       w.run_after
+       w.run_after, w.projection_key
 FROM work_item w
 WHERE w.scope_id = ?
   AND w.generation = ?
@@ -433,6 +438,7 @@ type StaleCandidatesRow struct {
 	SourceLaneKey  sql.NullString
 	TargetLaneKey  sql.NullString
 	RunAfter       time.Time
+	ProjectionKey  sql.NullString
 }
 
 // Processing rows of one queue class whose lease expired by the database
@@ -481,6 +487,7 @@ func (q *Queries) StaleCandidates(ctx context.Context, arg StaleCandidatesParams
 			&i.SourceLaneKey,
 			&i.TargetLaneKey,
 			&i.RunAfter,
+			&i.ProjectionKey,
 		); err != nil {
 			return nil, err
 		}

@@ -14,7 +14,7 @@ import (
 const getEvent = `-- name: GetEvent :one
 SELECT event_id, receipt_id, scope_id, generation, route_id, route_version,
        event_kind, source_kind, source_id, delivery_sequence, enqueue_ordinal,
-       idempotency_key, payload_hash, payload, created_at
+       idempotency_key, payload_hash, payload, created_at, projection_key
 FROM event
 WHERE event_id = ?
 `
@@ -39,6 +39,7 @@ func (q *Queries) GetEvent(ctx context.Context, eventID int64) (Event, error) {
 		&i.PayloadHash,
 		&i.Payload,
 		&i.CreatedAt,
+		&i.ProjectionKey,
 	)
 	return i, err
 }
@@ -46,7 +47,7 @@ func (q *Queries) GetEvent(ctx context.Context, eventID int64) (Event, error) {
 const getEventByIdempotencyKey = `-- name: GetEventByIdempotencyKey :one
 SELECT event_id, receipt_id, scope_id, generation, route_id, route_version,
        event_kind, source_kind, source_id, delivery_sequence, enqueue_ordinal,
-       idempotency_key, payload_hash, payload, created_at
+       idempotency_key, payload_hash, payload, created_at, projection_key
 FROM event
 WHERE scope_id = ?
   AND idempotency_key = ?
@@ -78,6 +79,7 @@ func (q *Queries) GetEventByIdempotencyKey(ctx context.Context, arg GetEventById
 		&i.PayloadHash,
 		&i.Payload,
 		&i.CreatedAt,
+		&i.ProjectionKey,
 	)
 	return i, err
 }
@@ -85,7 +87,7 @@ func (q *Queries) GetEventByIdempotencyKey(ctx context.Context, arg GetEventById
 const getEvents = `-- name: GetEvents :many
 SELECT event_id, receipt_id, scope_id, generation, route_id, route_version,
        event_kind, source_kind, source_id, delivery_sequence, enqueue_ordinal,
-       idempotency_key, payload_hash, payload, created_at
+       idempotency_key, payload_hash, payload, created_at, projection_key
 FROM event
 WHERE event_id IN (/*SLICE:event_ids*/?)
 `
@@ -127,6 +129,7 @@ func (q *Queries) GetEvents(ctx context.Context, eventIds []int64) ([]Event, err
 			&i.PayloadHash,
 			&i.Payload,
 			&i.CreatedAt,
+			&i.ProjectionKey,
 		); err != nil {
 			return nil, err
 		}
@@ -145,13 +148,13 @@ const insertEvent = `-- name: InsertEvent :execlastid
 INSERT INTO event (
     receipt_id, scope_id, generation, route_id, route_version, event_kind,
     source_kind, source_id, delivery_sequence, enqueue_ordinal,
-    idempotency_key, payload_hash, payload, created_at
+    idempotency_key, payload_hash, payload, projection_key, created_at
 ) VALUES (
     ?, ?, ?,
     ?, ?, ?,
     ?, ?, ?,
     ?, ?,
-    ?, ?, NOW(6)
+    ?, ?, ?, NOW(6)
 )
 `
 
@@ -169,6 +172,7 @@ type InsertEventParams struct {
 	IdempotencyKey   string
 	PayloadHash      []byte
 	Payload          []byte
+	ProjectionKey    sql.NullString
 }
 
 // event_id is AUTO_RANDOM (no write hot spot on the primary key); the driver
@@ -188,6 +192,7 @@ func (q *Queries) InsertEvent(ctx context.Context, arg InsertEventParams) (int64
 		arg.IdempotencyKey,
 		arg.PayloadHash,
 		arg.Payload,
+		arg.ProjectionKey,
 	)
 	if err != nil {
 		return 0, err
@@ -196,7 +201,7 @@ func (q *Queries) InsertEvent(ctx context.Context, arg InsertEventParams) (int64
 }
 
 const lockEventsByIdempotencyKeys = `-- name: LockEventsByIdempotencyKeys :many
-SELECT event_id, idempotency_key
+SELECT event_id, idempotency_key, projection_key
 FROM event
 WHERE scope_id = ?
   AND idempotency_key IN (/*SLICE:idempotency_keys*/?)
@@ -211,6 +216,7 @@ type LockEventsByIdempotencyKeysParams struct {
 type LockEventsByIdempotencyKeysRow struct {
 	EventID        int64
 	IdempotencyKey string
+	ProjectionKey  sql.NullString
 }
 
 // Duplicate detection for an enqueue batch. A locking read is a current read
@@ -238,7 +244,7 @@ func (q *Queries) LockEventsByIdempotencyKeys(ctx context.Context, arg LockEvent
 	items := []LockEventsByIdempotencyKeysRow{}
 	for rows.Next() {
 		var i LockEventsByIdempotencyKeysRow
-		if err := rows.Scan(&i.EventID, &i.IdempotencyKey); err != nil {
+		if err := rows.Scan(&i.EventID, &i.IdempotencyKey, &i.ProjectionKey); err != nil {
 			return nil, err
 		}
 		items = append(items, i)

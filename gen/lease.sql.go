@@ -148,7 +148,8 @@ func (q *Queries) FinishExpired(ctx context.Context, arg FinishExpiredParams) (i
 }
 
 const getLaneIdentity = `-- name: GetLaneIdentity :one
-SELECT scope_id, generation, source_lane_key, target_lane_key, lane_ordinal
+SELECT scope_id, generation, source_lane_key, target_lane_key, lane_ordinal,
+       projection_key
 FROM work_item
 WHERE work_id = ?
 `
@@ -159,6 +160,7 @@ type GetLaneIdentityRow struct {
 	SourceLaneKey sql.NullString
 	TargetLaneKey sql.NullString
 	LaneOrdinal   int64
+	ProjectionKey sql.NullString
 }
 
 // What a finisher needs to promote followers: the row's lanes and position.
@@ -172,6 +174,7 @@ func (q *Queries) GetLaneIdentity(ctx context.Context, workID int64) (GetLaneIde
 		&i.SourceLaneKey,
 		&i.TargetLaneKey,
 		&i.LaneOrdinal,
+		&i.ProjectionKey,
 	)
 	return i, err
 }

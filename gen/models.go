@@ -31,6 +31,7 @@ type Event struct {
 	PayloadHash      []byte
 	Payload          []byte
 	CreatedAt        time.Time
+	ProjectionKey    sql.NullString
 }
 
 type IngressReceipt struct {
@@ -105,4 +106,5 @@ type WorkItem struct {
 	UpdatedAt            time.Time
 	DependencyKeys       []byte
 	ReplayDepth          int32
+	ProjectionQueuedKey  sql.NullString
 }

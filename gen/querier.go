@@ -6,9 +6,18 @@ package gen
 
 import (
 	"context"
+	"database/sql"
 )
 
 type Querier interface {
+	// The terminal handoff: in the transaction that terminalized the claimed
+	// generations of these projections (Finish, FinishBatch or FinishExpired
+	// cleared their active keys), their queued successors become active and
+	// enter their lanes as blocked rows; the caller then promotes lane followers
+	// as every finish does, which finds a successor in its ordinal place. Batch
+	// point gets on uk_work_item_projection_queued. run_after moves to at least
+	// now, as every transition toward claimable does (the claim cursor's floor).
+	ActivateQueuedProjections(ctx context.Context, projectionKeys []sql.NullString) (int64, error)
 	// Reserves a block of ordinals [next_enqueue_ordinal, + reserved) for the
 	// items of one enqueue batch; called under LockScopeForEnqueue's lock as the
 	// batch's last statement. admitted_at records the database time just before
@@ -16,6 +25,18 @@ type Querier interface {
 	// its items are due no earlier than admitted_at (claimers rely on that; see
 	// ClaimCandidates).
 	AdvanceEnqueueOrdinal(ctx context.Context, arg AdvanceEnqueueOrdinalParams) error
+	// Points unclaimed generations (an active one never claimed, or a queued
+	// successor) at the newest event of their projection: one statement for a
+	// whole batch, by primary key (batch point gets), each row taking the event
+	// at its own position in the list (FIELD finds the position, ELT picks the
+	// event id there; both lists come in the same order, as decimal text: FIELD
+	// compares a number with strings as doubles, which cannot tell 64-bit
+	// AUTO_RANDOM ids apart, so the id is compared as text). The generation keeps
+	// its lane place, readiness and lease token: only its input grows, and the
+	// replaced event stays in its input range (ProjectionInput). The state
+	// condition is a guard: the caller holds these rows locked and read them in
+	// these states; it checks that every row matched.
+	AdvanceProjections(ctx context.Context, arg AdvanceProjectionsParams) (int64, error)
 	// Dependency waits (seed 002). A work item whose durable prerequisite is
 	// missing waits instead of retrying: it is invisible to claims and due
 	// times, counts no retries, and as its lanes' head keeps its followers
@@ -120,6 +141,9 @@ type Querier interface {
 	// Idempotent creation. ON DUPLICATE KEY keeps an existing row untouched (its
 	// generation and ordinal counter must never be reset by a late writer).
 	EnsureScope(ctx context.Context, arg EnsureScopeParams) error
+	// An event's admission ordinal: a primary-key point get that leaves the
+	// payload unread.
+	EventOrdinal(ctx context.Context, eventID int64) (int64, error)
 	// Terminal transition of the claimed row only: completed, skipped or dead.
 	// Clears the projection's active key so a successor may activate. The caller
 	// promotes lane followers in the same transaction.
@@ -185,7 +209,10 @@ type Querier interface {
 	// scope lock: the child joins its lanes behind everything admitted before
 	// it, as a new enqueue does), a clean failure budget, and replay_depth one
 	// past the parent's, which uk_work_item_event_type keeps unique. It is due
-	// now; a dependency it declared is checked again before it runs.
+	// now; a dependency it declared is checked again before it runs. A
+	// projection generation's child keeps its projection key and becomes the
+	// projection's active generation (Replay checked, under the scope lock, that
+	// the parent is the projection's newest generation, so none is live).
 	InsertReplay(ctx context.Context, arg InsertReplayParams) (int64, error)
 	// work_id is AUTO_RANDOM; the driver returns the generated id. run_after is
 	// the database clock plus a delay, never a host's clock. Enqueue finds
@@ -221,12 +248,29 @@ type Querier interface {
 	// invalid character as a warning where an INSERT fails: the materializer
 	// reads this after each load and fails closed on any.
 	LoadWarningCount(ctx context.Context) (int64, error)
+	// Source projection (seed 004's latest_by_source mode; see
+	// workqueue.Work.Projection). All generations of one projection share
+	// projection_key. The active generation (at most one: the unique
+	// uk_work_item_projection_active) also sets projection_active_key; a queued
+	// successor (at most one: uk_work_item_projection_queued) sets
+	// projection_queued_key instead and is 'inactive', a state no claim, lane or
+	// due-time statement reads, so it neither runs nor blocks its lane until the
+	// terminal handoff (ActivateQueuedProjections) makes it active.
+	// The active generations of an enqueue batch's projections, read current
+	// and locked (batch point gets on uk_work_item_projection_active), after the
+	// batch's events and work items and before its lane rows: enqueue's lock
+	// order. The lock serializes the advance against a claim's CAS and a
+	// finisher's handoff: whichever commits first, the other sees its result.
+	LockActiveProjections(ctx context.Context, projectionKeys []sql.NullString) ([]LockActiveProjectionsRow, error)
 	// Duplicate detection for an enqueue batch. A locking read is a current read
 	// in a TiDB pessimistic transaction: it sees events committed while this
 	// transaction waited for the scope lock, which a plain SELECT (reading the
 	// transaction's start snapshot) would miss and then fail on 1062.
 	// Batch point gets on uk_event_idempotency.
 	LockEventsByIdempotencyKeys(ctx context.Context, arg LockEventsByIdempotencyKeysParams) ([]LockEventsByIdempotencyKeysRow, error)
+	// The queued successors of an enqueue batch's projections, as
+	// LockActiveProjections (batch point gets on uk_work_item_projection_queued).
+	LockQueuedProjections(ctx context.Context, projectionKeys []sql.NullString) ([]LockQueuedProjectionsRow, error)
 	// The candidate keys that are satisfied, read under locks: a batch point get
 	// on the primary key that waits for a producer holding one of them
 	// (inserted, not yet committed) and then sees its commit. Locks: the keys
@@ -248,6 +292,10 @@ type Querier interface {
 	// Existing work of duplicate events, read current and locked for the same
 	// reason as LockEventsByIdempotencyKeys. Rides uk_work_item_event_type.
 	LockWorkItemsByEvents(ctx context.Context, eventIds []int64) ([]LockWorkItemsByEventsRow, error)
+	// The projection's newest generation (Replay's safety check, under the
+	// scope lock that serializes it with every enqueue): the last entry of the
+	// projection's range on idx_work_item_projection, index only.
+	NewestProjectionGeneration(ctx context.Context, projectionKey sql.NullString) (int64, error)
 	// The follower to consider for promotion after the row at after_ordinal left
 	// the lane, looked for in the ordinal window (after_ordinal, until_ordinal]:
 	// the caller widens the window until it finds one or passes the scope's last
@@ -271,6 +319,23 @@ type Querier interface {
 	// same instant measured from the database clock, so a worker arms a local
 	// timer without comparing two hosts' wall clocks.
 	NextWorkAt(ctx context.Context, arg NextWorkAtParams) ([]NextWorkAtRow, error)
+	// The boundary of a generation's input: the event the projection's
+	// previous generation selected (the newest generation admitted before this
+	// one that selected another event: generations of one projection run one
+	// after another, so that one was executed, or is terminal; a replay child
+	// selects its parent's event, so its replayed ancestors are skipped and it
+	// runs its parent's input again). A backward range on idx_work_item_projection,
+	// which holds event_id, stopped by LIMIT 1 after one entry however long the
+	// projection's history: no table read, and no join (joined with event,
+	// TiDB read every earlier generation before applying the LIMIT). No row:
+	// the generation is the projection's first. EventOrdinal then reads the
+	// event's admission ordinal.
+	PreviousProjectionEvent(ctx context.Context, arg PreviousProjectionEventParams) ([]int64, error)
+	// A projection generation's input: its projection's events after the
+	// previous generation's selected event through its own, in admission order:
+	// one range on idx_event_projection, whatever else the scope holds. LIMIT
+	// pages a long range (the caller continues after the last ordinal).
+	ProjectionInput(ctx context.Context, arg ProjectionInputParams) ([]ProjectionInputRow, error)
 	// blocked -> pending once the row heads both of its lanes. Primary-key CAS on
 	// the row version read by NextBlocked*. run_after moves up to the database's
 	// current time (a delayed item keeps its later time): a row that becomes

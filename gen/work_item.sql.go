@@ -12,7 +12,7 @@ import (
 )
 
 const getWorkItem = `-- name: GetWorkItem :one
-SELECT work_id, event_id, scope_id, generation, work_type, queue_class, state, run_after, priority, attempt_count, safe_retry_count, lease_owner, lease_token, source_lane_key, target_lane_key, lane_ordinal, projection_key, projection_active_key, terminal_at, replay_of_work_id, replayed_at, failure_class, failure_summary, dependency_wake_key, dependency_probe_after, created_at, updated_at, dependency_keys, replay_depth
+SELECT work_id, event_id, scope_id, generation, work_type, queue_class, state, run_after, priority, attempt_count, safe_retry_count, lease_owner, lease_token, source_lane_key, target_lane_key, lane_ordinal, projection_key, projection_active_key, terminal_at, replay_of_work_id, replayed_at, failure_class, failure_summary, dependency_wake_key, dependency_probe_after, created_at, updated_at, dependency_keys, replay_depth, projection_queued_key
 FROM work_item
 WHERE work_id = ?
 `
@@ -51,12 +51,13 @@ func (q *Queries) GetWorkItem(ctx context.Context, workID int64) (WorkItem, erro
 		&i.UpdatedAt,
 		&i.DependencyKeys,
 		&i.ReplayDepth,
+		&i.ProjectionQueuedKey,
 	)
 	return i, err
 }
 
 const getWorkItemByEventAndType = `-- name: GetWorkItemByEventAndType :one
-SELECT work_id, event_id, scope_id, generation, work_type, queue_class, state, run_after, priority, attempt_count, safe_retry_count, lease_owner, lease_token, source_lane_key, target_lane_key, lane_ordinal, projection_key, projection_active_key, terminal_at, replay_of_work_id, replayed_at, failure_class, failure_summary, dependency_wake_key, dependency_probe_after, created_at, updated_at, dependency_keys, replay_depth
+SELECT work_id, event_id, scope_id, generation, work_type, queue_class, state, run_after, priority, attempt_count, safe_retry_count, lease_owner, lease_token, source_lane_key, target_lane_key, lane_ordinal, projection_key, projection_active_key, terminal_at, replay_of_work_id, replayed_at, failure_class, failure_summary, dependency_wake_key, dependency_probe_after, created_at, updated_at, dependency_keys, replay_depth, projection_queued_key
 FROM work_item
 WHERE event_id = ?
   AND work_type = ?
@@ -104,6 +105,7 @@ func (q *Queries) GetWorkItemByEventAndType(ctx context.Context, arg GetWorkItem
 		&i.UpdatedAt,
 		&i.DependencyKeys,
 		&i.ReplayDepth,
+		&i.ProjectionQueuedKey,
 	)
 	return i, err
 }
@@ -112,8 +114,8 @@ const insertWorkItem = `-- name: InsertWorkItem :execlastid
 INSERT INTO work_item (
     event_id, scope_id, generation, work_type, queue_class, state, run_after,
     priority, source_lane_key, target_lane_key, lane_ordinal,
-    projection_key, projection_active_key, dependency_wake_key, dependency_keys,
-    created_at, updated_at
+    projection_key, projection_active_key, projection_queued_key,
+    dependency_wake_key, dependency_keys, created_at, updated_at
 ) VALUES (
     ?, ?, ?,
     ?, ?, ?,
@@ -121,7 +123,7 @@ INSERT INTO work_item (
     ?, ?,
     ?, ?,
     ?, ?,
-    ?, ?,
+    ?, ?, ?,
     NOW(6), NOW(6)
 )
 `
@@ -140,6 +142,7 @@ type InsertWorkItemParams struct {
 	LaneOrdinal         int64
 	ProjectionKey       sql.NullString
 	ProjectionActiveKey sql.NullString
+	ProjectionQueuedKey sql.NullString
 	DependencyWakeKey   sql.NullString
 	DependencyKeys      []byte
 }
@@ -165,6 +168,7 @@ func (q *Queries) InsertWorkItem(ctx context.Context, arg InsertWorkItemParams) 
 		arg.LaneOrdinal,
 		arg.ProjectionKey,
 		arg.ProjectionActiveKey,
+		arg.ProjectionQueuedKey,
 		arg.DependencyWakeKey,
 		arg.DependencyKeys,
 	)

@@ -22,10 +22,14 @@ var seedSQL string
 // Fixture names the rows cases refer to. Cases use "$name" placeholders for
 // these values (see Values).
 const (
-	TargetScope = "plan/target"
-	OtherScope  = "plan/other"
-	targetGen   = 2
-	knownBase   = 1_000_000 // ids and ordinals of the target scope's interesting rows
+	// ProjectionHistoryKey is the projection key of the fixture's one long
+	// projection history.
+	ProjectionHistoryKey = "hist:projection"
+	TargetScope          = "plan/target"
+	OtherScope           = "plan/other"
+	targetGen            = 2
+	knownBase            = 1_000_000  // ids and ordinals of the target scope's interesting rows
+	noise                = 10_000_000 // id blocks of the noise distributions: each starts at a multiple
 )
 
 // The fixture's timeline. Rows that must be due sit in the year 2000, so no
@@ -40,26 +44,29 @@ const futureLead = time.Hour
 // Values are the fixture facts cases can name as "$key" arguments.
 func Values() map[string]any {
 	return map[string]any{
-		"scope":              TargetScope,
-		"generation":         int64(targetGen),
-		"head_work_id":       int64(knownBase),            // a due pending lane head
-		"head_ordinal":       int64(knownBase),            // its lane ordinal
-		"blocked_work_id":    int64(knownBase + 100),      // a blocked follower
-		"blocked_ordinal":    int64(knownBase + 100),      // its lane ordinal
-		"processing_work_id": int64(knownBase + 200),      // a leased row
-		"event_id":           int64(knownBase),            // the head's event
-		"idempotency_key":    "known:0",                   // that event's key
-		"lane":               "lane:0",                    // the head's source lane
-		"target_lane":        "acct:0",                    // the head's target lane
-		"wake_key":           "known-wake:0",              // the wake key of one known waiter
-		"waiter_work_id":     int64(knownBase + 500),      // that waiter
-		"registration_id":    int64(knownBase + 700),      // an interrupted dependency registration
-		"satisfied_key":      "known-wake:key:0",          // a satisfied dependency key
-		"missing_key":        "known-wake:key:1",          // a dependency key not satisfied
-		"lease_token":        int64(0),                    // seeded rows' token
-		"long_lane":          "long:0",                    // a lane with `scale` blocked followers
-		"long_lane_head":     int64(longLaneBase - 1),     // its head's ordinal, just before them
-		"next_ordinal":       int64(maxSeededOrdinal + 1), // past every seeded ordinal
+		"scope":               TargetScope,
+		"generation":          int64(targetGen),
+		"head_work_id":        int64(knownBase),            // a due pending lane head
+		"head_ordinal":        int64(knownBase),            // its lane ordinal
+		"blocked_work_id":     int64(knownBase + 100),      // a blocked follower
+		"blocked_ordinal":     int64(knownBase + 100),      // its lane ordinal
+		"processing_work_id":  int64(knownBase + 200),      // a leased row
+		"event_id":            int64(knownBase),            // the head's event
+		"idempotency_key":     "known:0",                   // that event's key
+		"lane":                "lane:0",                    // the head's source lane
+		"target_lane":         "acct:0",                    // the head's target lane
+		"wake_key":            "known-wake:0",              // the wake key of one known waiter
+		"waiter_work_id":      int64(knownBase + 500),      // that waiter
+		"registration_id":     int64(knownBase + 700),      // an interrupted dependency registration
+		"satisfied_key":       "known-wake:key:0",          // a satisfied dependency key
+		"missing_key":         "known-wake:key:1",          // a dependency key not satisfied
+		"lease_token":         int64(0),                    // seeded rows' token
+		"long_lane":           "long:0",                    // a lane with `scale` blocked followers
+		"long_lane_head":      int64(longLaneBase - 1),     // its head's ordinal, just before them
+		"next_ordinal":        int64(maxSeededOrdinal + 1), // past every seeded ordinal
+		"projection_key":      ProjectionHistoryKey,        // a projection with `scale` terminal generations
+		"projection_event_10": int64(17*noise + 10),        // the admission ordinal of its 11th event
+		"projection_event_20": int64(17*noise + 20),        // ... and of its 21st
 	}
 }
 
@@ -80,6 +87,7 @@ type distribution struct {
 	at                   when // run_after: when due, or the lease expiry of a processing row
 	source, target, proj string
 	projActive           bool
+	projSame             bool // every row of one projection (proj is its key)
 	wake                 string
 	lanes                int64
 	idBase, ordinalBase  int64
@@ -131,7 +139,6 @@ func distributions(scale int64) []distribution {
 		}
 		return x
 	}
-	const noise = 10_000_000
 	backlog := when{spread: time.Hour} // the due backlog: the year 2000's first hour
 	inBacklog := when{offset: 30 * time.Minute, spread: 20 * time.Millisecond}
 	notDue := when{future: true, spread: time.Hour}
@@ -169,6 +176,10 @@ func distributions(scale int64) []distribution {
 		// keys as the target scope's), and dependency registrations there.
 		d(distribution{what: "dependency waiters of another scope", scope: OtherScope, state: "waiting_dependency", at: backlog, source: "wait:", wake: "wake:", lanes: 100, idBase: 15 * noise, ordinalBase: 14 * knownBase, per: 1}),
 		d(distribution{what: "dependency registrations of another scope", scope: OtherScope, state: "dependency_registration", at: backlog, source: "wait:", wake: "wake:", lanes: 100, idBase: 16 * noise, ordinalBase: 14*knownBase + MaxScale, per: 1}),
+		// One projection's history: `scale` terminal generations, each with
+		// its event, all of one projection key (the input and boundary
+		// reads must not grow with it).
+		d(distribution{what: "one projection with `scale` terminal generations", state: "completed", at: backlog, source: "hist:", lanes: 1, proj: ProjectionHistoryKey, projSame: true, idBase: 17 * noise, ordinalBase: 14*knownBase + 2*MaxScale, per: 1, skew: true}),
 	}
 }
 
@@ -219,7 +230,8 @@ func Seed(ctx context.Context, db *sql.DB, scale int64, progress io.Writer) erro
 			"spacing_micros":     d.at.spread.Microseconds() / d.count,
 			"source_lane_prefix": d.source, "target_lane_prefix": d.target, "lanes": d.lanes,
 			"ordinal_base": d.ordinalBase, "projection_prefix": d.proj, "projection_active": boolInt(d.projActive),
-			"wake_prefix": d.wake, "count": d.count,
+			"projection_same": boolInt(d.projSame),
+			"wake_prefix":     d.wake, "count": d.count,
 		})
 		if err != nil {
 			return fmt.Errorf("plancheck: seed %s: %w", d.what, err)
@@ -229,6 +241,7 @@ func Seed(ctx context.Context, db *sql.DB, scale int64, progress io.Writer) erro
 			// Events for the rows (event_id = work_id), so event reads have data.
 			"id_base": d.idBase, "scope_id": d.scope, "generation": d.generation,
 			"key_prefix": fmt.Sprintf("%s:", eventKeyPrefix(d)), "count": d.count,
+			"projection_prefix": d.proj, "projection_same": boolInt(d.projSame),
 		}); err != nil {
 			return fmt.Errorf("plancheck: seed events of %s: %w", d.what, err)
 		}

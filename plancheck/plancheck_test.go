@@ -259,11 +259,12 @@ func TestGoldenShapes(t *testing.T) {
 // whose statements it used to defeat (issue 9): each must stay within its
 // rows budget and its time ratio with the skew present at both scales.
 var skewCases = map[string][]string{
-	"not-due retries in the claim range":      {"ClaimCandidates", "NextWorkAt", "NextWorkAt#inside-the-retry-backlog"},
-	"expired leases of another class":         {"StaleCandidates"},
-	"live leases":                             {"NextWorkAt#inside-the-retry-backlog"},
-	"one lane with `scale` blocked followers": {"LaneHeads", "HeadBefore#long-lane", "NextBlockedInSourceLane#long-lane", "BlockedInHeadlessLanes"},
-	"due rows of another work type":           {"ClaimCandidates", "ClaimCandidates#first-scan"},
+	"not-due retries in the claim range":               {"ClaimCandidates", "NextWorkAt", "NextWorkAt#inside-the-retry-backlog"},
+	"expired leases of another class":                  {"StaleCandidates"},
+	"live leases":                                      {"NextWorkAt#inside-the-retry-backlog"},
+	"one lane with `scale` blocked followers":          {"LaneHeads", "HeadBefore#long-lane", "NextBlockedInSourceLane#long-lane", "BlockedInHeadlessLanes"},
+	"due rows of another work type":                    {"ClaimCandidates", "ClaimCandidates#first-scan"},
+	"one projection with `scale` terminal generations": {"PreviousProjectionEvent", "ProjectionInput"},
 }
 
 // testEachSkewStaysBounded checks the cases each skewed distribution aims

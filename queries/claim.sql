@@ -66,9 +66,10 @@ WHERE w.work_id IN (sqlc.slice(work_ids))
 -- Reading the events here saves a claim turn its own event load.
 SELECT w.work_id, w.event_id, w.work_type, w.queue_class, w.lease_token, w.lane_ordinal,
        w.attempt_count, w.safe_retry_count, w.generation, w.source_lane_key, w.target_lane_key,
-       w.run_after, w.dependency_wake_key, w.dependency_keys, s.active_generation,
-       e.receipt_id, e.route_id, e.route_version, e.event_kind, e.source_kind, e.source_id,
-       e.delivery_sequence, e.idempotency_key, e.payload, e.created_at
+       w.run_after, w.dependency_wake_key, w.dependency_keys, w.projection_key,
+       s.active_generation, e.receipt_id, e.route_id, e.route_version, e.event_kind,
+       e.source_kind, e.source_id, e.delivery_sequence, e.enqueue_ordinal,
+       e.idempotency_key, e.payload, e.created_at
 FROM work_item w
 JOIN scope s ON s.scope_id = w.scope_id
 JOIN event e ON e.event_id = w.event_id
@@ -88,7 +89,7 @@ ORDER BY w.run_after, w.lane_ordinal;
 -- be read again (the MVCC delete markers of renewals and finishes lie there).
 SELECT w.work_id, w.event_id, w.work_type, w.queue_class, w.lease_token, w.lane_ordinal,
        w.attempt_count, w.safe_retry_count, w.generation, w.source_lane_key, w.target_lane_key,
-       w.run_after
+       w.run_after, w.projection_key
 FROM work_item w
 WHERE w.scope_id = sqlc.arg(scope_id)
   AND w.generation = sqlc.arg(generation)

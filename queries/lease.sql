@@ -129,7 +129,8 @@ WHERE work_id = sqlc.arg(work_id)
 -- name: GetLaneIdentity :one
 -- What a finisher needs to promote followers: the row's lanes and position.
 -- Point read inside the finishing transaction, after Finish locked the row.
-SELECT scope_id, generation, source_lane_key, target_lane_key, lane_ordinal
+SELECT scope_id, generation, source_lane_key, target_lane_key, lane_ordinal,
+       projection_key
 FROM work_item
 WHERE work_id = sqlc.arg(work_id);
 

@@ -30,18 +30,22 @@ WHERE work_id = sqlc.arg(work_id)
 -- scope lock: the child joins its lanes behind everything admitted before
 -- it, as a new enqueue does), a clean failure budget, and replay_depth one
 -- past the parent's, which uk_work_item_event_type keeps unique. It is due
--- now; a dependency it declared is checked again before it runs.
+-- now; a dependency it declared is checked again before it runs. A
+-- projection generation's child keeps its projection key and becomes the
+-- projection's active generation (Replay checked, under the scope lock, that
+-- the parent is the projection's newest generation, so none is live).
 INSERT INTO work_item (
     event_id, scope_id, generation, work_type, queue_class, state, run_after,
     priority, source_lane_key, target_lane_key, lane_ordinal,
     dependency_wake_key, dependency_keys, replay_of_work_id, replay_depth,
-    created_at, updated_at
+    projection_key, projection_active_key, created_at, updated_at
 )
 SELECT parent.event_id, parent.scope_id, parent.generation, parent.work_type,
        parent.queue_class, sqlc.arg(state), NOW(6), parent.priority,
        parent.source_lane_key, parent.target_lane_key, sqlc.arg(lane_ordinal),
        parent.dependency_wake_key, parent.dependency_keys, parent.work_id,
-       parent.replay_depth + 1, NOW(6), NOW(6)
+       parent.replay_depth + 1, parent.projection_key, parent.projection_key,
+       NOW(6), NOW(6)
 FROM work_item AS parent
 WHERE parent.work_id = sqlc.arg(parent_work_id);
 

@@ -155,6 +155,8 @@ func TestRequiredKeys(t *testing.T) {
 	want := map[string]index{
 		"work_item.uk_work_item_event_type":           {true, "event_id,work_type,replay_depth"},
 		"work_item.uk_work_item_projection_active":    {true, "projection_active_key"},
+		"work_item.uk_work_item_projection_queued":    {true, "projection_queued_key"},
+		"event.idx_event_projection":                  {false, "projection_key,enqueue_ordinal"},
 		"event.uk_event_idempotency":                  {true, "scope_id,idempotency_key"},
 		"ingress_receipt.uk_ingress_receipt_delivery": {true, "scope_id,delivery_id"},
 	}

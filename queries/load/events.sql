@@ -27,5 +27,5 @@ FIELDS TERMINATED BY '\t' ESCAPED BY '\\'
 LINES TERMINATED BY '\n'
 (receipt_id, scope_id, generation, route_id, route_version, event_kind,
  source_kind, source_id, delivery_sequence, enqueue_ordinal,
- idempotency_key, payload_hash, payload)
+ idempotency_key, payload_hash, payload, projection_key)
 SET created_at = NOW(6);

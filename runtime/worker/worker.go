@@ -58,6 +58,17 @@ func (j *Job) RecordProgress(ctx context.Context) error {
 	return nil
 }
 
+// Input returns what the item runs on: for a source projection generation
+// (Item.ProjectionKey set; see workqueue.Work.Projection) every event after
+// the previous generation's through the one it selected, in admission
+// order; for per-event work its one event.
+func (j *Job) Input(ctx context.Context) ([]workqueue.StoredEvent, error) {
+	if j.Item.ProjectionKey == "" {
+		return []workqueue.StoredEvent{j.Event}, nil
+	}
+	return j.q.ProjectionInput(ctx, j.Item)
+}
+
 // DependencyWait is the outcome WaitForDependency returns.
 type DependencyWait struct{ Dependency workqueue.Dependency }
 

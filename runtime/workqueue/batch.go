@@ -100,6 +100,15 @@ func (qu *Queue) completeLaned(ctx context.Context, leases []Lease, idx []int, e
 		if n != int64(len(idx)) {
 			return errBatchShort
 		}
+		var successors []string
+		for _, i := range idx {
+			if p := leases[i].lanes.projection; p.Valid {
+				successors = append(successors, p.String)
+			}
+		}
+		if err := activateSuccessors(ctx, q, successors); err != nil {
+			return err
+		}
 		batch := newPromotions()
 		for _, i := range idx {
 			if _, err := promoteAfter(ctx, q, leases[i].lanes, batch); err != nil {

@@ -31,6 +31,10 @@ type Claimed struct {
 	// when an earlier attempt waited); nil for none. A worker rechecks it
 	// before any work and waits again when none of its keys is satisfied.
 	Dependency *Dependency
+	// ProjectionKey names the projection whose generation this is (see
+	// Work.Projection); empty for per-event work. A projection generation's
+	// input is ProjectionInput, not only Event.
+	ProjectionKey string
 	// Event is the item's event, read with the claim (nil when a claim
 	// path did not read it: LoadEvent then).
 	Event *StoredEvent
@@ -52,6 +56,7 @@ type laneIdentity struct {
 	generation     int64
 	ordinal        int64
 	source, target sql.NullString
+	projection     sql.NullString // the projection's key: its finish hands off to a queued successor
 }
 
 // ClaimRequest asks for up to Max items.
@@ -816,13 +821,14 @@ func (c *Claimer) readBack(ctx context.Context, ref sql.NullString, ids []int64,
 			WorkID: r.WorkID, EventID: r.EventID, WorkType: r.WorkType, QueueClass: r.QueueClass,
 			LeaseToken: r.LeaseToken, LaneOrdinal: r.LaneOrdinal, AttemptCount: r.AttemptCount,
 			SafeRetryCount: r.SafeRetryCount, Generation: r.Generation, SourceLaneKey: r.SourceLaneKey,
-			TargetLaneKey: r.TargetLaneKey, RunAfter: r.RunAfter,
+			TargetLaneKey: r.TargetLaneKey, RunAfter: r.RunAfter, ProjectionKey: r.ProjectionKey,
 		}, reclaimed)
 		claimed.Dependency = dependencyFrom(r.DependencyWakeKey, r.DependencyKeys)
 		claimed.Event = &StoredEvent{
 			EventID: r.EventID, ReceiptID: r.ReceiptID.Int64, RouteID: r.RouteID, RouteVersion: r.RouteVersion,
 			EventKind: r.EventKind, SourceKind: r.SourceKind, SourceID: r.SourceID,
-			DeliverySequence: r.DeliverySequence, IdempotencyKey: r.IdempotencyKey, Payload: r.Payload, CreatedAt: r.CreatedAt,
+			DeliverySequence: r.DeliverySequence, EnqueueOrdinal: r.EnqueueOrdinal, IdempotencyKey: r.IdempotencyKey,
+			Payload: r.Payload, CreatedAt: r.CreatedAt,
 		}
 		if r.Generation != r.ActiveGeneration {
 			// Not handed to anyone. If the release fails too, the row waits
@@ -954,9 +960,10 @@ func (c *Claimer) claimedFrom(r gen.StaleCandidatesRow, reclaimed bool) Claimed 
 	return Claimed{
 		Scope: c.scope, WorkID: r.WorkID, EventID: r.EventID, WorkType: r.WorkType, QueueClass: r.QueueClass,
 		LaneOrdinal: r.LaneOrdinal, Attempt: r.AttemptCount, SafeRetries: r.SafeRetryCount, Reclaimed: reclaimed,
+		ProjectionKey: r.ProjectionKey.String,
 		Lease: Lease{WorkID: r.WorkID, Token: r.LeaseToken, lanes: &laneIdentity{
 			scope: c.scope, generation: r.Generation, ordinal: r.LaneOrdinal,
-			source: r.SourceLaneKey, target: r.TargetLaneKey,
+			source: r.SourceLaneKey, target: r.TargetLaneKey, projection: r.ProjectionKey,
 		}},
 	}
 }

@@ -46,6 +46,26 @@ type Work struct {
 	// claimed as usual, and a worker checks the keys before running it and
 	// parks it (Queue.Wait) while none is satisfied. Nil for none.
 	WaitFor *Dependency
+	// Projection opts the item into source projection (seed 004's
+	// latest_by_source mode): instead of one item per event, the events of
+	// one projection (scope, route, route version, event kind, work type
+	// and source lane) share a chain of generations, at most one active:
+	//   - before it is claimed, the active generation advances to each
+	//     newer event (its lane place and due time stay);
+	//   - once claimed (running, waiting to retry or for a dependency),
+	//     newer events collapse into one inactive queued successor, which
+	//     neither runs nor blocks the lane;
+	//   - completing, skipping or dead-lettering the claimed generation
+	//     activates the successor in the same transaction; a retry keeps it
+	//     inactive.
+	// The handler reads a generation's whole input with
+	// Queue.ProjectionInput: every event after the previous generation's
+	// through its own, in admission order. Every event is still stored.
+	// Needs a SourceLane (without one the item is per-event work, seed 004
+	// step 7) and refuses a TargetLane, a WaitFor, and a second projected
+	// work of the same event. A duplicate delivery is acknowledged as
+	// covered and changes nothing.
+	Projection bool
 }
 
 // EnqueuedEvent reports what Enqueue did for one input event.
@@ -59,8 +79,12 @@ type EnqueuedEvent struct {
 type EnqueuedWork struct {
 	WorkID   int64
 	WorkType string
-	State    string // pending (lane head) or blocked (behind an earlier item), or the existing state
+	State    string // pending (lane head), blocked (behind an earlier item), inactive (a queued projection successor), or the existing state
 	Created  bool   // false when the item already existed
+	// Projection is what happened to a projected work item (Projection*
+	// constants); empty for per-event work. WorkID is the generation that
+	// selects the event (0 when covered and none does any more).
+	Projection string
 }
 
 // Enqueue writes events and their work items in one transaction and returns
@@ -160,9 +184,11 @@ func enqueueTx(ctx context.Context, q *gen.Queries, raw *sql.Tx, scope string, e
 		return nil, fmt.Errorf("find duplicate events: %w", err)
 	}
 	eventByKey := make(map[string]int64, len(existing))
+	projectionOf := make(map[int64]bool, len(existing)) // existing events that feed a projection
 	eventIDs := make([]int64, 0, len(existing))
 	for _, e := range existing {
 		eventByKey[e.IdempotencyKey] = e.EventID
+		projectionOf[e.EventID] = e.ProjectionKey.Valid
 		eventIDs = append(eventIDs, e.EventID)
 	}
 	type workKey struct {
@@ -179,6 +205,35 @@ func enqueueTx(ctx context.Context, q *gen.Queries, raw *sql.Tx, scope string, e
 			existingWork[workKey{r.EventID, r.WorkType}] = r
 		}
 	}
+
+	// Source projections (Work.Projection): each projection selects the
+	// batch's newest new event of it (the others are in that generation's
+	// input), so it is advanced or created once per batch. Its live
+	// generations are locked before anything is written.
+	projKey := make([]string, len(events)) // "" when the event feeds no projection
+	newest := map[string]int{}             // projection key -> index of its newest new event
+	var projKeys []string
+	for i, ev := range events {
+		j, ok := projected(ev)
+		if !ok {
+			continue
+		}
+		projKey[i] = projectionKey(scope, head.ActiveGeneration, ev, ev.Work[j])
+		if _, dup := eventByKey[ev.IdempotencyKey]; dup {
+			continue
+		}
+		if _, seen := newest[projKey[i]]; !seen {
+			projKeys = append(projKeys, projKey[i])
+		}
+		newest[projKey[i]] = i
+	}
+	live, err := lockProjections(ctx, q, projKeys)
+	if err != nil {
+		return nil, err
+	}
+	var advances []advance
+	type workRef struct{ event, work int }
+	var collapsed []workRef // results to copy from their projection's selected generation
 
 	// Plan every new row in input order first (its ordinal, its values),
 	// then write the events and the work items, each with one load when the
@@ -198,22 +253,59 @@ func enqueueTx(ctx context.Context, q *gen.Queries, raw *sql.Tx, scope string, e
 		if id, dup := eventByKey[ev.IdempotencyKey]; dup {
 			res.EventID, res.Duplicate = id, true
 		} else {
-			newEvents = append(newEvents, eventRow(scope, head.ActiveGeneration, next, ev))
+			row := eventRow(scope, head.ActiveGeneration, next, ev)
+			row.ProjectionKey = nullString(projKey[i])
+			newEvents = append(newEvents, row)
 			newEventAt = append(newEventAt, i)
-			if len(ev.Work) == 0 { // an event without work still takes its place in the order
-				next++
-			}
 		}
-		for _, work := range ev.Work {
-			if got, ok := existingWork[workKey{res.EventID, work.WorkType}]; ok && res.Duplicate {
+		projIdx, isProjected := projected(ev)
+		made := 0 // work items this event creates
+		for j, work := range ev.Work {
+			proj := isProjected && j == projIdx
+			got, exists := existingWork[workKey{res.EventID, work.WorkType}]
+			switch {
+			case res.Duplicate && proj && projectionOf[res.EventID]:
+				// Coverage (seed 004 step 11): the event is in the input of
+				// the generation its first enqueue advanced or created.
+				covered := EnqueuedWork{WorkType: work.WorkType, Projection: ProjectionCovered}
+				if exists {
+					covered.WorkID, covered.State = got.WorkID, got.State
+				}
+				res.Work = append(res.Work, covered)
+				continue
+			case res.Duplicate && exists:
 				res.Work = append(res.Work, EnqueuedWork{WorkID: got.WorkID, WorkType: got.WorkType, State: got.State})
 				continue
+			case res.Duplicate && proj:
+				return nil, invalidf("event %q exists without a projection: a projection's input is fixed when its event is first enqueued", ev.IdempotencyKey)
 			}
 			// An item in a lane is written blocked; settleLanes promotes
 			// the lane heads once it has checked, under locks, what is ahead.
 			state := StatePending
 			if work.SourceLane != "" || work.TargetLane != "" {
 				state = StateBlocked
+			}
+			var projCol, activeKey, queuedKey sql.NullString
+			outcome := ""
+			if proj {
+				key := projKey[i]
+				if newest[key] != i {
+					res.Work = append(res.Work, EnqueuedWork{WorkType: work.WorkType, Projection: ProjectionCollapsed})
+					collapsed = append(collapsed, workRef{i, len(res.Work) - 1})
+					continue
+				}
+				step := live.step(key)
+				if step.advance != 0 {
+					advances = append(advances, advance{step.advance, i})
+					res.Work = append(res.Work, EnqueuedWork{WorkID: step.advance, WorkType: work.WorkType, State: step.state, Projection: step.outcome})
+					continue
+				}
+				projCol, outcome = nullString(key), step.outcome
+				if step.outcome == ProjectionQueued {
+					state, queuedKey = StateInactive, projCol
+				} else {
+					activeKey = projCol
+				}
 			}
 			var wake sql.NullString
 			var depKeys []byte
@@ -235,10 +327,17 @@ func enqueueTx(ctx context.Context, q *gen.Queries, raw *sql.Tx, scope string, e
 				TargetLaneKey: nullString(work.TargetLane),
 				LaneOrdinal:   next,
 
-				DependencyWakeKey: wake,
-				DependencyKeys:    depKeys,
+				DependencyWakeKey:   wake,
+				DependencyKeys:      depKeys,
+				ProjectionKey:       projCol,
+				ProjectionActiveKey: activeKey,
+				ProjectionQueuedKey: queuedKey,
 			}})
-			res.Work = append(res.Work, EnqueuedWork{WorkType: work.WorkType, State: state, Created: true})
+			res.Work = append(res.Work, EnqueuedWork{WorkType: work.WorkType, State: state, Created: true, Projection: outcome})
+			made++
+			next++
+		}
+		if !res.Duplicate && made == 0 { // an event without new work still takes its place in the order
 			next++
 		}
 	}
@@ -248,6 +347,13 @@ func enqueueTx(ctx context.Context, q *gen.Queries, raw *sql.Tx, scope string, e
 	}
 	for k, i := range newEventAt {
 		out[i].EventID = newIDs[k]
+	}
+	batchEventIDs := make([]int64, len(out))
+	for i := range out {
+		batchEventIDs[i] = out[i].EventID
+	}
+	if err := advanceProjections(ctx, q, advances, batchEventIDs); err != nil {
+		return nil, err
 	}
 	rows := make([]gen.InsertWorkItemParams, len(works))
 	for k, w := range works {
@@ -271,6 +377,12 @@ func enqueueTx(ctx context.Context, q *gen.Queries, raw *sql.Tx, scope string, e
 	}
 	for _, it := range heads {
 		out[it.event].Work[it.work].State = StatePending
+	}
+	for _, c := range collapsed {
+		sel := newest[projKey[c.event]]
+		j, _ := projected(events[sel])
+		w := &out[c.event].Work[c.work]
+		w.WorkID, w.State = out[sel].Work[j].WorkID, out[sel].Work[j].State
 	}
 	if reserved := next - head.NextEnqueueOrdinal; reserved > 0 {
 		if err := q.AdvanceEnqueueOrdinal(ctx, gen.AdvanceEnqueueOrdinalParams{Reserved: reserved, ScopeID: scope}); err != nil {
@@ -522,6 +634,7 @@ func (qu *Queue) validateEnqueue(scope string, events []Event) error {
 			return invalidf("event %d: ReceiptID must not be negative", i)
 		}
 		types := map[string]bool{}
+		projections := 0
 		for j, w := range ev.Work {
 			if err := checkASCII(i, j, "WorkType", w.WorkType, 1, 64); err != nil {
 				return err
@@ -546,6 +659,17 @@ func (qu *Queue) validateEnqueue(scope string, events []Event) error {
 				if err := w.WaitFor.Validate(); err != nil {
 					return fmt.Errorf("event %d work %d: %w", i, j, err)
 				}
+			}
+			if w.Projection && w.SourceLane != "" {
+				switch {
+				case w.TargetLane != "":
+					return invalidf("event %d work %d: a projection (it has a source lane) takes no TargetLane (seed 004 step 8)", i, j)
+				case w.WaitFor != nil:
+					return invalidf("event %d work %d: a projection takes no WaitFor", i, j)
+				case projections > 0:
+					return invalidf("event %d: more than one projected work item", i)
+				}
+				projections++
 			}
 		}
 	}

@@ -188,8 +188,9 @@ type Finished struct {
 // lane checks need no locks beyond the rows they lock explicitly.
 var readCommitted = &sql.TxOptions{Isolation: sql.LevelReadCommitted}
 
-// finish terminalizes the claimed row and, in the same transaction,
-// promotes the next follower of each of its lanes when that follower now
+// finish terminalizes the claimed row and, in the same transaction, hands
+// a projection generation's place to its queued successor (which enters its
+// lane blocked) and promotes the next follower of each of its lanes when that follower now
 // heads both of its own lanes. Locks: the finished row (CAS), then the
 // follower (locking read); the follower's other lane is read without a lock
 // (see HeadBefore). An item in no lane has no followers: one autocommit CAS
@@ -226,7 +227,13 @@ func (qu *Queue) finish(ctx context.Context, l Lease, state string, f *Failure) 
 			if err != nil {
 				return fmt.Errorf("read lanes: %w", err)
 			}
-			lanes = &laneIdentity{scope: row.ScopeID, generation: row.Generation, ordinal: row.LaneOrdinal, source: row.SourceLaneKey, target: row.TargetLaneKey}
+			lanes = &laneIdentity{scope: row.ScopeID, generation: row.Generation, ordinal: row.LaneOrdinal,
+				source: row.SourceLaneKey, target: row.TargetLaneKey, projection: row.ProjectionKey}
+		}
+		if lanes.projection.Valid {
+			if err := activateSuccessors(ctx, q, []string{lanes.projection.String}); err != nil {
+				return err
+			}
 		}
 		res.Promoted, err = promoteAfter(ctx, q, lanes, nil)
 		replyLost = true // a failure from here on (the commit) may have committed
@@ -255,6 +262,11 @@ func (qu *Queue) expireToDead(ctx context.Context, r gen.StaleCandidatesRow) err
 			return fmt.Errorf("read lanes: %w", err)
 		}
 		lanes.scope = row.ScopeID
+		if row.ProjectionKey.Valid {
+			if err := activateSuccessors(ctx, q, []string{row.ProjectionKey.String}); err != nil {
+				return err
+			}
+		}
 		_, err = promoteAfter(ctx, q, lanes, nil)
 		return err
 	})

@@ -32,12 +32,13 @@ var (
 	loadEvents = mustLoad("events", []string{
 		"receipt_id", "scope_id", "generation", "route_id", "route_version", "event_kind",
 		"source_kind", "source_id", "delivery_sequence", "enqueue_ordinal",
-		"idempotency_key", "payload_hash", "payload",
+		"idempotency_key", "payload_hash", "payload", "projection_key",
 	})
 	loadWorkItems = mustLoad("work_items", []string{
 		"event_id", "scope_id", "generation", "work_type", "queue_class", "state", "priority",
 		"source_lane_key", "target_lane_key", "lane_ordinal", "projection_key",
-		"projection_active_key", "dependency_wake_key", "dependency_keys", "@delay_micros",
+		"projection_active_key", "projection_queued_key", "dependency_wake_key",
+		"dependency_keys", "@delay_micros",
 	})
 )
 
@@ -70,9 +71,7 @@ func insertEvents(ctx context.Context, q *gen.Queries, raw *sql.Tx, rows []gen.I
 	var data loadData
 	keys := make([]string, len(rows))
 	for i, r := range rows {
-		data.row(r.ReceiptID, r.ScopeID, r.Generation, r.RouteID, r.RouteVersion, r.EventKind,
-			r.SourceKind, r.SourceID, r.DeliverySequence, r.EnqueueOrdinal,
-			r.IdempotencyKey, r.PayloadHash, r.Payload)
+		data.event(r)
 		keys[i] = r.IdempotencyKey
 	}
 	if err := data.load(ctx, raw, loadEvents); err != nil {
@@ -117,7 +116,7 @@ func insertWorkItems(ctx context.Context, q *gen.Queries, raw *sql.Tx, rows []ge
 	for _, r := range rows {
 		data.row(r.EventID, r.ScopeID, r.Generation, r.WorkType, r.QueueClass, r.State, int64(r.Priority),
 			r.SourceLaneKey, r.TargetLaneKey, r.LaneOrdinal, r.ProjectionKey,
-			r.ProjectionActiveKey, r.DependencyWakeKey, r.DependencyKeys, r.DelayMicros)
+			r.ProjectionActiveKey, r.ProjectionQueuedKey, r.DependencyWakeKey, r.DependencyKeys, r.DelayMicros)
 		if !seen[r.EventID] {
 			seen[r.EventID] = true
 			events = append(events, r.EventID)
@@ -146,6 +145,13 @@ func insertWorkItems(ctx context.Context, q *gen.Queries, raw *sql.Tx, rows []ge
 		ids[i] = id
 	}
 	return ids, nil
+}
+
+// event appends an event row in loadEvents' column order.
+func (d *loadData) event(r gen.InsertEventParams) {
+	d.row(r.ReceiptID, r.ScopeID, r.Generation, r.RouteID, r.RouteVersion, r.EventKind,
+		r.SourceKind, r.SourceID, r.DeliverySequence, r.EnqueueOrdinal,
+		r.IdempotencyKey, r.PayloadHash, r.Payload, r.ProjectionKey)
 }
 
 // loadData is the rows of one load in the format queries/load declares:

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math"
+	"slices"
 	"testing"
 	"time"
 
@@ -14,10 +15,12 @@ import (
 // enqueuePaths are the two ways an enqueue writes its rows: "loads" as
 // Enqueue is (SetLoadMinRows untouched: 0), "per-row" with every row
 // inserted alone, as enqueue did before the loads.
-var enqueuePaths = []struct {
+var enqueuePaths = []enqueuePath{{"loads", 0}, {"per-row", math.MaxInt}}
+
+type enqueuePath struct {
 	name    string
 	minRows int
-}{{"loads", 0}, {"per-row", math.MaxInt}}
+}
 
 // BenchmarkMaterialize400x10 enqueues seed 004's batch in one call: 400
 // sources with 10 events each (each event's work item in its source's
@@ -26,12 +29,13 @@ var enqueuePaths = []struct {
 // per table); "per-row" is the same batch with every row inserted alone, as
 // enqueue did before. Each iteration writes into a fresh scope of one
 // database. Reports ms/batch, statements/batch (internal/sqlcount) and
-// items/s.
-//
-// Projection reduction (newest event per source) is not part of it yet:
-// every event here gets its own work item.
+// events/s. "projected" is the batch as seed 004 has it: the source events'
+// work is a source projection (Work.Projection), reduced in the batch to the
+// newest event per source, so it writes 4,400 events and 800 work items
+// (400 projection generations, 400 actions), with the loads.
 func BenchmarkMaterialize400x10(b *testing.B) {
-	for _, path := range enqueuePaths {
+	paths := append(slices.Clip(enqueuePaths), enqueuePath{"projected", 0})
+	for _, path := range paths {
 		b.Run(path.name, func(b *testing.B) {
 			_, _, dsn := queuetest.New(b, workqueue.Config{}, scope)
 			qu, counter := queuetest.Counted(b, dsn, workqueue.Config{MaxEnqueueBatch: 5000})
@@ -46,7 +50,7 @@ func BenchmarkMaterialize400x10(b *testing.B) {
 				if err := qu.EnsureScope(ctx, batchScope, 1); err != nil {
 					b.Fatal(err)
 				}
-				evs := materializeBatch()
+				evs := materializeBatch(path.name == "projected")
 				before := counter.Executed()
 				began := time.Now()
 				if _, err := qu.Enqueue(ctx, batchScope, evs); err != nil {
@@ -58,21 +62,21 @@ func BenchmarkMaterialize400x10(b *testing.B) {
 			perBatch := elapsed / time.Duration(b.N)
 			b.ReportMetric(float64(perBatch.Microseconds())/1000, "ms/batch")
 			b.ReportMetric(float64(statements)/float64(b.N), "statements/batch")
-			b.ReportMetric(4400/perBatch.Seconds(), "items/s")
+			b.ReportMetric(4400/perBatch.Seconds(), "events/s")
 		})
 	}
 }
 
-// materializeBatch is 400 sources x 10 events in source lanes and 400
-// actions without a lane.
-func materializeBatch() []workqueue.Event {
+// materializeBatch is 400 sources x 10 events in source lanes (source
+// projections when projected) and 400 actions without a lane.
+func materializeBatch(projected bool) []workqueue.Event {
 	evs := make([]workqueue.Event, 0, 4400)
 	for s := range 400 {
 		for e := range 10 {
 			evs = append(evs, workqueue.Event{
 				IdempotencyKey: fmt.Sprintf("source-%d/event-%d", s, e), EventKind: "changed",
 				SourceKind: "record", SourceID: fmt.Sprint(s), DeliverySequence: int64(e), Payload: []byte(`{"field":"value"}`),
-				Work: []workqueue.Work{{WorkType: "project", SourceLane: fmt.Sprintf("record/%d", s)}},
+				Work: []workqueue.Work{{WorkType: "project", SourceLane: fmt.Sprintf("record/%d", s), Projection: projected}},
 			})
 		}
 		evs = append(evs, workqueue.Event{

@@ -35,9 +35,7 @@ func TestLoadFailsClosedOnSkippedOrAlteredRows(t *testing.T) {
 	}
 	fill := func(d *loadData, rows ...gen.InsertEventParams) {
 		for _, r := range rows {
-			d.row(r.ReceiptID, r.ScopeID, r.Generation, r.RouteID, r.RouteVersion, r.EventKind,
-				r.SourceKind, r.SourceID, r.DeliverySequence, r.EnqueueOrdinal,
-				r.IdempotencyKey, r.PayloadHash, r.Payload)
+			d.event(r)
 		}
 	}
 	for name, rows := range map[string][]gen.InsertEventParams{

@@ -22,9 +22,11 @@ type StoredEvent struct {
 	SourceKind       string
 	SourceID         string
 	DeliverySequence int64
-	IdempotencyKey   string
-	Payload          []byte
-	CreatedAt        time.Time
+	// EnqueueOrdinal is the event's place in its scope's admission order.
+	EnqueueOrdinal int64
+	IdempotencyKey string
+	Payload        []byte
+	CreatedAt      time.Time
 }
 
 // LoadEvent reads an event by id (a primary-key point read).
@@ -54,7 +56,8 @@ func storedEvent(e gen.Event) StoredEvent {
 	return StoredEvent{
 		EventID: e.EventID, ReceiptID: e.ReceiptID.Int64, RouteID: e.RouteID, RouteVersion: e.RouteVersion,
 		EventKind: e.EventKind, SourceKind: e.SourceKind, SourceID: e.SourceID,
-		DeliverySequence: e.DeliverySequence, IdempotencyKey: e.IdempotencyKey, Payload: e.Payload, CreatedAt: e.CreatedAt,
+		DeliverySequence: e.DeliverySequence, EnqueueOrdinal: e.EnqueueOrdinal, IdempotencyKey: e.IdempotencyKey,
+		Payload: e.Payload, CreatedAt: e.CreatedAt,
 	}
 }
 

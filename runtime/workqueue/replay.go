@@ -13,7 +13,8 @@ var (
 	// ErrNotReplayable reports an item Replay refuses, and why: it is not
 	// dead, it belongs to another scope, or replaying it cannot be proven
 	// safe (it is of another generation than the scope's active one, or it
-	// is a projection generation). Nothing was written.
+	// is a projection generation with a newer generation). Nothing was
+	// written.
 	ErrNotReplayable = errors.New("workqueue: not replayable")
 	// ErrAlreadyReplayed reports a dead item that was replayed before:
 	// Replay returns the child that replay made and writes nothing.
@@ -36,10 +37,16 @@ type Replayed struct {
 // it (a fresh lane ordinal, as an enqueue), and a running worker of this
 // Queue hears of it after the commit.
 //
+// A projection generation's child (seed 004 step 9) keeps its projection
+// key, selects the same event and becomes the projection's active
+// generation; its input (ProjectionInput) is the parent's input again, so
+// newer events never advance it: they go to a queued successor.
+//
 // Replay fails closed with ErrNotReplayable when the item is not dead,
 // belongs to another scope, is of a generation other than the scope's
 // active one (its route and pack may have changed since), or is a
-// projection generation (projections are not implemented yet).
+// projection generation that is not its projection's newest (a newer
+// generation ran or waits: replaying would run older input after newer).
 func (qu *Queue) Replay(ctx context.Context, scope string, workID int64) (Replayed, error) {
 	if err := validScope(scope); err != nil {
 		return Replayed{}, err
@@ -85,8 +92,18 @@ func replayTx(ctx context.Context, q *gen.Queries, scope string, workID int64) (
 		return Replayed{}, fmt.Errorf("%w: work item %d is %s; only dead items are replayed", ErrNotReplayable, workID, parent.State)
 	case parent.Generation != head.ActiveGeneration:
 		return Replayed{}, fmt.Errorf("%w: work item %d is of generation %d, the scope's active generation is %d", ErrNotReplayable, workID, parent.Generation, head.ActiveGeneration)
-	case parent.ProjectionKey.Valid:
-		return Replayed{}, fmt.Errorf("%w: work item %d is a projection generation, which replay does not handle yet", ErrNotReplayable, workID)
+	}
+	if parent.ProjectionKey.Valid {
+		// A projection's child re-runs the parent's input and becomes the
+		// active generation: only safe while nothing newer of the
+		// projection exists (no live generation, no later input run).
+		newest, err := q.NewestProjectionGeneration(ctx, parent.ProjectionKey)
+		if err != nil {
+			return Replayed{}, fmt.Errorf("read projection of %d: %w", workID, err)
+		}
+		if newest != workID {
+			return Replayed{}, fmt.Errorf("%w: work item %d is a projection generation with a newer generation (%d): replaying it would run older input after newer", ErrNotReplayable, workID, newest)
+		}
 	}
 	if n, err := q.ReserveReplay(ctx, workID); err != nil {
 		return Replayed{}, fmt.Errorf("reserve replay of %d: %w", workID, err)
