@@ -612,3 +612,49 @@ func TestProjectionReplay(t *testing.T) {
 		t.Fatalf("the second child's input (-want +got):\n%s", diff)
 	}
 }
+
+// One batch mixing duplicates (covered) with new events of the same
+// projection, another source and another route version: duplicates neither
+// advance nor select; the newest new event of each projection is selected;
+// a route version is its own projection (seed 004's key).
+func TestProjectionMixedBatch(t *testing.T) {
+	f := newFixture(t, workqueue.Config{})
+	c := f.claimer("w1")
+	f.project("a1", "A")
+	f.project("a2", "A")
+	v2 := func(key string) workqueue.Event {
+		ev := projEvent(key, "A")
+		ev.RouteVersion = 2
+		return ev
+	}
+	res, err := f.qu.Enqueue(f.ctx, scope, []workqueue.Event{
+		projEvent("a3", "A"), projEvent("a1", "A"), projEvent("b1", "B"), v2("v1"), projEvent("a4", "A"), projEvent("a2", "A"),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var outcomes []string
+	for _, r := range res {
+		outcomes = append(outcomes, r.Work[0].Projection)
+	}
+	want := []string{workqueue.ProjectionCollapsed, workqueue.ProjectionCovered, workqueue.ProjectionCreated, workqueue.ProjectionCreated, workqueue.ProjectionAdvanced, workqueue.ProjectionCovered}
+	if diff := cmp.Diff(want, outcomes); diff != "" {
+		t.Fatalf("outcomes (-want +got):\n%s", diff)
+	}
+	if res[0].Work[0].WorkID != res[4].Work[0].WorkID || res[3].Work[0].WorkID == res[4].Work[0].WorkID {
+		t.Fatalf("a3 reported generation %d, a4 %d, v1 %d: want a3 and a4 on one generation, v1 on its own",
+			res[0].Work[0].WorkID, res[4].Work[0].WorkID, res[3].Work[0].WorkID)
+	}
+	// v1's generation shares source lane A, so it runs after A's: drain.
+	inputs := map[string][]string{}
+	for batch := f.claim(c, projectTypes); len(batch) > 0; batch = f.claim(c, projectTypes) {
+		for _, g := range batch {
+			inputs[g.Event.IdempotencyKey] = f.inputKeys(g)
+			f.complete(g)
+		}
+	}
+	wantInputs := map[string][]string{"a4": {"a1", "a2", "a3", "a4"}, "b1": {"b1"}, "v1": {"v1"}}
+	if diff := cmp.Diff(wantInputs, inputs); diff != "" {
+		t.Fatalf("inputs by selected event (-want +got):\n%s", diff)
+	}
+}
