@@ -58,6 +58,10 @@ func BenchmarkThroughputVsFloor(b *testing.B) {
 		// classes, so 12 of the 16 run these default-class items; under
 		// default-heavy all 16 may.
 		{lanes: 0, workers: 1, profile: scheduler.ProfileDefaultHeavy},
+		// Two workers that never compete for a row: each serves its own
+		// work type, half of the items. What two claimers with disjoint
+		// candidates (claim turns overlapping without CAS losses) reach.
+		{lanes: 0, workers: 2, disjoint: true},
 	}
 	for _, sh := range shapes {
 		name := fmt.Sprintf("laneq/lanes=%d/workers=%d", sh.lanes, sh.workers)
@@ -66,6 +70,9 @@ func BenchmarkThroughputVsFloor(b *testing.B) {
 		}
 		if sh.profile != "" {
 			name += "/" + string(sh.profile)
+		}
+		if sh.disjoint {
+			name += "/disjoint"
 		}
 		b.Run(name, func(b *testing.B) {
 			floor := floorRate(b)
@@ -85,10 +92,13 @@ func BenchmarkThroughputVsFloor(b *testing.B) {
 
 // benchShape is one laneq measurement: lanes of that size (0: no lanes),
 // that many worker processes, worker.Config.CompleteBatch (0: the default)
-// and the executor profile ("": the default).
+// and the executor profile ("": the default); with disjoint, worker i
+// serves only work type deliver-i, and the items are split evenly among
+// those types.
 type benchShape struct {
 	lanes, workers, completeBatch int
 	profile                       scheduler.Profile
+	disjoint                      bool
 }
 
 // measure runs one baseline as a sub-benchmark (so its figure is printed)
@@ -102,8 +112,9 @@ func measure(b *testing.B, name string, rate func(*testing.B) float64) float64 {
 	return got // 0 when -bench filtered it out
 }
 
-// benchQueue is a fresh database holding n queued items.
-func benchQueue(b *testing.B, n, laneSize int) (*workqueue.Queue, *sql.DB, string) {
+// benchQueue is a fresh database holding n queued items of work type
+// "deliver", or, with types > 1, "deliver-0" ... spread evenly.
+func benchQueue(b *testing.B, n, laneSize, types int) (*workqueue.Queue, *sql.DB, string) {
 	b.Helper()
 	qu, db, dsn := queuetest.New(b, workqueue.Config{}, scope)
 	const batch = 1000
@@ -116,7 +127,7 @@ func benchQueue(b *testing.B, n, laneSize int) (*workqueue.Queue, *sql.DB, strin
 			}
 			evs = append(evs, workqueue.Event{
 				IdempotencyKey: fmt.Sprintf("ev-%d", i), Payload: []byte("{}"),
-				Work: []workqueue.Work{{WorkType: "deliver", SourceLane: lane}},
+				Work: []workqueue.Work{{WorkType: benchWorkType(i, types), SourceLane: lane}},
 			})
 		}
 		if _, err := qu.Enqueue(context.Background(), scope, evs); err != nil {
@@ -129,7 +140,7 @@ func benchQueue(b *testing.B, n, laneSize int) (*workqueue.Queue, *sql.DB, strin
 // floorRate: two autocommit primary-key UPDATEs per item from 16
 // connections.
 func floorRate(b *testing.B) float64 {
-	_, db, _ := benchQueue(b, throughputItems, 0)
+	_, db, _ := benchQueue(b, throughputItems, 0, 1)
 	db.SetMaxOpenConns(16)
 	db.SetMaxIdleConns(16) // no reconnects: the floor pays for statements only
 	rows, err := db.Query("SELECT work_id FROM work_item WHERE scope_id = ?", scope)
@@ -164,7 +175,7 @@ func floorRate(b *testing.B) float64 {
 // naiveRate: SELECT ... LIMIT 1 FOR UPDATE, mark processing, commit, then
 // complete, on 16 connections.
 func naiveRate(b *testing.B) float64 {
-	_, db, _ := benchQueue(b, throughputItems, 0)
+	_, db, _ := benchQueue(b, throughputItems, 0, 1)
 	db.SetMaxOpenConns(16)
 	db.SetMaxIdleConns(16)
 	return timedDrain(b, 16, func(ctx context.Context) (bool, error) {
@@ -216,7 +227,11 @@ func timedDrain(b *testing.B, n int, step func(context.Context) (bool, error)) f
 // statements, start-up included) and each item's handler-return-to-commit
 // time.
 func workerRate(b *testing.B, sh benchShape) (rate, perItem float64, finish []time.Duration) {
-	_, _, dsn := benchQueue(b, throughputItems, sh.lanes)
+	types := 1
+	if sh.disjoint {
+		types = sh.workers
+	}
+	_, _, dsn := benchQueue(b, throughputItems, sh.lanes, types)
 	var ran atomic.Int64
 	handler := func(context.Context, *worker.Job) error { ran.Add(1); return nil }
 	var finishMu sync.Mutex
@@ -254,7 +269,11 @@ func workerRate(b *testing.B, sh benchShape) (rate, perItem float64, finish []ti
 		cfg.Hooks = hooks
 		cfg.CompleteBatch = sh.completeBatch
 		cfg.Scheduler.Profile = sh.profile
-		w, err := worker.New(qu, cfg, map[string]worker.Handler{"deliver": handler})
+		workType := "deliver"
+		if sh.disjoint {
+			workType = benchWorkType(i, types)
+		}
+		w, err := worker.New(qu, cfg, map[string]worker.Handler{workType: handler})
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -306,6 +325,14 @@ func workerRate(b *testing.B, sh benchShape) (rate, perItem float64, finish []ti
 	finishMu.Lock()
 	defer finishMu.Unlock()
 	return throughputItems / elapsed.Seconds(), float64(statements) / throughputItems, slices.Clone(finish)
+}
+
+// benchWorkType is item i's work type when items are spread over types.
+func benchWorkType(i, types int) string {
+	if types <= 1 {
+		return "deliver"
+	}
+	return fmt.Sprintf("deliver-%d", i%types)
 }
 
 func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }

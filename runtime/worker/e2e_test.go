@@ -148,7 +148,27 @@ type helperProc struct {
 	cmd    *exec.Cmd
 	stdin  io.WriteCloser
 	lines  chan string
-	stderr strings.Builder
+	stderr lockedBuffer
+}
+
+// lockedBuffer is a helper's stderr: exec's copying goroutine writes it
+// while the process runs, and a failing test reads it then (found by -race
+// when a drain timed out).
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
 }
 
 func startHelper(t *testing.T, name, dsn string, env ...string) *helperProc {
