@@ -72,6 +72,15 @@ func projected(ev Event) (int, bool) {
 	return 0, false
 }
 
+// nullStrings are keys as the nullable key columns' parameters.
+func nullStrings(keys []string) []sql.NullString {
+	out := make([]sql.NullString, len(keys))
+	for i, k := range keys {
+		out[i] = nullString(k)
+	}
+	return out
+}
+
 // liveGenerations are the live generations of a batch's projections, locked.
 type liveGenerations struct {
 	active map[string]gen.LockActiveProjectionsRow
@@ -79,17 +88,14 @@ type liveGenerations struct {
 }
 
 // lockProjections locks the active generations and queued successors of
-// keys (two batch point gets), after the batch's events and work items:
-// enqueue's lock order.
+// keys (two batch point gets), after the scope, the duplicate events and
+// their work items, before any lane row: enqueue's lock order.
 func lockProjections(ctx context.Context, q *gen.Queries, keys []string) (liveGenerations, error) {
 	live := liveGenerations{active: map[string]gen.LockActiveProjectionsRow{}, queued: map[string]gen.LockQueuedProjectionsRow{}}
 	if len(keys) == 0 {
 		return live, nil
 	}
-	nullKeys := make([]sql.NullString, len(keys))
-	for i, k := range keys {
-		nullKeys[i] = nullString(k)
-	}
+	nullKeys := nullStrings(keys)
 	active, err := q.LockActiveProjections(ctx, nullKeys)
 	if err != nil {
 		return live, fmt.Errorf("lock active projection generations: %w", err)
@@ -182,11 +188,7 @@ func activateSuccessors(ctx context.Context, q *gen.Queries, keys []string) erro
 	if len(keys) == 0 {
 		return nil
 	}
-	nullKeys := make([]sql.NullString, len(keys))
-	for i, k := range keys {
-		nullKeys[i] = nullString(k)
-	}
-	if _, err := q.ActivateQueuedProjections(ctx, nullKeys); err != nil {
+	if _, err := q.ActivateQueuedProjections(ctx, nullStrings(keys)); err != nil {
 		return fmt.Errorf("activate queued projection successors: %w", err)
 	}
 	return nil
