@@ -190,8 +190,8 @@ var readCommitted = &sql.TxOptions{Isolation: sql.LevelReadCommitted}
 
 // finish terminalizes the claimed row and, in the same transaction, hands
 // a projection generation's place to its queued successor (which enters its
-// lane blocked) and promotes the next follower of each of its lanes when that follower now
-// heads both of its own lanes. Locks: the finished row (CAS), then the
+// lane blocked) and promotes the next follower of each of its lanes when
+// that follower now heads both of its own lanes. Locks: the finished row (CAS), then the
 // follower (locking read); the follower's other lane is read without a lock
 // (see HeadBefore). An item in no lane has no followers: one autocommit CAS
 // finishes it. Transient failures are run again (see Queue.retryWrite).
