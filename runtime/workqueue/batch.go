@@ -100,13 +100,11 @@ func (qu *Queue) completeLaned(ctx context.Context, leases []Lease, idx []int, e
 		if n != int64(len(idx)) {
 			return errBatchShort
 		}
-		var successors []string
-		for _, i := range idx {
-			if p := leases[i].lanes.projection; p.Valid {
-				successors = append(successors, p.String)
-			}
+		finished := make([]*laneIdentity, len(idx))
+		for k, i := range idx {
+			finished[k] = leases[i].lanes
 		}
-		if err := activateSuccessors(ctx, q, successors); err != nil {
+		if err := handOff(ctx, q, finished...); err != nil {
 			return err
 		}
 		batch := newPromotions()

@@ -211,6 +211,7 @@ func enqueueTx(ctx context.Context, q *gen.Queries, raw *sql.Tx, scope string, e
 	// input), so it is advanced or created once per batch. Its live
 	// generations are locked before anything is written.
 	projKey := make([]string, len(events)) // "" when the event feeds no projection
+	projIdx := make([]int, len(events))    // index in ev.Work of its projected work
 	newest := map[string]int{}             // projection key -> index of its newest new event
 	var projKeys []string
 	for i, ev := range events {
@@ -218,6 +219,7 @@ func enqueueTx(ctx context.Context, q *gen.Queries, raw *sql.Tx, scope string, e
 		if !ok {
 			continue
 		}
+		projIdx[i] = j
 		projKey[i] = projectionKey(scope, head.ActiveGeneration, ev, ev.Work[j])
 		if _, dup := eventByKey[ev.IdempotencyKey]; dup {
 			continue
@@ -258,10 +260,9 @@ func enqueueTx(ctx context.Context, q *gen.Queries, raw *sql.Tx, scope string, e
 			newEvents = append(newEvents, row)
 			newEventAt = append(newEventAt, i)
 		}
-		projIdx, isProjected := projected(ev)
 		made := 0 // work items this event creates
 		for j, work := range ev.Work {
-			proj := isProjected && j == projIdx
+			proj := projKey[i] != "" && j == projIdx[i]
 			got, exists := existingWork[workKey{res.EventID, work.WorkType}]
 			switch {
 			case res.Duplicate && proj && projectionOf[res.EventID]:
@@ -380,7 +381,7 @@ func enqueueTx(ctx context.Context, q *gen.Queries, raw *sql.Tx, scope string, e
 	}
 	for _, c := range collapsed {
 		sel := newest[projKey[c.event]]
-		j, _ := projected(events[sel])
+		j := projIdx[sel]
 		w := &out[c.event].Work[c.work]
 		w.WorkID, w.State = out[sel].Work[j].WorkID, out[sel].Work[j].State
 	}

@@ -230,10 +230,8 @@ func (qu *Queue) finish(ctx context.Context, l Lease, state string, f *Failure) 
 			lanes = &laneIdentity{scope: row.ScopeID, generation: row.Generation, ordinal: row.LaneOrdinal,
 				source: row.SourceLaneKey, target: row.TargetLaneKey, projection: row.ProjectionKey}
 		}
-		if lanes.projection.Valid {
-			if err := activateSuccessors(ctx, q, []string{lanes.projection.String}); err != nil {
-				return err
-			}
+		if err := handOff(ctx, q, lanes); err != nil {
+			return err
 		}
 		res.Promoted, err = promoteAfter(ctx, q, lanes, nil)
 		replyLost = true // a failure from here on (the commit) may have committed
@@ -261,11 +259,9 @@ func (qu *Queue) expireToDead(ctx context.Context, r gen.StaleCandidatesRow) err
 		if err != nil {
 			return fmt.Errorf("read lanes: %w", err)
 		}
-		lanes.scope = row.ScopeID
-		if row.ProjectionKey.Valid {
-			if err := activateSuccessors(ctx, q, []string{row.ProjectionKey.String}); err != nil {
-				return err
-			}
+		lanes.scope, lanes.projection = row.ScopeID, row.ProjectionKey
+		if err := handOff(ctx, q, lanes); err != nil {
+			return err
 		}
 		_, err = promoteAfter(ctx, q, lanes, nil)
 		return err

@@ -72,15 +72,6 @@ func projected(ev Event) (int, bool) {
 	return 0, false
 }
 
-// nullStrings are keys as the nullable key columns' parameters.
-func nullStrings(keys []string) []sql.NullString {
-	out := make([]sql.NullString, len(keys))
-	for i, k := range keys {
-		out[i] = nullString(k)
-	}
-	return out
-}
-
 // liveGenerations are the live generations of a batch's projections, locked.
 type liveGenerations struct {
 	active map[string]gen.LockActiveProjectionsRow
@@ -95,7 +86,10 @@ func lockProjections(ctx context.Context, q *gen.Queries, keys []string) (liveGe
 	if len(keys) == 0 {
 		return live, nil
 	}
-	nullKeys := nullStrings(keys)
+	nullKeys := make([]sql.NullString, len(keys))
+	for i, k := range keys {
+		nullKeys[i] = nullString(k)
+	}
 	active, err := q.LockActiveProjections(ctx, nullKeys)
 	if err != nil {
 		return live, fmt.Errorf("lock active projection generations: %w", err)
@@ -180,16 +174,22 @@ func advanceProjections(ctx context.Context, q *gen.Queries, advances []advance,
 	return nil
 }
 
-// activateSuccessors is the terminal handoff of projections whose claimed
-// generation the caller's transaction just terminalized: their queued
-// successors become active, blocked rows of their lanes, for the caller's
-// promotion to place (seed 004 step 5).
-func activateSuccessors(ctx context.Context, q *gen.Queries, keys []string) error {
+// handOff is the terminal handoff of projections whose claimed generation
+// the caller's transaction just terminalized: their queued successors
+// become active, blocked rows of their lanes, for the caller's promotion to
+// place (seed 004 step 5). Items outside a projection hand off nothing.
+func handOff(ctx context.Context, q *gen.Queries, finished ...*laneIdentity) error {
+	var keys []sql.NullString
+	for _, l := range finished {
+		if l.projection.Valid {
+			keys = append(keys, l.projection)
+		}
+	}
 	if len(keys) == 0 {
 		return nil
 	}
-	if _, err := q.ActivateQueuedProjections(ctx, nullStrings(keys)); err != nil {
-		return fmt.Errorf("activate queued projection successors: %w", err)
+	if _, err := q.ActivateQueuedProjections(ctx, keys); err != nil {
+		return fmt.Errorf("activate %d queued projection successors: %w", len(keys), err)
 	}
 	return nil
 }
