@@ -76,95 +76,6 @@ func (q *Queries) BlockedBefore(ctx context.Context, arg BlockedBeforeParams) ([
 	return items, nil
 }
 
-const blockedInHeadlessLanes = `-- name: BlockedInHeadlessLanes :many
-(SELECT w.work_id, w.lane_ordinal, 'source' AS lane_kind, w.source_lane_key AS lane_key
- FROM work_item w
- WHERE w.scope_id = ?
-   AND w.generation = ?
-   AND w.source_lane_key IN (/*SLICE:source_lanes*/?)
-   AND w.state = 'blocked'
-   AND w.lane_ordinal < ?)
-UNION ALL
-(SELECT t.work_id, t.lane_ordinal, 'target' AS lane_kind, t.target_lane_key AS lane_key
- FROM work_item t
- WHERE t.scope_id = ?
-   AND t.generation = ?
-   AND t.target_lane_key IN (/*SLICE:target_lanes*/?)
-   AND t.state = 'blocked'
-   AND t.lane_ordinal < ?)
-`
-
-type BlockedInHeadlessLanesParams struct {
-	ScopeID       string
-	Generation    int64
-	SourceLanes   []sql.NullString
-	BeforeOrdinal int64
-	TargetLanes   []sql.NullString
-}
-
-type BlockedInHeadlessLanesRow struct {
-	WorkID      int64
-	LaneOrdinal int64
-	LaneKind    string
-	LaneKey     sql.NullString
-}
-
-// Enqueue: the blocked rows of lanes that have no head (every row of such a
-// lane waits for its other lane). Only lanes LaneHeads found no head in are
-// asked, and a lane seen for the first time has no rows at all, so this
-// reads what it returns; the enqueue locks the first of each lane.
-func (q *Queries) BlockedInHeadlessLanes(ctx context.Context, arg BlockedInHeadlessLanesParams) ([]BlockedInHeadlessLanesRow, error) {
-	query := blockedInHeadlessLanes
-	var queryParams []interface{}
-	queryParams = append(queryParams, arg.ScopeID)
-	queryParams = append(queryParams, arg.Generation)
-	if len(arg.SourceLanes) > 0 {
-		for _, v := range arg.SourceLanes {
-			queryParams = append(queryParams, v)
-		}
-		query = strings.Replace(query, "/*SLICE:source_lanes*/?", strings.Repeat(",?", len(arg.SourceLanes))[1:], 1)
-	} else {
-		query = strings.Replace(query, "/*SLICE:source_lanes*/?", "NULL", 1)
-	}
-	queryParams = append(queryParams, arg.BeforeOrdinal)
-	queryParams = append(queryParams, arg.ScopeID)
-	queryParams = append(queryParams, arg.Generation)
-	if len(arg.TargetLanes) > 0 {
-		for _, v := range arg.TargetLanes {
-			queryParams = append(queryParams, v)
-		}
-		query = strings.Replace(query, "/*SLICE:target_lanes*/?", strings.Repeat(",?", len(arg.TargetLanes))[1:], 1)
-	} else {
-		query = strings.Replace(query, "/*SLICE:target_lanes*/?", "NULL", 1)
-	}
-	queryParams = append(queryParams, arg.BeforeOrdinal)
-	rows, err := q.db.QueryContext(ctx, query, queryParams...)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	items := []BlockedInHeadlessLanesRow{}
-	for rows.Next() {
-		var i BlockedInHeadlessLanesRow
-		if err := rows.Scan(
-			&i.WorkID,
-			&i.LaneOrdinal,
-			&i.LaneKind,
-			&i.LaneKey,
-		); err != nil {
-			return nil, err
-		}
-		items = append(items, i)
-	}
-	if err := rows.Close(); err != nil {
-		return nil, err
-	}
-	if err := rows.Err(); err != nil {
-		return nil, err
-	}
-	return items, nil
-}
-
 const blockedPage = `-- name: BlockedPage :many
 SELECT w.work_id, w.lease_token, w.lane_ordinal, w.generation, w.source_lane_key,
        w.target_lane_key, w.run_after
@@ -228,6 +139,123 @@ func (q *Queries) BlockedPage(ctx context.Context, arg BlockedPageParams) ([]Blo
 			&i.TargetLaneKey,
 			&i.RunAfter,
 		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Close(); err != nil {
+		return nil, err
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const firstBlockedInSourceLanes = `-- name: FirstBlockedInSourceLanes :many
+SELECT c.work_id,
+       CAST(COALESCE(NULLIF((SELECT b.work_id
+               FROM work_item b
+               WHERE b.scope_id = c.scope_id
+                 AND b.generation = c.generation
+                 AND b.source_lane_key = c.source_lane_key
+                 AND b.state = 'blocked'
+               ORDER BY b.scope_id, b.generation, b.source_lane_key, b.state, b.lane_ordinal, b.work_id
+               LIMIT 1), c.work_id), 0) AS SIGNED) AS blocked_ahead
+FROM work_item c
+WHERE c.work_id IN (/*SLICE:work_ids*/?)
+`
+
+type FirstBlockedInSourceLanesRow struct {
+	WorkID       int64
+	BlockedAhead int64
+}
+
+// Enqueue, for each lane LaneHeads found no head in: the lane's first
+// blocked row when it is ahead of the candidate (the batch's first row in
+// that lane, passed by work id), else NULL. A lane without a head can hold
+// any number of blocked rows, each waiting for its other lane: a lane list
+// (an IN over lane keys) would read all of them, so each candidate gets a
+// correlated LIMIT 1 in index order on idx_work_item_source_lane, one
+// entry (one 64-entry batch on the embedded engine) per lane. The ORDER BY
+// names every index column: only then does TiDB keep the index order under
+// the correlated range and push the LIMIT down. The candidate, blocked and
+// behind every row already in the lane, is the first blocked row exactly
+// when none is ahead: then blocked_ahead is 0 (no work id is). A lane seen
+// for the first time holds only the candidate. Not locking, like LaneHeads.
+func (q *Queries) FirstBlockedInSourceLanes(ctx context.Context, workIds []int64) ([]FirstBlockedInSourceLanesRow, error) {
+	query := firstBlockedInSourceLanes
+	var queryParams []interface{}
+	if len(workIds) > 0 {
+		for _, v := range workIds {
+			queryParams = append(queryParams, v)
+		}
+		query = strings.Replace(query, "/*SLICE:work_ids*/?", strings.Repeat(",?", len(workIds))[1:], 1)
+	} else {
+		query = strings.Replace(query, "/*SLICE:work_ids*/?", "NULL", 1)
+	}
+	rows, err := q.db.QueryContext(ctx, query, queryParams...)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []FirstBlockedInSourceLanesRow{}
+	for rows.Next() {
+		var i FirstBlockedInSourceLanesRow
+		if err := rows.Scan(&i.WorkID, &i.BlockedAhead); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Close(); err != nil {
+		return nil, err
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const firstBlockedInTargetLanes = `-- name: FirstBlockedInTargetLanes :many
+SELECT c.work_id,
+       CAST(COALESCE(NULLIF((SELECT b.work_id
+               FROM work_item b
+               WHERE b.scope_id = c.scope_id
+                 AND b.generation = c.generation
+                 AND b.target_lane_key = c.target_lane_key
+                 AND b.state = 'blocked'
+               ORDER BY b.scope_id, b.generation, b.target_lane_key, b.state, b.lane_ordinal, b.work_id
+               LIMIT 1), c.work_id), 0) AS SIGNED) AS blocked_ahead
+FROM work_item c
+WHERE c.work_id IN (/*SLICE:work_ids*/?)
+`
+
+type FirstBlockedInTargetLanesRow struct {
+	WorkID       int64
+	BlockedAhead int64
+}
+
+// FirstBlockedInSourceLanes for target lanes, on idx_work_item_target_lane.
+func (q *Queries) FirstBlockedInTargetLanes(ctx context.Context, workIds []int64) ([]FirstBlockedInTargetLanesRow, error) {
+	query := firstBlockedInTargetLanes
+	var queryParams []interface{}
+	if len(workIds) > 0 {
+		for _, v := range workIds {
+			queryParams = append(queryParams, v)
+		}
+		query = strings.Replace(query, "/*SLICE:work_ids*/?", strings.Repeat(",?", len(workIds))[1:], 1)
+	} else {
+		query = strings.Replace(query, "/*SLICE:work_ids*/?", "NULL", 1)
+	}
+	rows, err := q.db.QueryContext(ctx, query, queryParams...)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []FirstBlockedInTargetLanesRow{}
+	for rows.Next() {
+		var i FirstBlockedInTargetLanesRow
+		if err := rows.Scan(&i.WorkID, &i.BlockedAhead); err != nil {
 			return nil, err
 		}
 		items = append(items, i)

@@ -68,11 +68,6 @@ type Querier interface {
 	// all wait for their other lanes), so this range is that rare lane's rows.
 	// Not locking, for the reason HeadBefore gives.
 	BlockedBefore(ctx context.Context, arg BlockedBeforeParams) ([]int64, error)
-	// Enqueue: the blocked rows of lanes that have no head (every row of such a
-	// lane waits for its other lane). Only lanes LaneHeads found no head in are
-	// asked, and a lane seen for the first time has no rows at all, so this
-	// reads what it returns; the enqueue locks the first of each lane.
-	BlockedInHeadlessLanes(ctx context.Context, arg BlockedInHeadlessLanesParams) ([]BlockedInHeadlessLanesRow, error)
 	// Lane recovery (Queue.RecoverLanes): one page of the active generation's
 	// blocked rows after a cursor, on idx_work_item_due's blocked range in
 	// (run_after, work_id) order: the OR becomes two ranges of the index, so
@@ -166,6 +161,21 @@ type Querier interface {
 	// terminal columns as Finish. The caller promotes lane followers in the same
 	// transaction, as for every terminal transition.
 	FinishExpired(ctx context.Context, arg FinishExpiredParams) (int64, error)
+	// Enqueue, for each lane LaneHeads found no head in: the lane's first
+	// blocked row when it is ahead of the candidate (the batch's first row in
+	// that lane, passed by work id), else NULL. A lane without a head can hold
+	// any number of blocked rows, each waiting for its other lane: a lane list
+	// (an IN over lane keys) would read all of them, so each candidate gets a
+	// correlated LIMIT 1 in index order on idx_work_item_source_lane, one
+	// entry (one 64-entry batch on the embedded engine) per lane. The ORDER BY
+	// names every index column: only then does TiDB keep the index order under
+	// the correlated range and push the LIMIT down. The candidate, blocked and
+	// behind every row already in the lane, is the first blocked row exactly
+	// when none is ahead: then blocked_ahead is 0 (no work id is). A lane seen
+	// for the first time holds only the candidate. Not locking, like LaneHeads.
+	FirstBlockedInSourceLanes(ctx context.Context, workIds []int64) ([]FirstBlockedInSourceLanesRow, error)
+	// FirstBlockedInSourceLanes for target lanes, on idx_work_item_target_lane.
+	FirstBlockedInTargetLanes(ctx context.Context, workIds []int64) ([]FirstBlockedInTargetLanesRow, error)
 	// Primary-key point read.
 	GetEvent(ctx context.Context, eventID int64) (Event, error)
 	// Point read on uk_event_idempotency: resolves a duplicate delivery to the

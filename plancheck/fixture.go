@@ -63,6 +63,8 @@ func Values() map[string]any {
 		"lease_token":         int64(0),                    // seeded rows' token
 		"long_lane":           "long:0",                    // a lane with `scale` blocked followers
 		"long_lane_head":      int64(longLaneBase - 1),     // its head's ordinal, just before them
+		"headless_candidate":  int64(knownBase + 800),      // a blocked row behind a headless lane's `scale` blocked rows
+		"target_candidate":    int64(knownBase + 801),      // a blocked row in that lane's target lane, first there
 		"next_ordinal":        int64(maxSeededOrdinal + 1), // past every seeded ordinal
 		"projection_key":      ProjectionHistoryKey,        // a projection with `scale` terminal generations
 		"projection_event_10": int64(17*noise + 10),        // the admission ordinal of its 11th event
@@ -101,6 +103,7 @@ type distribution struct {
 // seeded; the scope's next enqueue ordinal is set past it.
 const (
 	longLaneBase     = 12 * knownBase
+	headlessLaneBase = 14*knownBase + 3*MaxScale
 	maxSeededOrdinal = 14*knownBase + 5*MaxScale
 )
 
@@ -115,6 +118,8 @@ const (
 //   - live leases expiring over the next half hour (scale / 2, beside the
 //     `scale` processing rows of the noise);
 //   - one lane with `scale` blocked followers at consecutive ordinals;
+//   - one lane with no head and `scale` blocked rows, waiting on their
+//     other lane;
 //   - due rows of a work type the cases do not ask for, in the same class and
 //     time range as the due backlog (scale).
 func distributions(scale int64) []distribution {
@@ -154,6 +159,8 @@ func distributions(scale int64) []distribution {
 		d(distribution{what: "known dependency waiters", state: "waiting_dependency", at: inBacklog, source: "dep:", wake: "known-wake:", idBase: knownBase + 500, ordinalBase: knownBase + 500, count: 10}),
 		d(distribution{what: "interrupted dependency registrations", state: "dependency_registration", at: inBacklog, source: "reg:", wake: "known-reg:", idBase: knownBase + 700, ordinalBase: knownBase + 700, count: 5}),
 		d(distribution{what: "the long lane's head", state: "pending", at: inBacklog, source: "long:", lanes: 1, idBase: knownBase + 600, ordinalBase: longLaneBase - 1, count: 1}),
+		d(distribution{what: "a row behind the headless lane", state: "blocked", at: inBacklog, source: "headless:", target: "behind:", lanes: 1, idBase: knownBase + 800, ordinalBase: headlessLaneBase + MaxScale, count: 1}),
+		d(distribution{what: "a row first in its target lane", state: "blocked", at: inBacklog, source: "aside:", target: "headless-target:", lanes: 1, idBase: knownBase + 801, ordinalBase: headlessLaneBase + MaxScale + 1, count: 1}),
 
 		// Noise, `scale` rows each, placed where a careless plan would read it.
 		d(distribution{what: "other scopes", scope: OtherScope, state: "pending", at: backlog, source: "lane:", target: "acct:", idBase: 1 * noise, ordinalBase: knownBase, per: 1}),
@@ -171,6 +178,7 @@ func distributions(scale int64) []distribution {
 		d(distribution{what: "expired leases of another class", state: "processing", queueClass: "bulk", at: backlog, source: "dead:", lanes: 1000, idBase: 11 * noise, ordinalBase: 10 * knownBase, per: 0.5, skew: true}),
 		d(distribution{what: "live leases", state: "processing", at: leases, source: "alive:", lanes: 1000, idBase: 12 * noise, ordinalBase: 11 * knownBase, per: 0.5, skew: true}),
 		d(distribution{what: "one lane with `scale` blocked followers", state: "blocked", at: backlog, source: "long:", lanes: 1, idBase: 13 * noise, ordinalBase: longLaneBase, per: 1, skew: true}),
+		d(distribution{what: "one lane without a head and `scale` blocked rows", state: "blocked", at: backlog, source: "headless:", target: "waits-on:", lanes: 1, idBase: 18 * noise, ordinalBase: headlessLaneBase, per: 1, skew: true}),
 		d(distribution{what: "due rows of another work type", state: "pending", workType: "other", at: backlog, source: "foreign:", lanes: 1000, idBase: 14 * noise, ordinalBase: 13 * knownBase, per: 1, skew: true}),
 		// Issue 10: waiters of another scope (same wake keys and dependency
 		// keys as the target scope's), and dependency registrations there.

@@ -30,26 +30,44 @@ UNION ALL
    AND t.state IN ('pending', 'processing', 'dependency_registration', 'waiting_dependency')
    AND t.lane_ordinal < sqlc.arg(before_ordinal));
 
--- name: BlockedInHeadlessLanes :many
--- Enqueue: the blocked rows of lanes that have no head (every row of such a
--- lane waits for its other lane). Only lanes LaneHeads found no head in are
--- asked, and a lane seen for the first time has no rows at all, so this
--- reads what it returns; the enqueue locks the first of each lane.
-(SELECT w.work_id, w.lane_ordinal, 'source' AS lane_kind, w.source_lane_key AS lane_key
- FROM work_item w
- WHERE w.scope_id = sqlc.arg(scope_id)
-   AND w.generation = sqlc.arg(generation)
-   AND w.source_lane_key IN (sqlc.slice(source_lanes))
-   AND w.state = 'blocked'
-   AND w.lane_ordinal < sqlc.arg(before_ordinal))
-UNION ALL
-(SELECT t.work_id, t.lane_ordinal, 'target' AS lane_kind, t.target_lane_key AS lane_key
- FROM work_item t
- WHERE t.scope_id = sqlc.arg(scope_id)
-   AND t.generation = sqlc.arg(generation)
-   AND t.target_lane_key IN (sqlc.slice(target_lanes))
-   AND t.state = 'blocked'
-   AND t.lane_ordinal < sqlc.arg(before_ordinal));
+-- name: FirstBlockedInSourceLanes :many
+-- Enqueue, for each lane LaneHeads found no head in: the lane's first
+-- blocked row when it is ahead of the candidate (the batch's first row in
+-- that lane, passed by work id), else NULL. A lane without a head can hold
+-- any number of blocked rows, each waiting for its other lane: a lane list
+-- (an IN over lane keys) would read all of them, so each candidate gets a
+-- correlated LIMIT 1 in index order on idx_work_item_source_lane, one
+-- entry (one 64-entry batch on the embedded engine) per lane. The ORDER BY
+-- names every index column: only then does TiDB keep the index order under
+-- the correlated range and push the LIMIT down. The candidate, blocked and
+-- behind every row already in the lane, is the first blocked row exactly
+-- when none is ahead: then blocked_ahead is 0 (no work id is). A lane seen
+-- for the first time holds only the candidate. Not locking, like LaneHeads.
+SELECT c.work_id,
+       CAST(COALESCE(NULLIF((SELECT b.work_id
+               FROM work_item b
+               WHERE b.scope_id = c.scope_id
+                 AND b.generation = c.generation
+                 AND b.source_lane_key = c.source_lane_key
+                 AND b.state = 'blocked'
+               ORDER BY b.scope_id, b.generation, b.source_lane_key, b.state, b.lane_ordinal, b.work_id
+               LIMIT 1), c.work_id), 0) AS SIGNED) AS blocked_ahead
+FROM work_item c
+WHERE c.work_id IN (sqlc.slice(work_ids));
+
+-- name: FirstBlockedInTargetLanes :many
+-- FirstBlockedInSourceLanes for target lanes, on idx_work_item_target_lane.
+SELECT c.work_id,
+       CAST(COALESCE(NULLIF((SELECT b.work_id
+               FROM work_item b
+               WHERE b.scope_id = c.scope_id
+                 AND b.generation = c.generation
+                 AND b.target_lane_key = c.target_lane_key
+                 AND b.state = 'blocked'
+               ORDER BY b.scope_id, b.generation, b.target_lane_key, b.state, b.lane_ordinal, b.work_id
+               LIMIT 1), c.work_id), 0) AS SIGNED) AS blocked_ahead
+FROM work_item c
+WHERE c.work_id IN (sqlc.slice(work_ids));
 
 -- name: HeadBefore :many
 -- Promotion: does a follower still have a live head ahead of it in its

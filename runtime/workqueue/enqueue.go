@@ -456,7 +456,7 @@ func settleLanes(ctx context.Context, q *gen.Queries, scope string, generation, 
 	for round := 1; ; round++ {
 		var settled bool
 		var err error
-		busy, settled, err = lockLanesAhead(ctx, q, scope, generation, before, first)
+		busy, settled, err = lockLanesAhead(ctx, q, scope, generation, before, items, first)
 		if err != nil {
 			return nil, err
 		}
@@ -507,7 +507,7 @@ func (it lanedItem) lanes() []laneRef {
 // statement, and checks they are still what was found. busy lists the lanes
 // with a live row ahead; settled is false when a row changed between the
 // read and the lock (a head finished), and the caller reads again.
-func lockLanesAhead(ctx context.Context, q *gen.Queries, scope string, generation, before int64, lanes map[laneRef]int) (busy map[laneRef]bool, settled bool, err error) {
+func lockLanesAhead(ctx context.Context, q *gen.Queries, scope string, generation, before int64, items []lanedItem, lanes map[laneRef]int) (busy map[laneRef]bool, settled bool, err error) {
 	var sources, targets []sql.NullString
 	for l := range lanes {
 		if l.kind == "source" {
@@ -527,33 +527,40 @@ func lockLanesAhead(ctx context.Context, q *gen.Queries, scope string, generatio
 		expect[h.WorkID] = h.State
 	}
 
+	// Lanes without a head: their first blocked row ahead of the batch's
+	// first item in them, asked per candidate item (see
+	// FirstBlockedInSourceLanes: a lane list would read every blocked row).
 	var headlessSources, headlessTargets []sql.NullString
-	for l := range lanes {
+	var sourceCandidates, targetCandidates []int64
+	laneOf := map[laneRef]int64{} // headless lane -> its candidate
+	for l, i := range lanes {
 		if _, ok := ahead[l]; ok {
 			continue
 		}
+		laneOf[l] = items[i].workID
 		if l.kind == "source" {
 			headlessSources = append(headlessSources, nullString(l.key))
+			sourceCandidates = append(sourceCandidates, items[i].workID)
 		} else {
 			headlessTargets = append(headlessTargets, nullString(l.key))
+			targetCandidates = append(targetCandidates, items[i].workID)
 		}
 	}
-	if len(headlessSources)+len(headlessTargets) > 0 {
-		blocked, err := q.BlockedInHeadlessLanes(ctx, gen.BlockedInHeadlessLanesParams{
-			ScopeID: scope, Generation: generation, SourceLanes: headlessSources, TargetLanes: headlessTargets, BeforeOrdinal: before,
-		})
+	if len(laneOf) > 0 {
+		viaSource, viaTarget, err := firstBlockedAhead(ctx, q, sourceCandidates, targetCandidates)
 		if err != nil {
-			return nil, false, fmt.Errorf("read blocked rows of lanes without a head: %w", err)
+			return nil, false, err
 		}
-		firstOrdinal := map[laneRef]int64{}
-		for _, b := range blocked {
-			l := laneRef{b.LaneKind, b.LaneKey.String}
-			if o, ok := firstOrdinal[l]; !ok || b.LaneOrdinal < o {
-				firstOrdinal[l], ahead[l] = b.LaneOrdinal, b.WorkID
+		blockedFound := map[laneRef]bool{} // headless lanes with a blocked row ahead
+		for l, candidate := range laneOf {
+			found := viaSource
+			if l.kind == "target" {
+				found = viaTarget
 			}
-		}
-		for l := range firstOrdinal {
-			expect[ahead[l]] = StateBlocked
+			if id := found[candidate]; id != 0 {
+				ahead[l], blockedFound[l] = id, true
+				expect[id] = StateBlocked
+			}
 		}
 		// A row of a headless lane that another finisher promoted between
 		// the two reads was seen by neither (see liveBefore): read the heads
@@ -563,7 +570,7 @@ func lockLanesAhead(ctx context.Context, q *gen.Queries, scope string, generatio
 		stillEmpty := func(kind string, lanes []sql.NullString) []sql.NullString {
 			var out []sql.NullString
 			for _, l := range lanes {
-				if _, ok := firstOrdinal[laneRef{kind, l.String}]; !ok {
+				if !blockedFound[laneRef{kind, l.String}] {
 					out = append(out, l)
 				}
 			}
@@ -605,6 +612,32 @@ func lockLanesAhead(ctx context.Context, q *gen.Queries, scope string, generatio
 		busy[l] = true
 	}
 	return busy, true, nil
+}
+
+// firstBlockedAhead reads, for candidates in a source lane and in a target
+// lane without a head, the lane's first blocked row ahead of the candidate
+// (0: none), by candidate.
+func firstBlockedAhead(ctx context.Context, q *gen.Queries, sourceCandidates, targetCandidates []int64) (viaSource, viaTarget map[int64]int64, err error) {
+	viaSource, viaTarget = map[int64]int64{}, map[int64]int64{}
+	if len(sourceCandidates) > 0 {
+		rows, err := q.FirstBlockedInSourceLanes(ctx, sourceCandidates)
+		if err != nil {
+			return nil, nil, fmt.Errorf("read the first blocked rows of %d source lanes without a head: %w", len(sourceCandidates), err)
+		}
+		for _, r := range rows {
+			viaSource[r.WorkID] = r.BlockedAhead
+		}
+	}
+	if len(targetCandidates) > 0 {
+		rows, err := q.FirstBlockedInTargetLanes(ctx, targetCandidates)
+		if err != nil {
+			return nil, nil, fmt.Errorf("read the first blocked rows of %d target lanes without a head: %w", len(targetCandidates), err)
+		}
+		for _, r := range rows {
+			viaTarget[r.WorkID] = r.BlockedAhead
+		}
+	}
+	return viaSource, viaTarget, nil
 }
 
 func (qu *Queue) validateEnqueue(scope string, events []Event) error {

@@ -94,7 +94,7 @@ func TestEnqueueSeesARowPromotedBetweenItsReads(t *testing.T) {
 	if len(got) != 1 || got[0].WorkID != a {
 		t.Fatalf("claimed %v, want the head %d", ids(got), a)
 	}
-	hooked := f.queueWithHook(&onFirst{name: "BlockedInHeadlessLanes", fn: func() {
+	hooked := f.queueWithHook(&onFirst{name: "FirstBlockedInTargetLanes", fn: func() {
 		fin, err := f.qu.Complete(f.ctx, got[0].Lease)
 		if err != nil || fin.Promoted != 1 {
 			t.Errorf("completing a between the reads: %+v, %v; want x promoted", fin, err)
