@@ -301,7 +301,7 @@ type SettleDependencyRegistrationParams struct {
 // A registration becomes waiting_dependency, or pending when a candidate key
 // was satisfied; a CAS on the token BeginDependencyWait set, so a producer's
 // wake in between (which moved the token on) wins. A row made pending sorts
-// at now for claimers (see PromoteBlocked).
+// at now for claimers (see PromoteBlockedBatch).
 func (q *Queries) SettleDependencyRegistration(ctx context.Context, arg SettleDependencyRegistrationParams) (int64, error) {
 	result, err := q.db.ExecContext(ctx, settleDependencyRegistration, arg.NextState, arg.WorkID, arg.LeaseToken)
 	if err != nil {

@@ -12,73 +12,8 @@ import (
 	"time"
 )
 
-const blockedBefore = `-- name: BlockedBefore :many
-(SELECT w.work_id
- FROM work_item w
- WHERE w.scope_id = ?
-   AND w.generation = ?
-   AND w.source_lane_key = ?
-   AND w.state = 'blocked'
-   AND w.lane_ordinal < ?
- LIMIT 1)
-UNION ALL
-(SELECT t.work_id
- FROM work_item t
- WHERE t.scope_id = ?
-   AND t.generation = ?
-   AND t.target_lane_key = ?
-   AND t.state = 'blocked'
-   AND t.lane_ordinal < ?
- LIMIT 1)
-`
-
-type BlockedBeforeParams struct {
-	ScopeID       string
-	Generation    int64
-	SourceLane    sql.NullString
-	BeforeOrdinal int64
-	TargetLane    sql.NullString
-}
-
-// Promotion, when HeadBefore found no head: is a blocked row ahead of the
-// follower in those lanes? Only a lane without a head can hold one (its rows
-// all wait for their other lanes), so this range is that rare lane's rows.
-// Not locking, for the reason HeadBefore gives.
-func (q *Queries) BlockedBefore(ctx context.Context, arg BlockedBeforeParams) ([]int64, error) {
-	rows, err := q.db.QueryContext(ctx, blockedBefore,
-		arg.ScopeID,
-		arg.Generation,
-		arg.SourceLane,
-		arg.BeforeOrdinal,
-		arg.ScopeID,
-		arg.Generation,
-		arg.TargetLane,
-		arg.BeforeOrdinal,
-	)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	items := []int64{}
-	for rows.Next() {
-		var work_id int64
-		if err := rows.Scan(&work_id); err != nil {
-			return nil, err
-		}
-		items = append(items, work_id)
-	}
-	if err := rows.Close(); err != nil {
-		return nil, err
-	}
-	if err := rows.Err(); err != nil {
-		return nil, err
-	}
-	return items, nil
-}
-
 const blockedPage = `-- name: BlockedPage :many
-SELECT w.work_id, w.lease_token, w.lane_ordinal, w.generation, w.source_lane_key,
-       w.target_lane_key, w.run_after
+SELECT w.work_id, w.source_lane_key, w.target_lane_key, w.run_after
 FROM work_item w
 WHERE w.scope_id = ?
   AND w.generation = (SELECT s.active_generation FROM scope s WHERE s.scope_id = ?)
@@ -97,9 +32,6 @@ type BlockedPageParams struct {
 
 type BlockedPageRow struct {
 	WorkID        int64
-	LeaseToken    int64
-	LaneOrdinal   int64
-	Generation    int64
 	SourceLaneKey sql.NullString
 	TargetLaneKey sql.NullString
 	RunAfter      time.Time
@@ -112,8 +44,7 @@ type BlockedPageRow struct {
 // most its LIMIT of entries (plus their row lookups) however many rows are
 // blocked. The scalar subquery (the scope's primary key) is folded into the
 // range before execution. A scope with nothing blocked costs this one
-// statement. Not locking: a row found stranded is promoted by a CAS on the
-// token read here (PromoteBlocked).
+// statement. Not locking (see PromoteBlockedBatch).
 func (q *Queries) BlockedPage(ctx context.Context, arg BlockedPageParams) ([]BlockedPageRow, error) {
 	rows, err := q.db.QueryContext(ctx, blockedPage,
 		arg.ScopeID,
@@ -132,9 +63,6 @@ func (q *Queries) BlockedPage(ctx context.Context, arg BlockedPageParams) ([]Blo
 		var i BlockedPageRow
 		if err := rows.Scan(
 			&i.WorkID,
-			&i.LeaseToken,
-			&i.LaneOrdinal,
-			&i.Generation,
 			&i.SourceLaneKey,
 			&i.TargetLaneKey,
 			&i.RunAfter,
@@ -171,18 +99,19 @@ type FirstBlockedInSourceLanesRow struct {
 	BlockedAhead int64
 }
 
-// Enqueue, for each lane LaneHeads found no head in: the lane's first
-// blocked row when it is ahead of the candidate (the batch's first row in
-// that lane, passed by work id), else NULL. A lane without a head can hold
+// For candidates whose source lane HeadsAhead found no head in: the lane's
+// first blocked row when it is ahead of the candidate, else 0. A lane without a head can hold
 // any number of blocked rows, each waiting for its other lane: a lane list
 // (an IN over lane keys) would read all of them, so each candidate gets a
 // correlated LIMIT 1 in index order on idx_work_item_source_lane, one
 // entry (one 64-entry batch on the embedded engine) per lane. The ORDER BY
 // names every index column: only then does TiDB keep the index order under
 // the correlated range and push the LIMIT down. The candidate, blocked and
-// behind every row already in the lane, is the first blocked row exactly
+// behind every blocked row ahead of it, is the first blocked row exactly
 // when none is ahead: then blocked_ahead is 0 (no work id is). A lane seen
-// for the first time holds only the candidate. Not locking, like LaneHeads.
+// for the first time holds only the candidate. Not locking, like
+// HeadsAhead. A finisher asks only the lane it did not find the candidate
+// through: the embedded engine's time grows with the blocked range read.
 func (q *Queries) FirstBlockedInSourceLanes(ctx context.Context, workIds []int64) ([]FirstBlockedInSourceLanesRow, error) {
 	query := firstBlockedInSourceLanes
 	var queryParams []interface{}
@@ -269,162 +198,80 @@ func (q *Queries) FirstBlockedInTargetLanes(ctx context.Context, workIds []int64
 	return items, nil
 }
 
-const headBefore = `-- name: HeadBefore :many
-(SELECT w.work_id
- FROM work_item w
- WHERE w.scope_id = ?
-   AND w.generation = ?
-   AND w.source_lane_key = ?
-   AND w.state IN ('pending', 'processing', 'dependency_registration', 'waiting_dependency')
-   AND w.lane_ordinal < ?
- LIMIT 1)
-UNION ALL
-(SELECT t.work_id
- FROM work_item t
- WHERE t.scope_id = ?
-   AND t.generation = ?
-   AND t.target_lane_key = ?
-   AND t.state IN ('pending', 'processing', 'dependency_registration', 'waiting_dependency')
-   AND t.lane_ordinal < ?
- LIMIT 1)
+const headsAhead = `-- name: HeadsAhead :many
+
+SELECT /*+ INL_JOIN(sh, th) */ c.work_id, sh.work_id AS source_head, th.work_id AS target_head
+FROM work_item c
+LEFT JOIN work_item sh
+  ON sh.scope_id = c.scope_id
+ AND sh.generation = c.generation
+ AND sh.source_lane_key = c.source_lane_key
+ AND sh.state IN ('pending', 'processing', 'dependency_registration', 'waiting_dependency')
+ AND sh.lane_ordinal < c.lane_ordinal
+LEFT JOIN work_item th
+  ON th.scope_id = c.scope_id
+ AND th.generation = c.generation
+ AND th.target_lane_key = c.target_lane_key
+ AND th.state IN ('pending', 'processing', 'dependency_registration', 'waiting_dependency')
+ AND th.lane_ordinal < c.lane_ordinal
+WHERE c.work_id IN (/*SLICE:work_ids*/?)
 `
 
-type HeadBeforeParams struct {
-	ScopeID       string
-	Generation    int64
-	SourceLane    sql.NullString
-	BeforeOrdinal int64
-	TargetLane    sql.NullString
-}
-
-// Promotion: does a follower still have a live head ahead of it in its
-// source or target lane (pass NULL for a lane not to look at)? Deliberately
-// not locking, and run in a READ COMMITTED finish transaction so it reads
-// the latest commit: two finishers of a follower's two predecessors
-// serialize on the follower's lock, and the second one's read sees the
-// first's commit. A locking read here would lock the other finisher's row
-// while it waits for the follower: a deadlock.
-func (q *Queries) HeadBefore(ctx context.Context, arg HeadBeforeParams) ([]int64, error) {
-	rows, err := q.db.QueryContext(ctx, headBefore,
-		arg.ScopeID,
-		arg.Generation,
-		arg.SourceLane,
-		arg.BeforeOrdinal,
-		arg.ScopeID,
-		arg.Generation,
-		arg.TargetLane,
-		arg.BeforeOrdinal,
-	)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	items := []int64{}
-	for rows.Next() {
-		var work_id int64
-		if err := rows.Scan(&work_id); err != nil {
-			return nil, err
-		}
-		items = append(items, work_id)
-	}
-	if err := rows.Close(); err != nil {
-		return nil, err
-	}
-	if err := rows.Err(); err != nil {
-		return nil, err
-	}
-	return items, nil
-}
-
-const laneHeads = `-- name: LaneHeads :many
-
-(SELECT w.work_id, w.state, w.lane_ordinal, 'source' AS lane_kind, w.source_lane_key AS lane_key
- FROM work_item w
- WHERE w.scope_id = ?
-   AND w.generation = ?
-   AND w.source_lane_key IN (/*SLICE:source_lanes*/?)
-   AND w.state IN ('pending', 'processing', 'dependency_registration', 'waiting_dependency')
-   AND w.lane_ordinal < ?)
-UNION ALL
-(SELECT t.work_id, t.state, t.lane_ordinal, 'target' AS lane_kind, t.target_lane_key AS lane_key
- FROM work_item t
- WHERE t.scope_id = ?
-   AND t.generation = ?
-   AND t.target_lane_key IN (/*SLICE:target_lanes*/?)
-   AND t.state IN ('pending', 'processing', 'dependency_registration', 'waiting_dependency')
-   AND t.lane_ordinal < ?)
-`
-
-type LaneHeadsParams struct {
-	ScopeID       string
-	Generation    int64
-	SourceLanes   []sql.NullString
-	BeforeOrdinal int64
-	TargetLanes   []sql.NullString
-}
-
-type LaneHeadsRow struct {
-	WorkID      int64
-	State       string
-	LaneOrdinal int64
-	LaneKind    string
-	LaneKey     sql.NullString
+type HeadsAheadRow struct {
+	WorkID     int64
+	SourceHead sql.NullInt64
+	TargetHead sql.NullInt64
 }
 
 // Lanes. A lane is the live rows of one source or target lane key of one
 // generation, in lane_ordinal order. At most one of them is not blocked: the
 // lane's head (pending, processing, dependency_registration or
-// waiting_dependency); every live row after it is blocked. The lane indexes
-// put state before the ordinal, so the head is a range of its own: a probe
-// for it reads one entry however many followers the lane has. Source and target lanes are disjoint UNION ALL
-// branches, each on its own index: an OR over both columns reads the whole
-// scope prefix instead (seed 002's measured falsification).
-// Enqueue: the heads of the lanes a batch appends to, all lanes in one
-// statement (a point range per lane and head state). Not locking: enqueue
-// runs in READ COMMITTED, so this reads the latest commit; the heads found
-// are locked afterwards by primary key (LockWorkItems), at the end of the
-// batch, so a running head's lease renewal waits for a few statements, not
-// for the whole batch.
-func (q *Queries) LaneHeads(ctx context.Context, arg LaneHeadsParams) ([]LaneHeadsRow, error) {
-	query := laneHeads
+// waiting_dependency), ahead of every blocked row. The lane indexes put
+// state before the ordinal, so each state of a lane is a range of its own.
+// Source and target lanes are read by disjoint branches, each on its own
+// index: an OR over both columns reads the whole scope prefix instead (seed
+// 002's measured falsification).
+//
+// One reconciliation path (runtime/workqueue/lanes.go) serves enqueue,
+// replay, every finish (with the projection handoff) and lane recovery:
+// each finds its candidate rows where it stands (its new rows, NextBlocked*
+// behind a finished head, a BlockedPage), asks HeadsAhead and, for lanes
+// without a head, FirstBlockedIn*Lanes whether a live row is ahead of them,
+// and promotes the ones with none by PromoteBlockedBatch, all in the
+// caller's transaction. These reads are keyed by candidate work id, so one
+// statement serves any number of lanes.
+// The head ahead of each candidate in its source lane and in its target
+// lane (NULL: none). Two index joins (INL_JOIN): each probes its lane index
+// with the candidate's scope, generation and lane key, the four head states
+// and lane_ordinal below the candidate's as one set of ranges, so it reads
+// the lane's head (at most one entry) however many blocked or terminal rows
+// the lane holds. Without the hint a correlated form is an Apply, whose
+// ranges TiDB v8.5 builds from the equalities only (it read every blocked
+// row of a 10,000-row lane). Not locking: enqueue locks what it found
+// afterwards by primary key; a finisher holds the candidate's lock
+// (NextBlocked*), which serializes the finishers of its two predecessors,
+// and runs READ COMMITTED, so this reads the latest commit; recovery
+// promotes under PromoteBlockedBatch's state guard.
+func (q *Queries) HeadsAhead(ctx context.Context, workIds []int64) ([]HeadsAheadRow, error) {
+	query := headsAhead
 	var queryParams []interface{}
-	queryParams = append(queryParams, arg.ScopeID)
-	queryParams = append(queryParams, arg.Generation)
-	if len(arg.SourceLanes) > 0 {
-		for _, v := range arg.SourceLanes {
+	if len(workIds) > 0 {
+		for _, v := range workIds {
 			queryParams = append(queryParams, v)
 		}
-		query = strings.Replace(query, "/*SLICE:source_lanes*/?", strings.Repeat(",?", len(arg.SourceLanes))[1:], 1)
+		query = strings.Replace(query, "/*SLICE:work_ids*/?", strings.Repeat(",?", len(workIds))[1:], 1)
 	} else {
-		query = strings.Replace(query, "/*SLICE:source_lanes*/?", "NULL", 1)
+		query = strings.Replace(query, "/*SLICE:work_ids*/?", "NULL", 1)
 	}
-	queryParams = append(queryParams, arg.BeforeOrdinal)
-	queryParams = append(queryParams, arg.ScopeID)
-	queryParams = append(queryParams, arg.Generation)
-	if len(arg.TargetLanes) > 0 {
-		for _, v := range arg.TargetLanes {
-			queryParams = append(queryParams, v)
-		}
-		query = strings.Replace(query, "/*SLICE:target_lanes*/?", strings.Repeat(",?", len(arg.TargetLanes))[1:], 1)
-	} else {
-		query = strings.Replace(query, "/*SLICE:target_lanes*/?", "NULL", 1)
-	}
-	queryParams = append(queryParams, arg.BeforeOrdinal)
 	rows, err := q.db.QueryContext(ctx, query, queryParams...)
 	if err != nil {
 		return nil, err
 	}
 	defer rows.Close()
-	items := []LaneHeadsRow{}
+	items := []HeadsAheadRow{}
 	for rows.Next() {
-		var i LaneHeadsRow
-		if err := rows.Scan(
-			&i.WorkID,
-			&i.State,
-			&i.LaneOrdinal,
-			&i.LaneKind,
-			&i.LaneKey,
-		); err != nil {
+		var i HeadsAheadRow
+		if err := rows.Scan(&i.WorkID, &i.SourceHead, &i.TargetHead); err != nil {
 			return nil, err
 		}
 		items = append(items, i)
@@ -439,7 +286,7 @@ func (q *Queries) LaneHeads(ctx context.Context, arg LaneHeadsParams) ([]LaneHea
 }
 
 const nextBlockedInSourceLane = `-- name: NextBlockedInSourceLane :many
-SELECT work_id, lease_token, lane_ordinal, source_lane_key, target_lane_key
+SELECT work_id, lane_ordinal, source_lane_key, target_lane_key
 FROM work_item
 WHERE scope_id = ?
   AND generation = ?
@@ -462,7 +309,6 @@ type NextBlockedInSourceLaneParams struct {
 
 type NextBlockedInSourceLaneRow struct {
 	WorkID        int64
-	LeaseToken    int64
 	LaneOrdinal   int64
 	SourceLaneKey sql.NullString
 	TargetLaneKey sql.NullString
@@ -494,7 +340,6 @@ func (q *Queries) NextBlockedInSourceLane(ctx context.Context, arg NextBlockedIn
 		var i NextBlockedInSourceLaneRow
 		if err := rows.Scan(
 			&i.WorkID,
-			&i.LeaseToken,
 			&i.LaneOrdinal,
 			&i.SourceLaneKey,
 			&i.TargetLaneKey,
@@ -513,7 +358,7 @@ func (q *Queries) NextBlockedInSourceLane(ctx context.Context, arg NextBlockedIn
 }
 
 const nextBlockedInTargetLane = `-- name: NextBlockedInTargetLane :many
-SELECT work_id, lease_token, lane_ordinal, source_lane_key, target_lane_key
+SELECT work_id, lane_ordinal, source_lane_key, target_lane_key
 FROM work_item
 WHERE scope_id = ?
   AND generation = ?
@@ -536,7 +381,6 @@ type NextBlockedInTargetLaneParams struct {
 
 type NextBlockedInTargetLaneRow struct {
 	WorkID        int64
-	LeaseToken    int64
 	LaneOrdinal   int64
 	SourceLaneKey sql.NullString
 	TargetLaneKey sql.NullString
@@ -560,7 +404,6 @@ func (q *Queries) NextBlockedInTargetLane(ctx context.Context, arg NextBlockedIn
 		var i NextBlockedInTargetLaneRow
 		if err := rows.Scan(
 			&i.WorkID,
-			&i.LeaseToken,
 			&i.LaneOrdinal,
 			&i.SourceLaneKey,
 			&i.TargetLaneKey,
@@ -578,35 +421,6 @@ func (q *Queries) NextBlockedInTargetLane(ctx context.Context, arg NextBlockedIn
 	return items, nil
 }
 
-const promoteBlocked = `-- name: PromoteBlocked :execrows
-UPDATE work_item
-SET state = 'pending',
-    run_after = GREATEST(run_after, NOW(6)),
-    lease_token = lease_token + 1,
-    updated_at = NOW(6)
-WHERE work_id = ?
-  AND lease_token = ?
-  AND state = 'blocked'
-`
-
-type PromoteBlockedParams struct {
-	WorkID     int64
-	LeaseToken int64
-}
-
-// blocked -> pending once the row heads both of its lanes. Primary-key CAS on
-// the row version read by NextBlocked*. run_after moves up to the database's
-// current time (a delayed item keeps its later time): a row that becomes
-// claimable now must sort after what claimers already consumed, or their
-// scan floors would pass it (see ClaimCandidates).
-func (q *Queries) PromoteBlocked(ctx context.Context, arg PromoteBlockedParams) (int64, error) {
-	result, err := q.db.ExecContext(ctx, promoteBlocked, arg.WorkID, arg.LeaseToken)
-	if err != nil {
-		return 0, err
-	}
-	return result.RowsAffected()
-}
-
 const promoteBlockedBatch = `-- name: PromoteBlockedBatch :execrows
 UPDATE work_item
 SET state = 'pending',
@@ -617,12 +431,15 @@ WHERE work_id IN (/*SLICE:work_ids*/?)
   AND state = 'blocked'
 `
 
-// blocked -> pending for rows the caller holds locked and found heading
-// both of their lanes: the first row of each lane of an enqueue batch with
-// no live row ahead (checked under locks just before), or the followers a
-// batch of completions promotes (each locked by NextBlocked*), written
-// together at the end of that transaction. All of them in one statement,
-// by primary key; run_after as in PromoteBlocked.
+// blocked -> pending for the candidates found heading both of their lanes:
+// an enqueue's or a replay's new rows, the followers of finished heads
+// (each locked by NextBlocked*), a recovery page's stranded rows. All of
+// them in one statement, by primary key. The state guard makes a row
+// promoted meanwhile a no-op (recovery reads without locks; rows never go
+// back to blocked). run_after moves up to the database's current time (a
+// delayed item keeps its later time): a row that becomes claimable now must
+// sort after what claimers already consumed, or their scan floors would
+// pass it (see ClaimCandidates).
 func (q *Queries) PromoteBlockedBatch(ctx context.Context, workIds []int64) (int64, error) {
 	query := promoteBlockedBatch
 	var queryParams []interface{}

@@ -63,11 +63,6 @@ type Querier interface {
 	// counts no retry), the lease is dropped, and run_after marks when the wait
 	// began (the safety pass pages waiters in that order).
 	BeginDependencyWait(ctx context.Context, arg BeginDependencyWaitParams) (int64, error)
-	// Promotion, when HeadBefore found no head: is a blocked row ahead of the
-	// follower in those lanes? Only a lane without a head can hold one (its rows
-	// all wait for their other lanes), so this range is that rare lane's rows.
-	// Not locking, for the reason HeadBefore gives.
-	BlockedBefore(ctx context.Context, arg BlockedBeforeParams) ([]int64, error)
 	// Lane recovery (Queue.RecoverLanes): one page of the active generation's
 	// blocked rows after a cursor, on idx_work_item_due's blocked range in
 	// (run_after, work_id) order: the OR becomes two ranges of the index, so
@@ -75,8 +70,7 @@ type Querier interface {
 	// most its LIMIT of entries (plus their row lookups) however many rows are
 	// blocked. The scalar subquery (the scope's primary key) is folded into the
 	// range before execution. A scope with nothing blocked costs this one
-	// statement. Not locking: a row found stranded is promoted by a CAS on the
-	// token read here (PromoteBlocked).
+	// statement. Not locking (see PromoteBlockedBatch).
 	BlockedPage(ctx context.Context, arg BlockedPageParams) ([]BlockedPageRow, error)
 	// The claim itself: one compare-and-swap over the candidates of a claim
 	// turn, by primary key. Each row flips only if it is still a pending, due
@@ -161,18 +155,19 @@ type Querier interface {
 	// terminal columns as Finish. The caller promotes lane followers in the same
 	// transaction, as for every terminal transition.
 	FinishExpired(ctx context.Context, arg FinishExpiredParams) (int64, error)
-	// Enqueue, for each lane LaneHeads found no head in: the lane's first
-	// blocked row when it is ahead of the candidate (the batch's first row in
-	// that lane, passed by work id), else NULL. A lane without a head can hold
+	// For candidates whose source lane HeadsAhead found no head in: the lane's
+	// first blocked row when it is ahead of the candidate, else 0. A lane without a head can hold
 	// any number of blocked rows, each waiting for its other lane: a lane list
 	// (an IN over lane keys) would read all of them, so each candidate gets a
 	// correlated LIMIT 1 in index order on idx_work_item_source_lane, one
 	// entry (one 64-entry batch on the embedded engine) per lane. The ORDER BY
 	// names every index column: only then does TiDB keep the index order under
 	// the correlated range and push the LIMIT down. The candidate, blocked and
-	// behind every row already in the lane, is the first blocked row exactly
+	// behind every blocked row ahead of it, is the first blocked row exactly
 	// when none is ahead: then blocked_ahead is 0 (no work id is). A lane seen
-	// for the first time holds only the candidate. Not locking, like LaneHeads.
+	// for the first time holds only the candidate. Not locking, like
+	// HeadsAhead. A finisher asks only the lane it did not find the candidate
+	// through: the embedded engine's time grows with the blocked range read.
 	FirstBlockedInSourceLanes(ctx context.Context, workIds []int64) ([]FirstBlockedInSourceLanesRow, error)
 	// FirstBlockedInSourceLanes for target lanes, on idx_work_item_target_lane.
 	FirstBlockedInTargetLanes(ctx context.Context, workIds []int64) ([]FirstBlockedInTargetLanesRow, error)
@@ -201,14 +196,36 @@ type Querier interface {
 	// Point read on uk_work_item_event_type: the item of one event and work type
 	// at one replay depth (0: the one enqueue made; see replay.sql).
 	GetWorkItemByEventAndType(ctx context.Context, arg GetWorkItemByEventAndTypeParams) (WorkItem, error)
-	// Promotion: does a follower still have a live head ahead of it in its
-	// source or target lane (pass NULL for a lane not to look at)? Deliberately
-	// not locking, and run in a READ COMMITTED finish transaction so it reads
-	// the latest commit: two finishers of a follower's two predecessors
-	// serialize on the follower's lock, and the second one's read sees the
-	// first's commit. A locking read here would lock the other finisher's row
-	// while it waits for the follower: a deadlock.
-	HeadBefore(ctx context.Context, arg HeadBeforeParams) ([]int64, error)
+	// Lanes. A lane is the live rows of one source or target lane key of one
+	// generation, in lane_ordinal order. At most one of them is not blocked: the
+	// lane's head (pending, processing, dependency_registration or
+	// waiting_dependency), ahead of every blocked row. The lane indexes put
+	// state before the ordinal, so each state of a lane is a range of its own.
+	// Source and target lanes are read by disjoint branches, each on its own
+	// index: an OR over both columns reads the whole scope prefix instead (seed
+	// 002's measured falsification).
+	//
+	// One reconciliation path (runtime/workqueue/lanes.go) serves enqueue,
+	// replay, every finish (with the projection handoff) and lane recovery:
+	// each finds its candidate rows where it stands (its new rows, NextBlocked*
+	// behind a finished head, a BlockedPage), asks HeadsAhead and, for lanes
+	// without a head, FirstBlockedIn*Lanes whether a live row is ahead of them,
+	// and promotes the ones with none by PromoteBlockedBatch, all in the
+	// caller's transaction. These reads are keyed by candidate work id, so one
+	// statement serves any number of lanes.
+	// The head ahead of each candidate in its source lane and in its target
+	// lane (NULL: none). Two index joins (INL_JOIN): each probes its lane index
+	// with the candidate's scope, generation and lane key, the four head states
+	// and lane_ordinal below the candidate's as one set of ranges, so it reads
+	// the lane's head (at most one entry) however many blocked or terminal rows
+	// the lane holds. Without the hint a correlated form is an Apply, whose
+	// ranges TiDB v8.5 builds from the equalities only (it read every blocked
+	// row of a 10,000-row lane). Not locking: enqueue locks what it found
+	// afterwards by primary key; a finisher holds the candidate's lock
+	// (NextBlocked*), which serializes the finishers of its two predecessors,
+	// and runs READ COMMITTED, so this reads the latest commit; recovery
+	// promotes under PromoteBlockedBatch's state guard.
+	HeadsAhead(ctx context.Context, workIds []int64) ([]HeadsAheadRow, error)
 	// event_id is AUTO_RANDOM (no write hot spot on the primary key); the driver
 	// returns the generated id.
 	InsertEvent(ctx context.Context, arg InsertEventParams) (int64, error)
@@ -231,21 +248,6 @@ type Querier interface {
 	// dependency declared at enqueue is stored, not checked: the item is
 	// claimable and the worker checks it before any work (see dependency.sql).
 	InsertWorkItem(ctx context.Context, arg InsertWorkItemParams) (int64, error)
-	// Lanes. A lane is the live rows of one source or target lane key of one
-	// generation, in lane_ordinal order. At most one of them is not blocked: the
-	// lane's head (pending, processing, dependency_registration or
-	// waiting_dependency); every live row after it is blocked. The lane indexes
-	// put state before the ordinal, so the head is a range of its own: a probe
-	// for it reads one entry however many followers the lane has. Source and target lanes are disjoint UNION ALL
-	// branches, each on its own index: an OR over both columns reads the whole
-	// scope prefix instead (seed 002's measured falsification).
-	// Enqueue: the heads of the lanes a batch appends to, all lanes in one
-	// statement (a point range per lane and head state). Not locking: enqueue
-	// runs in READ COMMITTED, so this reads the latest commit; the heads found
-	// are locked afterwards by primary key (LockWorkItems), at the end of the
-	// batch, so a running head's lease renewal waits for a few statements, not
-	// for the whole batch.
-	LaneHeads(ctx context.Context, arg LaneHeadsParams) ([]LaneHeadsRow, error)
 	// GetLeaseState for a batch (one batch point get): after FinishLanelessBatch
 	// changed fewer rows than it was given, or a run's reply was lost, which
 	// entries committed (their token plus one, in the state written).
@@ -346,18 +348,15 @@ type Querier interface {
 	// one range on idx_event_projection, whatever else the scope holds. LIMIT
 	// pages a long range (the caller continues after the last ordinal).
 	ProjectionInput(ctx context.Context, arg ProjectionInputParams) ([]ProjectionInputRow, error)
-	// blocked -> pending once the row heads both of its lanes. Primary-key CAS on
-	// the row version read by NextBlocked*. run_after moves up to the database's
-	// current time (a delayed item keeps its later time): a row that becomes
-	// claimable now must sort after what claimers already consumed, or their
-	// scan floors would pass it (see ClaimCandidates).
-	PromoteBlocked(ctx context.Context, arg PromoteBlockedParams) (int64, error)
-	// blocked -> pending for rows the caller holds locked and found heading
-	// both of their lanes: the first row of each lane of an enqueue batch with
-	// no live row ahead (checked under locks just before), or the followers a
-	// batch of completions promotes (each locked by NextBlocked*), written
-	// together at the end of that transaction. All of them in one statement,
-	// by primary key; run_after as in PromoteBlocked.
+	// blocked -> pending for the candidates found heading both of their lanes:
+	// an enqueue's or a replay's new rows, the followers of finished heads
+	// (each locked by NextBlocked*), a recovery page's stranded rows. All of
+	// them in one statement, by primary key. The state guard makes a row
+	// promoted meanwhile a no-op (recovery reads without locks; rows never go
+	// back to blocked). run_after moves up to the database's current time (a
+	// delayed item keeps its later time): a row that becomes claimable now must
+	// sort after what claimers already consumed, or their scan floors would
+	// pass it (see ClaimCandidates).
 	PromoteBlockedBatch(ctx context.Context, workIds []int64) (int64, error)
 	// Takes over an expired lease: a CAS on the token the candidate read saw.
 	// The new token fences the old holder: no call it makes matches any more.
@@ -427,7 +426,7 @@ type Querier interface {
 	// A registration becomes waiting_dependency, or pending when a candidate key
 	// was satisfied; a CAS on the token BeginDependencyWait set, so a producer's
 	// wake in between (which moved the token on) wins. A row made pending sorts
-	// at now for claimers (see PromoteBlocked).
+	// at now for claimers (see PromoteBlockedBatch).
 	SettleDependencyRegistration(ctx context.Context, arg SettleDependencyRegistrationParams) (int64, error)
 	// Processing rows of one queue class whose lease expired by the database
 	// clock, oldest expiry first, on idx_work_item_claim: the class leads the

@@ -63,7 +63,7 @@ WHERE scope_id = sqlc.arg(scope_id)
 -- A registration becomes waiting_dependency, or pending when a candidate key
 -- was satisfied; a CAS on the token BeginDependencyWait set, so a producer's
 -- wake in between (which moved the token on) wins. A row made pending sorts
--- at now for claimers (see PromoteBlocked).
+-- at now for claimers (see PromoteBlockedBatch).
 UPDATE work_item
 SET state = sqlc.arg(next_state),
     run_after = GREATEST(run_after, NOW(6)),

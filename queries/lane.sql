@@ -1,48 +1,64 @@
 -- Lanes. A lane is the live rows of one source or target lane key of one
 -- generation, in lane_ordinal order. At most one of them is not blocked: the
 -- lane's head (pending, processing, dependency_registration or
--- waiting_dependency); every live row after it is blocked. The lane indexes
--- put state before the ordinal, so the head is a range of its own: a probe
--- for it reads one entry however many followers the lane has. Source and target lanes are disjoint UNION ALL
--- branches, each on its own index: an OR over both columns reads the whole
--- scope prefix instead (seed 002's measured falsification).
+-- waiting_dependency), ahead of every blocked row. The lane indexes put
+-- state before the ordinal, so each state of a lane is a range of its own.
+-- Source and target lanes are read by disjoint branches, each on its own
+-- index: an OR over both columns reads the whole scope prefix instead (seed
+-- 002's measured falsification).
+--
+-- One reconciliation path (runtime/workqueue/lanes.go) serves enqueue,
+-- replay, every finish (with the projection handoff) and lane recovery:
+-- each finds its candidate rows where it stands (its new rows, NextBlocked*
+-- behind a finished head, a BlockedPage), asks HeadsAhead and, for lanes
+-- without a head, FirstBlockedIn*Lanes whether a live row is ahead of them,
+-- and promotes the ones with none by PromoteBlockedBatch, all in the
+-- caller's transaction. These reads are keyed by candidate work id, so one
+-- statement serves any number of lanes.
 
--- name: LaneHeads :many
--- Enqueue: the heads of the lanes a batch appends to, all lanes in one
--- statement (a point range per lane and head state). Not locking: enqueue
--- runs in READ COMMITTED, so this reads the latest commit; the heads found
--- are locked afterwards by primary key (LockWorkItems), at the end of the
--- batch, so a running head's lease renewal waits for a few statements, not
--- for the whole batch.
-(SELECT w.work_id, w.state, w.lane_ordinal, 'source' AS lane_kind, w.source_lane_key AS lane_key
- FROM work_item w
- WHERE w.scope_id = sqlc.arg(scope_id)
-   AND w.generation = sqlc.arg(generation)
-   AND w.source_lane_key IN (sqlc.slice(source_lanes))
-   AND w.state IN ('pending', 'processing', 'dependency_registration', 'waiting_dependency')
-   AND w.lane_ordinal < sqlc.arg(before_ordinal))
-UNION ALL
-(SELECT t.work_id, t.state, t.lane_ordinal, 'target' AS lane_kind, t.target_lane_key AS lane_key
- FROM work_item t
- WHERE t.scope_id = sqlc.arg(scope_id)
-   AND t.generation = sqlc.arg(generation)
-   AND t.target_lane_key IN (sqlc.slice(target_lanes))
-   AND t.state IN ('pending', 'processing', 'dependency_registration', 'waiting_dependency')
-   AND t.lane_ordinal < sqlc.arg(before_ordinal));
+-- name: HeadsAhead :many
+-- The head ahead of each candidate in its source lane and in its target
+-- lane (NULL: none). Two index joins (INL_JOIN): each probes its lane index
+-- with the candidate's scope, generation and lane key, the four head states
+-- and lane_ordinal below the candidate's as one set of ranges, so it reads
+-- the lane's head (at most one entry) however many blocked or terminal rows
+-- the lane holds. Without the hint a correlated form is an Apply, whose
+-- ranges TiDB v8.5 builds from the equalities only (it read every blocked
+-- row of a 10,000-row lane). Not locking: enqueue locks what it found
+-- afterwards by primary key; a finisher holds the candidate's lock
+-- (NextBlocked*), which serializes the finishers of its two predecessors,
+-- and runs READ COMMITTED, so this reads the latest commit; recovery
+-- promotes under PromoteBlockedBatch's state guard.
+SELECT /*+ INL_JOIN(sh, th) */ c.work_id, sh.work_id AS source_head, th.work_id AS target_head
+FROM work_item c
+LEFT JOIN work_item sh
+  ON sh.scope_id = c.scope_id
+ AND sh.generation = c.generation
+ AND sh.source_lane_key = c.source_lane_key
+ AND sh.state IN ('pending', 'processing', 'dependency_registration', 'waiting_dependency')
+ AND sh.lane_ordinal < c.lane_ordinal
+LEFT JOIN work_item th
+  ON th.scope_id = c.scope_id
+ AND th.generation = c.generation
+ AND th.target_lane_key = c.target_lane_key
+ AND th.state IN ('pending', 'processing', 'dependency_registration', 'waiting_dependency')
+ AND th.lane_ordinal < c.lane_ordinal
+WHERE c.work_id IN (sqlc.slice(work_ids));
 
 -- name: FirstBlockedInSourceLanes :many
--- Enqueue, for each lane LaneHeads found no head in: the lane's first
--- blocked row when it is ahead of the candidate (the batch's first row in
--- that lane, passed by work id), else NULL. A lane without a head can hold
+-- For candidates whose source lane HeadsAhead found no head in: the lane's
+-- first blocked row when it is ahead of the candidate, else 0. A lane without a head can hold
 -- any number of blocked rows, each waiting for its other lane: a lane list
 -- (an IN over lane keys) would read all of them, so each candidate gets a
 -- correlated LIMIT 1 in index order on idx_work_item_source_lane, one
 -- entry (one 64-entry batch on the embedded engine) per lane. The ORDER BY
 -- names every index column: only then does TiDB keep the index order under
 -- the correlated range and push the LIMIT down. The candidate, blocked and
--- behind every row already in the lane, is the first blocked row exactly
+-- behind every blocked row ahead of it, is the first blocked row exactly
 -- when none is ahead: then blocked_ahead is 0 (no work id is). A lane seen
--- for the first time holds only the candidate. Not locking, like LaneHeads.
+-- for the first time holds only the candidate. Not locking, like
+-- HeadsAhead. A finisher asks only the lane it did not find the candidate
+-- through: the embedded engine's time grows with the blocked range read.
 SELECT c.work_id,
        CAST(COALESCE(NULLIF((SELECT b.work_id
                FROM work_item b
@@ -69,55 +85,6 @@ SELECT c.work_id,
 FROM work_item c
 WHERE c.work_id IN (sqlc.slice(work_ids));
 
--- name: HeadBefore :many
--- Promotion: does a follower still have a live head ahead of it in its
--- source or target lane (pass NULL for a lane not to look at)? Deliberately
--- not locking, and run in a READ COMMITTED finish transaction so it reads
--- the latest commit: two finishers of a follower's two predecessors
--- serialize on the follower's lock, and the second one's read sees the
--- first's commit. A locking read here would lock the other finisher's row
--- while it waits for the follower: a deadlock.
-(SELECT w.work_id
- FROM work_item w
- WHERE w.scope_id = sqlc.arg(scope_id)
-   AND w.generation = sqlc.arg(generation)
-   AND w.source_lane_key = sqlc.narg(source_lane)
-   AND w.state IN ('pending', 'processing', 'dependency_registration', 'waiting_dependency')
-   AND w.lane_ordinal < sqlc.arg(before_ordinal)
- LIMIT 1)
-UNION ALL
-(SELECT t.work_id
- FROM work_item t
- WHERE t.scope_id = sqlc.arg(scope_id)
-   AND t.generation = sqlc.arg(generation)
-   AND t.target_lane_key = sqlc.narg(target_lane)
-   AND t.state IN ('pending', 'processing', 'dependency_registration', 'waiting_dependency')
-   AND t.lane_ordinal < sqlc.arg(before_ordinal)
- LIMIT 1);
-
--- name: BlockedBefore :many
--- Promotion, when HeadBefore found no head: is a blocked row ahead of the
--- follower in those lanes? Only a lane without a head can hold one (its rows
--- all wait for their other lanes), so this range is that rare lane's rows.
--- Not locking, for the reason HeadBefore gives.
-(SELECT w.work_id
- FROM work_item w
- WHERE w.scope_id = sqlc.arg(scope_id)
-   AND w.generation = sqlc.arg(generation)
-   AND w.source_lane_key = sqlc.narg(source_lane)
-   AND w.state = 'blocked'
-   AND w.lane_ordinal < sqlc.arg(before_ordinal)
- LIMIT 1)
-UNION ALL
-(SELECT t.work_id
- FROM work_item t
- WHERE t.scope_id = sqlc.arg(scope_id)
-   AND t.generation = sqlc.arg(generation)
-   AND t.target_lane_key = sqlc.narg(target_lane)
-   AND t.state = 'blocked'
-   AND t.lane_ordinal < sqlc.arg(before_ordinal)
- LIMIT 1);
-
 -- name: NextBlockedInSourceLane :many
 -- The follower to consider for promotion after the row at after_ordinal left
 -- the lane, looked for in the ordinal window (after_ordinal, until_ordinal]:
@@ -128,7 +95,7 @@ UNION ALL
 -- finishers of the same follower's two lanes serialize on it and the second
 -- sees the first. (A locking read cannot be a UNION ALL branch: source and
 -- target are two statements.)
-SELECT work_id, lease_token, lane_ordinal, source_lane_key, target_lane_key
+SELECT work_id, lane_ordinal, source_lane_key, target_lane_key
 FROM work_item
 WHERE scope_id = sqlc.arg(scope_id)
   AND generation = sqlc.arg(generation)
@@ -142,7 +109,7 @@ FOR UPDATE;
 
 -- name: NextBlockedInTargetLane :many
 -- NextBlockedInSourceLane for the target lane, on idx_work_item_target_lane.
-SELECT work_id, lease_token, lane_ordinal, source_lane_key, target_lane_key
+SELECT work_id, lane_ordinal, source_lane_key, target_lane_key
 FROM work_item
 WHERE scope_id = sqlc.arg(scope_id)
   AND generation = sqlc.arg(generation)
@@ -154,28 +121,16 @@ ORDER BY lane_ordinal, work_id
 LIMIT 1
 FOR UPDATE;
 
--- name: PromoteBlocked :execrows
--- blocked -> pending once the row heads both of its lanes. Primary-key CAS on
--- the row version read by NextBlocked*. run_after moves up to the database's
--- current time (a delayed item keeps its later time): a row that becomes
--- claimable now must sort after what claimers already consumed, or their
--- scan floors would pass it (see ClaimCandidates).
-UPDATE work_item
-SET state = 'pending',
-    run_after = GREATEST(run_after, NOW(6)),
-    lease_token = lease_token + 1,
-    updated_at = NOW(6)
-WHERE work_id = sqlc.arg(work_id)
-  AND lease_token = sqlc.arg(lease_token)
-  AND state = 'blocked';
-
 -- name: PromoteBlockedBatch :execrows
--- blocked -> pending for rows the caller holds locked and found heading
--- both of their lanes: the first row of each lane of an enqueue batch with
--- no live row ahead (checked under locks just before), or the followers a
--- batch of completions promotes (each locked by NextBlocked*), written
--- together at the end of that transaction. All of them in one statement,
--- by primary key; run_after as in PromoteBlocked.
+-- blocked -> pending for the candidates found heading both of their lanes:
+-- an enqueue's or a replay's new rows, the followers of finished heads
+-- (each locked by NextBlocked*), a recovery page's stranded rows. All of
+-- them in one statement, by primary key. The state guard makes a row
+-- promoted meanwhile a no-op (recovery reads without locks; rows never go
+-- back to blocked). run_after moves up to the database's current time (a
+-- delayed item keeps its later time): a row that becomes claimable now must
+-- sort after what claimers already consumed, or their scan floors would
+-- pass it (see ClaimCandidates).
 UPDATE work_item
 SET state = 'pending',
     run_after = GREATEST(run_after, NOW(6)),
@@ -192,10 +147,8 @@ WHERE work_id IN (sqlc.slice(work_ids))
 -- most its LIMIT of entries (plus their row lookups) however many rows are
 -- blocked. The scalar subquery (the scope's primary key) is folded into the
 -- range before execution. A scope with nothing blocked costs this one
--- statement. Not locking: a row found stranded is promoted by a CAS on the
--- token read here (PromoteBlocked).
-SELECT w.work_id, w.lease_token, w.lane_ordinal, w.generation, w.source_lane_key,
-       w.target_lane_key, w.run_after
+-- statement. Not locking (see PromoteBlockedBatch).
+SELECT w.work_id, w.source_lane_key, w.target_lane_key, w.run_after
 FROM work_item w
 WHERE w.scope_id = sqlc.arg(scope_id)
   AND w.generation = (SELECT s.active_generation FROM scope s WHERE s.scope_id = sqlc.arg(scope_id))

@@ -107,13 +107,7 @@ func (qu *Queue) completeLaned(ctx context.Context, leases []Lease, idx []int, e
 		if err := handOff(ctx, q, finished...); err != nil {
 			return err
 		}
-		batch := newPromotions()
-		for _, i := range idx {
-			if _, err := promoteAfter(ctx, q, leases[i].lanes, batch); err != nil {
-				return fmt.Errorf("work %d: %w", leases[i].WorkID, err)
-			}
-		}
-		fin.Promoted, err = batch.write(ctx, q)
+		fin.Promoted, err = promoteAfter(ctx, q, finished...)
 		return err
 	})
 	switch {

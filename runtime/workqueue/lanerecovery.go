@@ -29,13 +29,12 @@ type LaneRecovery struct {
 // same transaction, so a stranded row means something bypassed that: a row
 // finished or deleted by hand, a writer outside laneq. The pass reads one
 // page of at most limit blocked rows of the active generation after from
-// (BlockedPage), checks each with the same probes a finish uses (a live
-// head, or in a headless lane a blocked row, ahead of it: liveBefore), and
-// promotes the stranded by the finish path's CAS on the token it read. No
-// row can enter a lane ahead of one already there (ordinals are handed out
-// in admission order), so a row seen with nothing ahead stays that way; a
-// concurrent promotion moves the token and the CAS matches nothing. A scope
-// with nothing blocked costs one statement.
+// (BlockedPage), asks the lane path's reads (rowsAhead) about the whole
+// page at once, and promotes the rows with no live row ahead in either lane
+// with one statement whose state guard skips a row promoted meanwhile. No
+// row can enter a lane ahead of one already there (see lanes.go), so a row
+// seen with nothing ahead stays that way. A page costs two to five
+// statements, a scope with nothing blocked one.
 func (qu *Queue) RecoverLanes(ctx context.Context, scope string, from LaneCursor, limit int) (LaneRecovery, error) {
 	if err := validScope(scope); err != nil {
 		return LaneRecovery{}, err
@@ -51,20 +50,32 @@ func (qu *Queue) RecoverLanes(ctx context.Context, scope string, from LaneCursor
 	if err != nil {
 		return out, fmt.Errorf("workqueue: blocked rows of scope %q: %w", scope, err)
 	}
+	var asks []laneAsk
 	for _, r := range rows {
-		live, err := liveBefore(ctx, qu.q, scope, r.Generation, r.SourceLaneKey, r.TargetLaneKey, r.LaneOrdinal)
-		if err != nil {
-			return out, fmt.Errorf("workqueue: lane recovery of work %d: %w", r.WorkID, err)
+		for _, l := range lanesOf(r.SourceLaneKey.String, r.TargetLaneKey.String) {
+			asks = append(asks, laneAsk{r.WorkID, l.kind})
+		}
+	}
+	ahead, err := rowsAhead(ctx, qu.q, asks)
+	if err != nil {
+		return out, fmt.Errorf("workqueue: lane recovery of scope %q: %w", scope, err)
+	}
+	var stranded []int64
+	for _, r := range rows {
+		live := false
+		for _, l := range lanesOf(r.SourceLaneKey.String, r.TargetLaneKey.String) {
+			live = live || ahead[laneAsk{r.WorkID, l.kind}] != 0
 		}
 		if !live {
-			n, err := qu.q.PromoteBlocked(ctx, gen.PromoteBlockedParams{WorkID: r.WorkID, LeaseToken: r.LeaseToken})
-			if err != nil {
-				return out, fmt.Errorf("workqueue: lane recovery: promote work %d: %w", r.WorkID, err)
-			}
-			out.Promoted += int(n)
+			stranded = append(stranded, r.WorkID)
 		}
-		out.Checked++
-		out.Next = LaneCursor{afterTime: r.RunAfter, afterID: r.WorkID}
+	}
+	if out.Promoted, err = promoteHeads(ctx, qu.q, stranded, false); err != nil {
+		return out, fmt.Errorf("workqueue: lane recovery of scope %q: %w", scope, err)
+	}
+	if len(rows) > 0 {
+		last := rows[len(rows)-1]
+		out.Checked, out.Next = len(rows), LaneCursor{afterTime: last.RunAfter, afterID: last.WorkID}
 	}
 	if len(rows) < limit {
 		out.Next, out.Wrapped = LaneCursor{}, true

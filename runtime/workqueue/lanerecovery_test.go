@@ -1,6 +1,7 @@
 package workqueue_test
 
 import (
+	"fmt"
 	"testing"
 
 	"github.com/laneq/laneq/runtime/workqueue"
@@ -9,8 +10,16 @@ import (
 // Rows stranded by a head finished outside laneq (no promotion ran) are
 // promoted by the recovery pass, one page at a time from its cursor; rows
 // that a live head or an earlier blocked row still holds back are not, and
-// a second round promotes nothing more.
+// a second round promotes nothing more. With pages of one row, and with
+// one page holding every row (first and second, stranded in one lane, are
+// judged by the same statements at once: second sees first ahead).
 func TestRecoverLanesPromotesOnlyStrandedRows(t *testing.T) {
+	for _, page := range []int{1, 100} {
+		t.Run(fmt.Sprintf("page=%d", page), func(t *testing.T) { testRecoverLanes(t, page) })
+	}
+}
+
+func testRecoverLanes(t *testing.T, page int) {
 	f := newFixture(t, workqueue.Config{})
 	held := f.one(workqueue.Work{SourceLane: "held"})
 	heldFollower := f.one(workqueue.Work{SourceLane: "held"})
@@ -29,7 +38,7 @@ func TestRecoverLanesPromotesOnlyStrandedRows(t *testing.T) {
 	var cursor workqueue.LaneCursor
 	var promoted, checked, pages int
 	for {
-		r, err := f.qu.RecoverLanes(f.ctx, scope, cursor, 1)
+		r, err := f.qu.RecoverLanes(f.ctx, scope, cursor, page)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -53,7 +62,7 @@ func TestRecoverLanesPromotesOnlyStrandedRows(t *testing.T) {
 		}
 	}
 	if promoted != 2 || checked != 4 {
-		t.Fatalf("promoted %d of %d checked rows in %d pages, want 2 of 4", promoted, checked, pages)
+		t.Fatalf("promoted %d of %d checked rows in %d pages of %d, want 2 of 4", promoted, checked, pages, page)
 	}
 	again, err := f.qu.RecoverLanes(f.ctx, scope, workqueue.LaneCursor{}, 100)
 	if err != nil || again.Promoted != 0 || again.Checked != 2 || !again.Wrapped {

@@ -5,8 +5,6 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
-	"math"
-	"slices"
 	"time"
 
 	"github.com/laneq/laneq/gen"
@@ -191,9 +189,10 @@ var readCommitted = &sql.TxOptions{Isolation: sql.LevelReadCommitted}
 // finish terminalizes the claimed row and, in the same transaction, hands
 // a projection generation's place to its queued successor (which enters its
 // lane blocked) and promotes the next follower of each of its lanes when
-// that follower now heads both of its own lanes. Locks: the finished row (CAS), then the
-// follower (locking read); the follower's other lane is read without a lock
-// (see HeadBefore). An item in no lane has no followers: one autocommit CAS
+// that follower now heads both of its own lanes (promoteAfter, the lane
+// path of lanes.go). Locks: the finished row (CAS), then the follower
+// (locking read); the follower's other lane is read without a lock (see
+// rowsAhead). An item in no lane has no followers: one autocommit CAS
 // finishes it. Transient failures are run again (see Queue.retryWrite).
 func (qu *Queue) finish(ctx context.Context, l Lease, state string, f *Failure) (Finished, error) {
 	p := gen.FinishParams{TerminalState: state, WorkID: l.WorkID, LeaseToken: l.Token}
@@ -233,7 +232,7 @@ func (qu *Queue) finish(ctx context.Context, l Lease, state string, f *Failure) 
 		if err := handOff(ctx, q, lanes); err != nil {
 			return err
 		}
-		res.Promoted, err = promoteAfter(ctx, q, lanes, nil)
+		res.Promoted, err = promoteAfter(ctx, q, lanes)
 		replyLost = true // a failure from here on (the commit) may have committed
 		return err
 	})
@@ -263,198 +262,9 @@ func (qu *Queue) expireToDead(ctx context.Context, r gen.StaleCandidatesRow) err
 		if err := handOff(ctx, q, lanes); err != nil {
 			return err
 		}
-		_, err = promoteAfter(ctx, q, lanes, nil)
+		_, err = promoteAfter(ctx, q, lanes)
 		return err
 	})
-}
-
-// follower is the first blocked item behind a finished one in one lane.
-type follower struct {
-	workID, token, ordinal int64
-	source, target         sql.NullString
-}
-
-// followerWindow is the first ordinal window a finisher searches for the
-// next follower of a lane: a lane's followers are usually close behind its
-// head (within a thousand admissions of the scope), and a window keeps a
-// lane of thousands of followers from costing a read of every one (the
-// embedded engine reads every live entry of a range). When it finds none,
-// one unbounded statement reads on. Measured on the two-process end-to-end
-// test (lanes of 5 whose items sit 1,000 ordinals apart): a 64-ordinal
-// window cost a second statement per finish and about 15% of throughput.
-const followerWindow = 1024
-
-// nextFollower finds the first blocked row after `after` in one lane.
-func nextFollower(ctx context.Context, q *gen.Queries, lanes *laneIdentity, target bool, after int64) (*follower, error) {
-	for _, until := range []int64{after + followerWindow, math.MaxInt64} {
-		var rows []gen.NextBlockedInSourceLaneRow
-		var err error
-		if target {
-			var t []gen.NextBlockedInTargetLaneRow
-			t, err = q.NextBlockedInTargetLane(ctx, gen.NextBlockedInTargetLaneParams{
-				ScopeID: lanes.scope, Generation: lanes.generation, LaneKey: lanes.target, AfterOrdinal: after, UntilOrdinal: until,
-			})
-			for _, r := range t { // both statements select the same columns
-				rows = append(rows, gen.NextBlockedInSourceLaneRow(r))
-			}
-		} else {
-			rows, err = q.NextBlockedInSourceLane(ctx, gen.NextBlockedInSourceLaneParams{
-				ScopeID: lanes.scope, Generation: lanes.generation, LaneKey: lanes.source, AfterOrdinal: after, UntilOrdinal: until,
-			})
-		}
-		if err != nil {
-			return nil, err
-		}
-		if len(rows) > 0 {
-			r := rows[0]
-			return &follower{r.WorkID, r.LeaseToken, r.LaneOrdinal, r.SourceLaneKey, r.TargetLaneKey}, nil
-		}
-	}
-	return nil, nil
-}
-
-// promotions collects, for a transaction that finishes several items
-// (CompleteMany), the followers to promote, so that one statement
-// (PromoteBlockedBatch) writes them at the end; meanwhile the lanes they
-// will head are known here. A follower found in, or also in, such a lane is
-// behind the head chosen for it (a row chosen heads its lanes: every
-// blocked row before it in them was checked), so it stays blocked.
-type promotions struct {
-	headed map[laneRef]bool
-	ids    []int64
-}
-
-func newPromotions() *promotions { return &promotions{headed: map[laneRef]bool{}} }
-
-// behindChosen reports whether fw is in a lane a chosen follower will head.
-func (p *promotions) behindChosen(fw *follower) bool {
-	return slices.ContainsFunc(fw.lanes(), func(l laneRef) bool { return p.headed[l] })
-}
-
-func (p *promotions) choose(fw *follower) {
-	p.ids = append(p.ids, fw.workID)
-	for _, l := range fw.lanes() {
-		p.headed[l] = true
-	}
-}
-
-// lanes are the lanes fw is in.
-func (fw *follower) lanes() []laneRef {
-	return lanedItem{source: fw.source.String, target: fw.target.String}.lanes()
-}
-
-// write promotes the chosen followers, all still locked by this
-// transaction, and returns how many it promoted.
-func (p *promotions) write(ctx context.Context, q *gen.Queries) (int, error) {
-	if len(p.ids) == 0 {
-		return 0, nil
-	}
-	n, err := q.PromoteBlockedBatch(ctx, p.ids)
-	if err != nil {
-		return 0, fmt.Errorf("promote %d followers: %w", len(p.ids), err)
-	}
-	if n != int64(len(p.ids)) {
-		// Each was read blocked under this transaction's lock.
-		return 0, fmt.Errorf("promote %d locked followers: %d were blocked", len(p.ids), n)
-	}
-	return len(p.ids), nil
-}
-
-// promoteAfter promotes, for each lane the finished item leaves, the next
-// blocked item of that lane if it now heads both of its lanes, and returns
-// how many it promoted. In the lane it was found in it is the head already:
-// the finished item headed that lane, everything before it is terminal, and
-// every live item after a head is blocked. So only its other lane needs a
-// look.
-//
-// With batch (a transaction finishing several items, every one of them
-// already terminal), followers are chosen into batch instead of promoted
-// at once, and one behind a follower already chosen stays blocked (see
-// promotions); the count returned is then 0. Nil for a single finish.
-func promoteAfter(ctx context.Context, q *gen.Queries, finished *laneIdentity, batch *promotions) (int, error) {
-	var viaSource, viaTarget *follower
-	var err error
-	if finished.source.Valid {
-		if viaSource, err = nextFollower(ctx, q, finished, false, finished.ordinal); err != nil {
-			return 0, fmt.Errorf("next follower in source lane: %w", err)
-		}
-	}
-	if finished.target.Valid {
-		if viaTarget, err = nextFollower(ctx, q, finished, true, finished.ordinal); err != nil {
-			return 0, fmt.Errorf("next follower in target lane: %w", err)
-		}
-	}
-	promoted := 0
-	promote := func(fw *follower, otherSource, otherTarget sql.NullString) error {
-		if batch != nil && batch.behindChosen(fw) {
-			return nil // the chosen follower's finish promotes it
-		}
-		blocked, err := liveBefore(ctx, q, finished.scope, finished.generation, otherSource, otherTarget, fw.ordinal)
-		if err != nil || blocked {
-			return err // when blocked, the other lane's predecessor promotes it on finishing
-		}
-		if batch != nil {
-			batch.choose(fw)
-			return nil
-		}
-		n, err := q.PromoteBlocked(ctx, gen.PromoteBlockedParams{WorkID: fw.workID, LeaseToken: fw.token})
-		if err != nil {
-			return fmt.Errorf("promote work %d: %w", fw.workID, err)
-		}
-		promoted += int(n)
-		return nil
-	}
-	both := viaSource != nil && viaTarget != nil && viaSource.workID == viaTarget.workID
-	if viaSource != nil {
-		other := viaSource.target
-		if both {
-			other = sql.NullString{} // found through both lanes: it heads both
-		}
-		if err := promote(viaSource, sql.NullString{}, other); err != nil {
-			return 0, err
-		}
-	}
-	if viaTarget != nil && !both {
-		if err := promote(viaTarget, viaTarget.source, sql.NullString{}); err != nil {
-			return 0, err
-		}
-	}
-	return promoted, nil
-}
-
-// liveBefore reports whether the given lanes (an invalid NullString: no such
-// lane to check) hold a live item ahead of ordinal: a head, or, in a lane
-// with no head, a blocked row. Plain reads for the READ COMMITTED finish
-// transaction (see HeadBefore), each at its own latest commit: a row ahead
-// that another finisher promotes between the head read and the blocked
-// read is seen by neither. Rows never go back to blocked, so heads are read
-// again after the blocked read: a row live at the blocked read and not
-// blocked then is a head at the second read, or has finished (and ran
-// first). The common case, a lane with a head, stays one statement; the
-// third is paid only when the follower is about to be promoted
-// (TestPromotionSeesARowPromotedBetweenItsReads).
-func liveBefore(ctx context.Context, q *gen.Queries, scope string, generation int64, source, target sql.NullString, ordinal int64) (bool, error) {
-	if !source.Valid && !target.Valid {
-		return false, nil
-	}
-	headAhead := func() (bool, error) {
-		heads, err := q.HeadBefore(ctx, gen.HeadBeforeParams{ScopeID: scope, Generation: generation, SourceLane: source, TargetLane: target, BeforeOrdinal: ordinal})
-		if err != nil {
-			return false, fmt.Errorf("probe lane heads: %w", err)
-		}
-		return len(heads) > 0, nil
-	}
-	if live, err := headAhead(); live || err != nil {
-		return live, err
-	}
-	blocked, err := q.BlockedBefore(ctx, gen.BlockedBeforeParams{ScopeID: scope, Generation: generation, SourceLane: source, TargetLane: target, BeforeOrdinal: ordinal})
-	if err != nil {
-		return false, fmt.Errorf("probe blocked rows: %w", err)
-	}
-	if len(blocked) > 0 {
-		return true, nil
-	}
-	return headAhead()
 }
 
 // nextWorkSpans are the spans, after the database's now, that a next-work

@@ -64,7 +64,7 @@ func TestPromotionSeesARowPromotedBetweenItsReads(t *testing.T) {
 	if len(got) != 2 || leases[a].WorkID != a || leases[b].WorkID != b {
 		t.Fatalf("claimed %v, want the heads %d and %d", ids(got), a, b)
 	}
-	hooked := f.queueWithHook(&onFirst{name: "BlockedBefore", fn: func() {
+	hooked := f.queueWithHook(&onFirst{name: "FirstBlockedInTargetLanes", fn: func() {
 		fin, err := f.qu.Complete(f.ctx, leases[a])
 		if err != nil || fin.Promoted != 1 {
 			t.Errorf("completing a between the reads: %+v, %v; want x promoted", fin, err)

@@ -120,8 +120,7 @@ func replayTx(ctx context.Context, q *gen.Queries, scope string, workID int64) (
 		return Replayed{}, fmt.Errorf("insert replay of %d: %w", workID, err)
 	}
 	if laned {
-		heads, err := settleLanes(ctx, q, scope, head.ActiveGeneration, head.NextEnqueueOrdinal,
-			[]lanedItem{{workID: child, source: parent.SourceLaneKey.String, target: parent.TargetLaneKey.String}})
+		heads, err := settleLanes(ctx, q, []lanedItem{{workID: child, source: parent.SourceLaneKey.String, target: parent.TargetLaneKey.String}})
 		if err != nil {
 			return Replayed{}, err
 		}
