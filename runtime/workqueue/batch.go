@@ -75,9 +75,10 @@ var errBatchShort = errors.New("workqueue: batch finish matched fewer rows than 
 
 // completeLaned finishes leases[idx...] (items in lanes, their lanes known
 // from the claim) in one READ COMMITTED transaction: one fenced statement
-// finishes them all, each one's next followers are chosen as finish
-// chooses them (every finished row already terminal; see promotions), and
-// one statement promotes the chosen.
+// finishes them all, the projection handoff runs for them all, and the lane
+// path judges every one's next followers at once and promotes them with
+// one statement (promoteAfter; a follower behind another of the batch sees
+// it ahead and stays blocked).
 // When the statement matched fewer rows than entries (a stale entry, or a
 // retry after a commit whose reply was lost), the transaction is rolled
 // back and each entry resolved alone by its row: completed by an earlier

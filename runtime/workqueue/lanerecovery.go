@@ -33,7 +33,7 @@ type LaneRecovery struct {
 // page at once, and promotes the rows with no live row ahead in either lane
 // with one statement whose state guard skips a row promoted meanwhile. No
 // row can enter a lane ahead of one already there (see lanes.go), so a row
-// seen with nothing ahead stays that way. A page costs two to five
+// seen with nothing ahead stays that way. A page costs two to six
 // statements, a scope with nothing blocked one.
 func (qu *Queue) RecoverLanes(ctx context.Context, scope string, from LaneCursor, limit int) (LaneRecovery, error) {
 	if err := validScope(scope); err != nil {

@@ -104,8 +104,10 @@ func rowsAhead(ctx context.Context, q *gen.Queries, asks []laneAsk) (map[laneAsk
 // of any.
 func candidates(asks []laneAsk, kind string) []int64 {
 	var ids []int64
+	seen := make(map[int64]bool, len(asks))
 	for _, a := range asks {
-		if (kind == "" || a.kind == kind) && !slices.Contains(ids, a.candidate) {
+		if (kind == "" || a.kind == kind) && !seen[a.candidate] {
+			seen[a.candidate] = true
 			ids = append(ids, a.candidate)
 		}
 	}
@@ -256,8 +258,10 @@ func lockRowsAhead(ctx context.Context, q *gen.Queries, asks []laneAsk) (ahead m
 		return nil, false, err
 	}
 	var lock []int64
+	seen := map[int64]bool{}
 	for _, id := range ahead {
-		if id != 0 && !slices.Contains(lock, id) {
+		if id != 0 && !seen[id] {
+			seen[id] = true
 			lock = append(lock, id)
 		}
 	}
