@@ -298,8 +298,9 @@ type Querier interface {
 	// never deadlock. Primary-key point get.
 	LockWorkItemForReplay(ctx context.Context, workID int64) (LockWorkItemForReplayRow, error)
 	// Rows by primary key under a lock (batch point gets), with their current
-	// state: enqueue locks the lane rows it appends behind this way, last, so
-	// the locks are held for the batch's final statements only.
+	// state and lanes: enqueue locks the lane rows it appends behind this way,
+	// last, so the locks are held for the batch's final statements only; a
+	// batch of finishes locks the followers it found (see promoteAfter).
 	LockWorkItems(ctx context.Context, workIds []int64) ([]LockWorkItemsRow, error)
 	// Existing work of duplicate events, read current and locked for the same
 	// reason as LockEventsByIdempotencyKeys. Rides uk_work_item_event_type.

@@ -179,20 +179,23 @@ func (q *Queries) InsertWorkItem(ctx context.Context, arg InsertWorkItemParams) 
 }
 
 const lockWorkItems = `-- name: LockWorkItems :many
-SELECT work_id, state
+SELECT work_id, state, source_lane_key, target_lane_key
 FROM work_item
 WHERE work_id IN (/*SLICE:work_ids*/?)
 FOR UPDATE
 `
 
 type LockWorkItemsRow struct {
-	WorkID int64
-	State  string
+	WorkID        int64
+	State         string
+	SourceLaneKey sql.NullString
+	TargetLaneKey sql.NullString
 }
 
 // Rows by primary key under a lock (batch point gets), with their current
-// state: enqueue locks the lane rows it appends behind this way, last, so
-// the locks are held for the batch's final statements only.
+// state and lanes: enqueue locks the lane rows it appends behind this way,
+// last, so the locks are held for the batch's final statements only; a
+// batch of finishes locks the followers it found (see promoteAfter).
 func (q *Queries) LockWorkItems(ctx context.Context, workIds []int64) ([]LockWorkItemsRow, error) {
 	query := lockWorkItems
 	var queryParams []interface{}
@@ -212,7 +215,12 @@ func (q *Queries) LockWorkItems(ctx context.Context, workIds []int64) ([]LockWor
 	items := []LockWorkItemsRow{}
 	for rows.Next() {
 		var i LockWorkItemsRow
-		if err := rows.Scan(&i.WorkID, &i.State); err != nil {
+		if err := rows.Scan(
+			&i.WorkID,
+			&i.State,
+			&i.SourceLaneKey,
+			&i.TargetLaneKey,
+		); err != nil {
 			return nil, err
 		}
 		items = append(items, i)

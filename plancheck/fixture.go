@@ -63,6 +63,7 @@ func Values() map[string]any {
 		"lease_token":         int64(0),                    // seeded rows' token
 		"long_lane":           "long:0",                    // a lane with `scale` blocked followers
 		"long_lane_head":      int64(longLaneBase - 1),     // its head's ordinal, just before them
+		"long_lane_head_id":   int64(knownBase + 600),      // the long lane's head
 		"long_lane_follower":  int64(13 * noise),           // the long lane's first blocked follower
 		"headless_candidate":  int64(knownBase + 800),      // a blocked row behind a headless lane's `scale` blocked rows
 		"target_candidate":    int64(knownBase + 801),      // a blocked row in that lane's target lane, first there

@@ -262,7 +262,7 @@ var skewCases = map[string][]string{
 	"not-due retries in the claim range":               {"ClaimCandidates", "NextWorkAt", "NextWorkAt#inside-the-retry-backlog"},
 	"expired leases of another class":                  {"StaleCandidates"},
 	"live leases":                                      {"NextWorkAt#inside-the-retry-backlog"},
-	"one lane with `scale` blocked followers":          {"HeadsAhead#long-lane", "NextBlockedInSourceLane#long-lane"},
+	"one lane with `scale` blocked followers":          {"HeadsAhead#long-lane", "NextBlockedInSourceLane#long-lane", "FirstBlockedInSourceLanes#long-lane"},
 	"one lane without a head and `scale` blocked rows": {"HeadsAhead#headless-lane", "FirstBlockedInSourceLanes"},
 	"due rows of another work type":                    {"ClaimCandidates", "ClaimCandidates#first-scan"},
 	"one projection with `scale` terminal generations": {"PreviousProjectionEvent", "ProjectionInput"},

@@ -492,7 +492,7 @@ func TestCompleteManyLanedBatchUnderFaults(t *testing.T) {
 		rule    faultdb.Rule
 		unknown bool // PromotionsUnknown expected
 	}{
-		{"deadlock on the follower read", faultdb.Rule{Statement: "NextBlockedInSourceLane", Skip: 1, Fault: faultdb.Deadlock}, false},
+		{"deadlock on the follower lock", faultdb.Rule{Statement: "LockWorkItems", Fault: faultdb.Deadlock}, false},
 		{"lost reply of the commit", faultdb.Rule{Statement: "COMMIT", Fault: faultdb.ReplyLost}, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

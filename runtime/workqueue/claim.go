@@ -52,6 +52,7 @@ type Lease struct {
 
 // laneIdentity places an item in its lanes.
 type laneIdentity struct {
+	workID         int64
 	scope          string
 	generation     int64
 	ordinal        int64
@@ -962,7 +963,7 @@ func (c *Claimer) claimedFrom(r gen.StaleCandidatesRow, reclaimed bool) Claimed 
 		LaneOrdinal: r.LaneOrdinal, Attempt: r.AttemptCount, SafeRetries: r.SafeRetryCount, Reclaimed: reclaimed,
 		ProjectionKey: r.ProjectionKey.String,
 		Lease: Lease{WorkID: r.WorkID, Token: r.LeaseToken, lanes: &laneIdentity{
-			scope: c.scope, generation: r.Generation, ordinal: r.LaneOrdinal,
+			workID: r.WorkID, scope: c.scope, generation: r.Generation, ordinal: r.LaneOrdinal,
 			source: r.SourceLaneKey, target: r.TargetLaneKey, projection: r.ProjectionKey,
 		}},
 	}

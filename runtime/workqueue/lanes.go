@@ -347,36 +347,106 @@ func nextFollower(ctx context.Context, q *gen.Queries, finished *laneIdentity, l
 	return nil, nil
 }
 
+// foundVia is a follower and the kind of lane it was found through.
+type foundVia struct {
+	follower *follower
+	kind     string
+}
+
+// followersOf finds, and locks, the next follower in every lane a batch of
+// finished rows leaves, with two statements and a lock for the whole batch
+// instead of a locking read per lane: each finished row headed its lanes,
+// and a head is ahead of every blocked row of its lane, so the next
+// follower is the lane's first blocked row (FirstBlockedIn*Lanes, asked
+// about the finished row). The followers are then locked by primary key in
+// id order, as NextBlocked* would lock each. None can have been promoted
+// between the read and the lock: the finished row ahead of it is still
+// processing to every other transaction (this one holds its lock).
+func followersOf(ctx context.Context, q *gen.Queries, finished []*laneIdentity) ([]foundVia, error) {
+	var asks []laneAsk
+	for _, l := range finished {
+		for _, lane := range lanesOf(l.source.String, l.target.String) {
+			asks = append(asks, laneAsk{l.workID, lane.kind})
+		}
+	}
+	first, err := firstBlockedAhead(ctx, q, asks)
+	if err != nil {
+		return nil, fmt.Errorf("next followers of %d finished rows: %w", len(finished), err)
+	}
+	var ids []int64
+	seen := map[int64]bool{}
+	for _, a := range asks {
+		if id := first[a]; id != 0 && !seen[id] {
+			seen[id] = true
+			ids = append(ids, id)
+		}
+	}
+	if len(ids) == 0 {
+		return nil, nil
+	}
+	slices.Sort(ids)
+	locked, err := q.LockWorkItems(ctx, ids)
+	if err != nil {
+		return nil, fmt.Errorf("lock %d followers: %w", len(ids), err)
+	}
+	byID := map[int64]*follower{}
+	for _, r := range locked {
+		if r.State == StateBlocked {
+			byID[r.WorkID] = &follower{workID: r.WorkID, source: r.SourceLaneKey.String, target: r.TargetLaneKey.String}
+		}
+	}
+	var out []foundVia
+	for _, a := range asks {
+		if fw := byID[first[a]]; fw != nil {
+			out = append(out, foundVia{fw, a.kind})
+		}
+	}
+	return out, nil
+}
+
 // promoteAfter promotes, for each lane the finished rows leave (all
 // terminal in this transaction, each the head of its lanes until now), the
 // next blocked row of that lane if it now heads both of its lanes, and
-// returns how many it promoted. Only the lanes a follower was not found
-// through are asked about, all followers at once; a follower behind
+// returns how many it promoted. One finished row finds its followers with
+// NextBlocked* (a window of ordinals, one locking read per lane); a batch
+// finds them all at once (followersOf). Only the lanes a follower was not
+// found through are asked about, all followers at once; a follower behind
 // another of the same batch sees it (blocked, live) ahead and stays
 // blocked for that one's finish.
 func promoteAfter(ctx context.Context, q *gen.Queries, finished ...*laneIdentity) (int, error) {
 	found := map[int64]*follower{}
 	var order []int64
-	for _, l := range finished {
+	via := func(fw *follower, kind string) {
+		if seen, ok := found[fw.workID]; ok {
+			fw = seen
+		} else {
+			found[fw.workID] = fw
+			order = append(order, fw.workID)
+		}
+		if kind == "source" {
+			fw.viaSource = true
+		} else {
+			fw.viaTarget = true
+		}
+	}
+	if len(finished) == 1 {
+		l := finished[0]
 		for _, lane := range lanesOf(l.source.String, l.target.String) {
 			fw, err := nextFollower(ctx, q, l, lane)
 			if err != nil {
 				return 0, err
 			}
-			if fw == nil {
-				continue
+			if fw != nil {
+				via(fw, lane.kind)
 			}
-			if seen, ok := found[fw.workID]; ok {
-				fw = seen
-			} else {
-				found[fw.workID] = fw
-				order = append(order, fw.workID)
-			}
-			if lane.kind == "source" {
-				fw.viaSource = true
-			} else {
-				fw.viaTarget = true
-			}
+		}
+	} else {
+		followers, err := followersOf(ctx, q, finished)
+		if err != nil {
+			return 0, err
+		}
+		for _, f := range followers {
+			via(f.follower, f.kind)
 		}
 	}
 	var asks []laneAsk

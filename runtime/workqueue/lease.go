@@ -226,7 +226,7 @@ func (qu *Queue) finish(ctx context.Context, l Lease, state string, f *Failure) 
 			if err != nil {
 				return fmt.Errorf("read lanes: %w", err)
 			}
-			lanes = &laneIdentity{scope: row.ScopeID, generation: row.Generation, ordinal: row.LaneOrdinal,
+			lanes = &laneIdentity{workID: l.WorkID, scope: row.ScopeID, generation: row.Generation, ordinal: row.LaneOrdinal,
 				source: row.SourceLaneKey, target: row.TargetLaneKey, projection: row.ProjectionKey}
 		}
 		if err := handOff(ctx, q, lanes); err != nil {
@@ -246,7 +246,7 @@ func (qu *Queue) finish(ctx context.Context, l Lease, state string, f *Failure) 
 func (qu *Queue) expireToDead(ctx context.Context, r gen.StaleCandidatesRow) error {
 	f := Failure{Class: FailureAttemptsExhausted,
 		Summary: fmt.Sprintf("lease expired after attempt %d of %d (the process running it stopped or stalled each time)", r.AttemptCount, qu.cfg.MaxAttempts)}
-	lanes := &laneIdentity{generation: r.Generation, ordinal: r.LaneOrdinal, source: r.SourceLaneKey, target: r.TargetLaneKey}
+	lanes := &laneIdentity{workID: r.WorkID, generation: r.Generation, ordinal: r.LaneOrdinal, source: r.SourceLaneKey, target: r.TargetLaneKey}
 	return qu.inTx(ctx, fmt.Sprintf("expire work %d to dead", r.WorkID), readCommitted, func(ctx context.Context, q *gen.Queries) error {
 		n, err := q.FinishExpired(ctx, gen.FinishExpiredParams{
 			FailureClass: nullString(f.Class), FailureSummary: nullString(f.Summary), WorkID: r.WorkID, LeaseToken: r.LeaseToken,
