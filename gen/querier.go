@@ -156,18 +156,20 @@ type Querier interface {
 	// transaction, as for every terminal transition.
 	FinishExpired(ctx context.Context, arg FinishExpiredParams) (int64, error)
 	// For candidates whose source lane HeadsAhead found no head in: the lane's
-	// first blocked row when it is ahead of the candidate, else 0. A lane without a head can hold
-	// any number of blocked rows, each waiting for its other lane: a lane list
-	// (an IN over lane keys) would read all of them, so each candidate gets a
-	// correlated LIMIT 1 in index order on idx_work_item_source_lane, one
+	// first blocked row when it is ahead of the candidate, else 0. Asked about
+	// finished heads (a batch of finishes), it is each lane's next follower: a
+	// head is ahead of every blocked row of its lane. A lane without a head can
+	// hold any number of blocked rows, each waiting for its other lane: a lane
+	// list (an IN over lane keys) would read all of them, so each candidate gets
+	// a correlated LIMIT 1 in index order on idx_work_item_source_lane, one
 	// entry (one 64-entry batch on the embedded engine) per lane. The ORDER BY
 	// names every index column: only then does TiDB keep the index order under
-	// the correlated range and push the LIMIT down. The candidate, blocked and
-	// behind every blocked row ahead of it, is the first blocked row exactly
-	// when none is ahead: then blocked_ahead is 0 (no work id is). A lane seen
-	// for the first time holds only the candidate. Not locking, like
-	// HeadsAhead. A finisher asks only the lane it did not find the candidate
-	// through: the embedded engine's time grows with the blocked range read.
+	// the correlated range and push the LIMIT down. A blocked candidate, behind
+	// every blocked row ahead of it, is the first blocked row exactly when none
+	// is ahead: then blocked_ahead is 0 (no work id is). A lane seen for the
+	// first time holds only the candidate. Not locking, like HeadsAhead. A
+	// finisher asks only the lanes it must: the embedded engine's time grows
+	// with the blocked range read (TiKV stops at the first entry).
 	FirstBlockedInSourceLanes(ctx context.Context, workIds []int64) ([]FirstBlockedInSourceLanesRow, error)
 	// FirstBlockedInSourceLanes for target lanes, on idx_work_item_target_lane.
 	FirstBlockedInTargetLanes(ctx context.Context, workIds []int64) ([]FirstBlockedInTargetLanesRow, error)

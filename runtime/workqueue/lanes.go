@@ -3,6 +3,7 @@ package workqueue
 import (
 	"context"
 	"fmt"
+	"maps"
 	"math"
 	"slices"
 
@@ -137,25 +138,52 @@ func headsAhead(ctx context.Context, q *gen.Queries, asks []laneAsk) (map[laneAs
 // asked about: a lane's blocked range is what these statements read.
 func firstBlockedAhead(ctx context.Context, q *gen.Queries, asks []laneAsk) (map[laneAsk]int64, error) {
 	out := map[laneAsk]int64{}
-	if ids := candidates(asks, "source"); len(ids) > 0 {
-		rows, err := q.FirstBlockedInSourceLanes(ctx, ids)
+	for _, kind := range []string{"source", "target"} {
+		ids := candidates(asks, kind)
+		if len(ids) == 0 {
+			continue
+		}
+		var rows []gen.FirstBlockedInSourceLanesRow
+		var err error
+		if kind == "target" {
+			var t []gen.FirstBlockedInTargetLanesRow
+			t, err = q.FirstBlockedInTargetLanes(ctx, ids)
+			for _, r := range t { // both statements select the same columns
+				rows = append(rows, gen.FirstBlockedInSourceLanesRow(r))
+			}
+		} else {
+			rows, err = q.FirstBlockedInSourceLanes(ctx, ids)
+		}
 		if err != nil {
-			return nil, fmt.Errorf("read the first blocked rows of %d source lanes without a head: %w", len(ids), err)
+			return nil, fmt.Errorf("read the first blocked rows of %d %s lanes: %w", len(ids), kind, err)
 		}
 		for _, r := range rows {
-			out[laneAsk{r.WorkID, "source"}] = r.BlockedAhead
-		}
-	}
-	if ids := candidates(asks, "target"); len(ids) > 0 {
-		rows, err := q.FirstBlockedInTargetLanes(ctx, ids)
-		if err != nil {
-			return nil, fmt.Errorf("read the first blocked rows of %d target lanes without a head: %w", len(ids), err)
-		}
-		for _, r := range rows {
-			out[laneAsk{r.WorkID, "target"}] = r.BlockedAhead
+			out[laneAsk{r.WorkID, kind}] = r.BlockedAhead
 		}
 	}
 	return out, nil
+}
+
+// lockRows locks the given rows (0 and repeats skipped) by primary key, in
+// id order: one lock order for every enqueue and batch of finishes.
+func lockRows(ctx context.Context, q *gen.Queries, ids []int64) ([]gen.LockWorkItemsRow, int, error) {
+	var lock []int64
+	seen := map[int64]bool{}
+	for _, id := range ids {
+		if id != 0 && !seen[id] {
+			seen[id] = true
+			lock = append(lock, id)
+		}
+	}
+	if len(lock) == 0 {
+		return nil, 0, nil
+	}
+	slices.Sort(lock)
+	locked, err := q.LockWorkItems(ctx, lock)
+	if err != nil {
+		return nil, 0, fmt.Errorf("lock %d lane rows: %w", len(lock), err)
+	}
+	return locked, len(lock), nil
 }
 
 // promoteHeads makes the given blocked rows, each found heading both of
@@ -257,21 +285,9 @@ func lockRowsAhead(ctx context.Context, q *gen.Queries, asks []laneAsk) (ahead m
 	if err != nil {
 		return nil, false, err
 	}
-	var lock []int64
-	seen := map[int64]bool{}
-	for _, id := range ahead {
-		if id != 0 && !seen[id] {
-			seen[id] = true
-			lock = append(lock, id)
-		}
-	}
-	if len(lock) == 0 {
-		return ahead, true, nil
-	}
-	slices.Sort(lock) // one lock order for every enqueue
-	locked, err := q.LockWorkItems(ctx, lock)
+	locked, asked, err := lockRows(ctx, q, slices.Collect(maps.Values(ahead)))
 	if err != nil {
-		return nil, false, fmt.Errorf("lock %d lane rows ahead: %w", len(lock), err)
+		return nil, false, fmt.Errorf("rows ahead: %w", err)
 	}
 	live := 0
 	for _, r := range locked {
@@ -279,7 +295,7 @@ func lockRowsAhead(ctx context.Context, q *gen.Queries, asks []laneAsk) (ahead m
 			live++
 		}
 	}
-	return ahead, live == len(lock), nil
+	return ahead, live == asked, nil
 }
 
 // liveStates are the states of the rows in a lane: its head's or blocked.
@@ -373,21 +389,9 @@ func followersOf(ctx context.Context, q *gen.Queries, finished []*laneIdentity) 
 	if err != nil {
 		return nil, fmt.Errorf("next followers of %d finished rows: %w", len(finished), err)
 	}
-	var ids []int64
-	seen := map[int64]bool{}
-	for _, a := range asks {
-		if id := first[a]; id != 0 && !seen[id] {
-			seen[id] = true
-			ids = append(ids, id)
-		}
-	}
-	if len(ids) == 0 {
-		return nil, nil
-	}
-	slices.Sort(ids)
-	locked, err := q.LockWorkItems(ctx, ids)
+	locked, _, err := lockRows(ctx, q, slices.Collect(maps.Values(first)))
 	if err != nil {
-		return nil, fmt.Errorf("lock %d followers: %w", len(ids), err)
+		return nil, fmt.Errorf("followers: %w", err)
 	}
 	byID := map[int64]*follower{}
 	for _, r := range locked {
