@@ -76,7 +76,7 @@ func BenchmarkThroughputVsFloor(b *testing.B) {
 		}
 		b.Run(name, func(b *testing.B) {
 			floor := floorRate(b)
-			rate, perItem, finish := workerRate(b, sh)
+			rate, perItem, lost, finish := workerRate(b, sh)
 			b.ReportMetric(rate, "items/s")
 			b.ReportMetric(floor, "floor-items/s")
 			b.ReportMetric(ms(queuetest.Percentile(finish, 50)), "finish-p50-ms")
@@ -86,6 +86,7 @@ func BenchmarkThroughputVsFloor(b *testing.B) {
 				b.ReportMetric(rate/naive, "naive-ratio")
 			}
 			b.ReportMetric(perItem, "statements/item")
+			b.ReportMetric(lost, "lost-cas/item")
 		})
 	}
 }
@@ -224,9 +225,9 @@ func timedDrain(b *testing.B, n int, step func(context.Context) (bool, error)) f
 
 // workerRate drains the queue with sh.workers assembled runtime/workers of
 // 16 executors each and returns items/s, statements per item (all workers'
-// statements, start-up included) and each item's handler-return-to-commit
-// time.
-func workerRate(b *testing.B, sh benchShape) (rate, perItem float64, finish []time.Duration) {
+// statements, start-up included), fresh claim candidates lost to another
+// worker per item, and each item's handler-return-to-commit time.
+func workerRate(b *testing.B, sh benchShape) (rate, perItem, lostPerItem float64, finish []time.Duration) {
 	types := 1
 	if sh.disjoint {
 		types = sh.workers
@@ -318,13 +319,16 @@ func workerRate(b *testing.B, sh benchShape) (rate, perItem float64, finish []ti
 	for _, c := range counters {
 		statements += c.Statements()
 	}
+	var lost uint64
 	for i, w := range ws {
 		st := w.Stats()
-		b.Logf("worker %d: claimed %d, claim turns %d, claims %d; statements %v", i, st.Scheduler.Claimed, st.Scheduler.ClaimTurns, st.Scheduler.Claims, counters[i].ByStatement())
+		lost += st.Contention.LostCAS
+		b.Logf("worker %d: claimed %d, claim turns %d, claims %d, lost CAS %d, spread %d; statements %v", i, st.Scheduler.Claimed,
+			st.Scheduler.ClaimTurns, st.Scheduler.Claims, st.Contention.LostCAS, st.Contention.Spread, counters[i].ByStatement())
 	}
 	finishMu.Lock()
 	defer finishMu.Unlock()
-	return throughputItems / elapsed.Seconds(), float64(statements) / throughputItems, slices.Clone(finish)
+	return throughputItems / elapsed.Seconds(), float64(statements) / throughputItems, float64(lost) / throughputItems, slices.Clone(finish)
 }
 
 // benchWorkType is item i's work type when items are spread over types.

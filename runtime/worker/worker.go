@@ -355,13 +355,16 @@ type Stats struct {
 	// Queue counts the queue's write retries (shared by every worker on the
 	// same Queue).
 	Queue workqueue.QueueStats
+	// Contention is what this worker's claimer lost to other claimers of
+	// the scope, and how far it spread out to stop losing.
+	Contention workqueue.ContentionStats
 	// ControllerRestarts counts restarts after errors that left the
 	// controller usable.
 	ControllerRestarts uint64
 }
 
 func (w *Worker) Stats() Stats {
-	return Stats{Controller: w.ctrl.Stats(), Scheduler: w.sched.Stats(), Queue: w.q.Stats(), ControllerRestarts: w.restarts.Load()}
+	return Stats{Controller: w.ctrl.Stats(), Scheduler: w.sched.Stats(), Queue: w.q.Stats(), Contention: w.claimer.Contention(), ControllerRestarts: w.restarts.Load()}
 }
 
 // Settle waits until the controller handled every signal sent so far (for

@@ -1,7 +1,6 @@
 package workqueue
 
 import (
-	"cmp"
 	"context"
 	"crypto/rand"
 	"database/sql"
@@ -162,6 +161,10 @@ type Claimer struct {
 	kinds        map[WorkKind]bool
 	kindsOrdinal int64
 	kindsRead    bool
+
+	// Contention with other claimers (see contention.go).
+	spread, block, calm, lossRun int
+	lost                         uint64
 }
 
 // cursor is where a class's next scan starts and how wide it reaches.
@@ -572,10 +575,10 @@ func (c *Claimer) cursorFor(m map[string]*cursor, class string) (cursor, uint64)
 	return *cur, c.epoch
 }
 
-// settle moves the cursor of class after its candidates were consumed:
-// through the end of a range the scan read to exhaustion when every
-// candidate it returned was consumed, else to the last candidate consumed,
-// and takes the row density the scan measured. Nothing moves when every cursor
+// settle moves the cursor of class after its leading candidates were
+// consumed: through the end of a range the scan read to exhaustion when
+// every candidate it returned was consumed, else to the first candidate not
+// consumed, and takes the row density the scan measured. Nothing moves when every cursor
 // restarted since the scan began (epoch).
 func (c *Claimer) settle(m map[string]*cursor, class string, epoch uint64, scan classScan, consumed int) {
 	c.mu.Lock()
@@ -588,6 +591,13 @@ func (c *Claimer) settle(m map[string]*cursor, class string, epoch uint64, scan 
 	switch {
 	case consumed == len(scan.rows) && !scan.through.IsZero():
 		cur.floor, cur.known = scan.through, true
+	case consumed < len(scan.rows):
+		// Up to the first row not consumed (one left to another claimer's
+		// block, or held back): the next scan starts StragglerWindow before
+		// the floor and reads it again.
+		if next := scan.rows[consumed].RunAfter; !cur.known || next.After(cur.floor) {
+			cur.floor, cur.known = next, true
+		}
 	case consumed > 0:
 		cur.floor, cur.known = scan.rows[consumed-1].RunAfter, true
 	}
@@ -714,13 +724,14 @@ type candidate struct {
 // claimTier scans each class of the tier from its cursor, merges the
 // candidates into claim order, and CASes them in one statement.
 func (c *Claimer) claimTier(ctx context.Context, sc gen.GetScopeRow, classes, workTypes []string, want int, stats *ClaimStats) ([]Claimed, error) {
+	part := c.partition()
 	scans := make(map[string]classScan, len(classes))
 	var cands []candidate
 	var epoch uint64
 	for _, class := range classes {
 		var cur cursor
 		cur, epoch = c.cursorFor(c.fresh, class)
-		res, err := c.scanWindows(cur, sc.DbNow, want, stats, func(from, until time.Time, limit int) ([]scanned, error) {
+		res, err := c.scanWindows(cur, sc.DbNow, want*part.spread, stats, func(from, until time.Time, limit int) ([]scanned, error) {
 			rows, err := c.qu.q.ClaimCandidates(ctx, gen.ClaimCandidatesParams{
 				ScopeID: c.scope, Generation: sc.ActiveGeneration, QueueClass: class,
 				FromTime: from, UntilTime: until, WorkTypes: workTypes, Limit: int32(limit),
@@ -740,17 +751,20 @@ func (c *Claimer) claimTier(ctx context.Context, sc gen.GetScopeRow, classes, wo
 			cands = append(cands, candidate{row: r, class: class})
 		}
 	}
-	slices.SortFunc(cands, func(a, b candidate) int {
-		return cmp.Or(a.row.RunAfter.Compare(b.row.RunAfter), cmp.Compare(a.row.LaneOrdinal, b.row.LaneOrdinal))
-	})
-	cands = cands[:min(len(cands), want)]
+	slices.SortFunc(cands, claimOrder)
+	cands = choose(cands, want, part)
 	settle := func() { // every candidate kept is consumed, won or lost
+		kept := make(map[int64]bool, len(cands))
+		for _, cand := range cands {
+			kept[cand.row.WorkID] = true
+		}
 		for _, class := range classes {
-			n := 0
-			for _, cand := range cands {
-				if cand.class == class {
-					n++
+			n := 0 // the class's leading candidates kept: its cursor passes those only
+			for _, r := range scans[class].rows {
+				if !kept[r.WorkID] {
+					break
 				}
+				n++
 			}
 			c.settle(c.fresh, class, epoch, scans[class], n)
 		}
@@ -771,6 +785,7 @@ func (c *Claimer) claimTier(ctx context.Context, sc gen.GetScopeRow, classes, wo
 	settle()
 	if casErr == nil && n == 0 {
 		stats.LostCAS += len(ids)
+		c.noteLosses(len(ids))
 		return nil, nil
 	}
 	won, fenced, err := c.readBack(ctx, ref, ids, false)
@@ -781,7 +796,9 @@ func (c *Claimer) claimTier(ctx context.Context, sc gen.GetScopeRow, classes, wo
 		stats.Resolved++
 	}
 	stats.Fenced += fenced
-	stats.LostCAS += len(ids) - len(won) - fenced
+	lost := len(ids) - len(won) - fenced
+	stats.LostCAS += lost
+	c.noteLosses(lost)
 	return won, nil
 }
 
@@ -877,9 +894,7 @@ func (c *Claimer) reclaim(ctx context.Context, sc gen.GetScopeRow, classes, work
 		}
 		scans[class] = res
 	}
-	slices.SortFunc(cands, func(a, b candidate) int {
-		return cmp.Or(a.row.RunAfter.Compare(b.row.RunAfter), cmp.Compare(a.row.LaneOrdinal, b.row.LaneOrdinal))
-	})
+	slices.SortFunc(cands, claimOrder)
 	more := len(cands) > want
 	for _, res := range scans {
 		more = more || res.through.IsZero() // a class filled the limit
