@@ -95,11 +95,12 @@ type ClaimerConfig struct {
 	// claim's worth of due rows, a backlog costs one statement per claim and
 	// an idle class one. Default 1s.
 	ScanWindow time.Duration
-	// StragglerWindow is how far before its floor each scan starts. A row
-	// whose transition set run_after just before a claimer's scan but
-	// committed after it (a finish transaction still committing, a TiDB
-	// server whose clock runs behind) sorts up to this much before the
-	// floor. Default 2s.
+	// StragglerWindow is how far before the database time of the scan that
+	// set its floor each scan starts (at the floor when that is earlier, as
+	// in a backlog). A row whose transition set run_after just before a
+	// claimer's scan but committed after it (a finish transaction still
+	// committing, a TiDB server whose clock runs behind) sorts up to this
+	// much before that scan's time. Default 2s.
 	StragglerWindow time.Duration
 	// Now is the process clock used only to pace StaleScanEvery; it never
 	// decides leases or due times. Default time.Now.
@@ -169,8 +170,11 @@ type Claimer struct {
 
 // cursor is where a class's next scan starts and how wide it reaches.
 type cursor struct {
-	known  bool          // false: scan from the front of the range
-	floor  time.Time     // database time the class was consumed through
+	known bool      // false: scan from the front of the range
+	floor time.Time // database time the class was consumed through
+	// seen is the database time of the scan that set the floor: every row
+	// that committed before it and sorts before the floor was consumed.
+	seen   time.Time
 	perRow time.Duration // database time per claimable row past the floor, as last seen; 0 when unknown
 	start  time.Duration // the first width, before perRow is known (ClaimerConfig.ScanWindow)
 }
@@ -590,26 +594,29 @@ func (c *Claimer) settle(m map[string]*cursor, class string, epoch uint64, scan 
 	cur.perRow = scan.perRow
 	switch {
 	case consumed == len(scan.rows) && !scan.through.IsZero():
-		cur.floor, cur.known = scan.through, true
+		cur.floor = scan.through
 	case consumed < len(scan.rows):
-		// Up to the first row not consumed (one left to another claimer's
-		// block, or held back): the next scan starts StragglerWindow before
-		// the floor and reads it again.
-		if next := scan.rows[consumed].RunAfter; !cur.known || next.After(cur.floor) {
-			cur.floor, cur.known = next, true
-		}
+		// To the first row not consumed (one left to another claimer's
+		// block, or held back), even below the floor: every row before it
+		// in the scan was consumed, and the next scan reads it again.
+		cur.floor = scan.rows[consumed].RunAfter
 	case consumed > 0:
-		cur.floor, cur.known = scan.rows[consumed-1].RunAfter, true
+		cur.floor = scan.rows[consumed-1].RunAfter
+	default:
+		return
 	}
+	cur.known, cur.seen = true, scan.seen
 }
 
 // classScan is what one class's scan returned: candidates in claim order,
 // the database time the scan read its range to exhaustion through (zero
-// when the limit cut it short), and the row density it measured.
+// when the limit cut it short), the row density it measured, and the
+// database time of the turn's scope read, before the scan began.
 type classScan struct {
 	rows    []scanned
 	through time.Time
 	perRow  time.Duration
+	seen    time.Time
 }
 
 // scanned is what claim order and a cursor need of a candidate: the
@@ -632,7 +639,18 @@ type scanFunc func(from, until time.Time, limit int) ([]scanned, error)
 // work until the next event. The window's width follows the row density
 // (see cursor.width). A class without a floor is read from the front of its
 // range in one statement.
-func (c *Claimer) scanWindows(cur cursor, now time.Time, want int, stats *ClaimStats, scan scanFunc) (classScan, error) {
+//
+// A scan starts StragglerWindow before the time of the scan that set the
+// floor, or at the floor when that is earlier (a class consumed behind
+// now: a backlog). Every row that sorts before the floor and committed
+// before that scan was consumed, and a row that committed later set its
+// run_after no more than StragglerWindow before it (a transaction still
+// committing, a TiDB server whose clock runs behind; an enqueue's rows are
+// covered by its admitted_at, see observe). So a backlog's scans start at
+// the floor, not over the MVCC delete markers that the last
+// StragglerWindow of its claims left.
+func (c *Claimer) scanWindows(cur cursor, now time.Time, want int, stats *ClaimStats, scan scanFunc) (res classScan, err error) {
+	defer func() { res.seen = now }()
 	read := func(from, until time.Time, limit int) ([]scanned, error) {
 		stats.Statements++
 		return scan(from, until, limit)
@@ -645,6 +663,9 @@ func (c *Claimer) scanWindows(cur cursor, now time.Time, want int, stats *ClaimS
 		return classScan{rows: rows, through: throughIf(len(rows) < want, now), perRow: cur.perRow}, nil
 	}
 	from := cur.floor.Add(-c.cfg.StragglerWindow)
+	if !cur.seen.IsZero() {
+		from = earliest(cur.floor, cur.seen.Add(-c.cfg.StragglerWindow))
+	}
 	width := cur.width(want)
 	// Whole microseconds, DATETIME(6)'s resolution: the second statement
 	// starts one microsecond after the first one's end, so no row is in both.
@@ -886,7 +907,7 @@ func (c *Claimer) reclaim(ctx context.Context, sc gen.GetScopeRow, classes, work
 			return nil, nothingCommitted(fmt.Errorf("workqueue: stale candidates (scope %q, class %q): %w", c.scope, class, err))
 		}
 		stats.Scanned += len(rows)
-		res := classScan{through: throughIf(len(rows) < want, sc.DbNow), perRow: cur.perRow}
+		res := classScan{through: throughIf(len(rows) < want, sc.DbNow), perRow: cur.perRow, seen: sc.DbNow}
 		for _, r := range rows {
 			row := scanned{WorkID: r.WorkID, RunAfter: r.RunAfter, LaneOrdinal: r.LaneOrdinal}
 			res.rows = append(res.rows, row)

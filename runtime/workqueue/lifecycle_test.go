@@ -1,7 +1,9 @@
 package workqueue_test
 
 import (
+	"context"
 	"database/sql"
+	"database/sql/driver"
 	"errors"
 	"fmt"
 	"slices"
@@ -11,6 +13,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
+	"github.com/laneq/laneq/internal/sqlwrap"
 	"github.com/laneq/laneq/runtime/workqueue"
 )
 
@@ -705,5 +708,113 @@ func TestRowAtTheWindowEdgeDoesNotHideTheRest(t *testing.T) {
 	got = append(got, claim(3)...) // the last one
 	if !slices.Equal(got, rows) {
 		t.Fatalf("claimed %v, want %v", got, rows)
+	}
+}
+
+// scanStarts records where each ClaimCandidates statement's range began.
+type scanStarts struct {
+	mu    sync.Mutex
+	froms []time.Time
+}
+
+func (s *scanStarts) Before(_ context.Context, query string, args []driver.NamedValue) (any, error) {
+	if sqlwrap.Name(query) == "ClaimCandidates" {
+		s.mu.Lock()
+		s.froms = append(s.froms, args[3].Value.(time.Time)) // scope, generation, class, from_time, ...
+		s.mu.Unlock()
+	}
+	return nil, nil
+}
+
+func (s *scanStarts) After(_ context.Context, _ string, _ any, err error) error { return err }
+
+func (s *scanStarts) count() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.froms)
+}
+
+// at is where the scan numbered i (from 0) began.
+func (s *scanStarts) at(t *testing.T, i int) time.Time {
+	t.Helper()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if len(s.froms) <= i {
+		t.Fatalf("%d candidate scans ran, want more than %d", len(s.froms), i)
+	}
+	return s.froms[i]
+}
+
+// TestBacklogScanStartsAtItsFloor: a claimer consuming a backlog due long
+// ago starts each scan at its floor, not StragglerWindow before it (over
+// the MVCC delete markers its recent claims left there): every row that
+// sorts before the floor and committed before the floor's scan was
+// consumed, and a row committing later was made due no earlier than
+// StragglerWindow before that scan. Once caught up, a scan starts
+// StragglerWindow before the last scan's time, and a transition that set
+// its due time just before that scan and committed after it is found.
+func TestBacklogScanStartsAtItsFloor(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, workqueue.Config{})
+	starts := &scanStarts{}
+	db, err := sqlwrap.Open(f.dsn, starts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	qu, err := workqueue.New(db, workqueue.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := qu.NewClaimer(scope, "w", workqueue.ClaimerConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var backlog []int64
+	for range 9 {
+		backlog = append(backlog, f.one(workqueue.Work{}))
+	}
+	// Due an hour ago, a millisecond apart, in enqueue order.
+	f.exec("UPDATE work_item SET run_after = DATE_ADD(DATE_SUB(NOW(6), INTERVAL 1 HOUR), INTERVAL lane_ordinal * 1000 MICROSECOND) WHERE scope_id = ?", scope)
+	claim := func(max int) []workqueue.Claimed {
+		t.Helper()
+		got, _, err := c.Claim(f.ctx, withTestDefaults(workqueue.ClaimRequest{QueueClasses: []string{"default"}, Max: max}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return got
+	}
+	var order []int64
+	order = append(order, ids(claim(3))...)
+	for range 2 {
+		floor, ok := c.Floor("default")
+		if !ok {
+			t.Fatal("no floor after a claim")
+		}
+		first := starts.count()
+		order = append(order, ids(claim(3))...)
+		if from := starts.at(t, first); !from.Equal(floor) {
+			t.Fatalf("a backlog scan started at %s, want its floor %s (%s before it)", from, floor, floor.Sub(from))
+		}
+	}
+	if !slices.Equal(order, backlog) {
+		t.Fatalf("claimed %v, want the backlog in due order %v", order, backlog)
+	}
+	// Caught up: the range up to now is read to its end.
+	if got := claim(3); len(got) != 0 {
+		t.Fatalf("claimed %v from a drained class", ids(got))
+	}
+	floor, _ := c.Floor("default")
+	// A transition that set its due time a second before the claimer's last
+	// scan and committed after it.
+	late := backlog[0]
+	f.exec("UPDATE work_item SET state = 'pending', run_after = DATE_SUB(?, INTERVAL 1 SECOND) WHERE work_id = ?", floor, late)
+	first := starts.count()
+	got := claim(3)
+	if len(got) != 1 || got[0].WorkID != late {
+		t.Fatalf("after a late transition claimed %v, want [%d]", ids(got), late)
+	}
+	if from := starts.at(t, first); !from.Equal(floor.Add(-2 * time.Second)) {
+		t.Fatalf("a caught-up scan started at %s, want StragglerWindow before the last scan (%s)", from, floor.Add(-2*time.Second))
 	}
 }
