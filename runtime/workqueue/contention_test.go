@@ -56,17 +56,10 @@ func TestLockstepClaimersSpreadOut(t *testing.T) {
 	var step lockstep
 	claimers := make([]*workqueue.Claimer, 2)
 	for i := range claimers {
-		db, in, err := faultdb.Open(f.dsn)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { db.Close() })
-		qu, err := workqueue.New(db, workqueue.Config{})
-		if err != nil {
-			t.Fatal(err)
-		}
+		in := &faultdb.Injector{}
 		in.Add(faultdb.Rule{Statement: "ClaimBatchCAS", Times: 1 << 20, Before: func(context.Context) { step.arrive(i) }})
-		if claimers[i], err = qu.NewClaimer(scope, "process", workqueue.ClaimerConfig{}); err != nil {
+		var err error
+		if claimers[i], err = f.queueWithHook(in).NewClaimer(scope, "process", workqueue.ClaimerConfig{}); err != nil {
 			t.Fatal(err)
 		}
 	}

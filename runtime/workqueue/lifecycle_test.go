@@ -757,16 +757,7 @@ func TestBacklogScanStartsAtItsFloor(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t, workqueue.Config{})
 	starts := &scanStarts{}
-	db, err := sqlwrap.Open(f.dsn, starts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { db.Close() })
-	qu, err := workqueue.New(db, workqueue.Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	c, err := qu.NewClaimer(scope, "w", workqueue.ClaimerConfig{})
+	c, err := f.queueWithHook(starts).NewClaimer(scope, "w", workqueue.ClaimerConfig{})
 	if err != nil {
 		t.Fatal(err)
 	}
