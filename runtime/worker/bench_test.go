@@ -28,6 +28,9 @@ const throughputItems = 3000
 //   - floor: two autocommit primary-key UPDATEs per item (claim, finish)
 //     from 16 connections, on a queue of the same size: the least work any
 //     row-CAS queue must do per item;
+//   - batched floor: the same two UPDATEs per item, each for 16 items in
+//     one statement and commit: what batching alone can reach, the bound of
+//     any queue that writes these two row versions per item;
 //   - naive: the SELECT ... LIMIT 1 FOR UPDATE + UPDATE loop on 16
 //     connections;
 //   - laneq: the assembled runtime/worker (controller, scheduler, 16
@@ -36,7 +39,8 @@ const throughputItems = 3000
 //     no-lane items and on lanes of five.
 //
 // Each laneq figure reports items/s, floor-ratio against a floor measured
-// just before it in the same sub-benchmark (floor-items/s), so both see the
+// just before it in the same sub-benchmark (floor-items/s), likewise
+// batched-floor-ratio against the batched floor, so all see the
 // server in the same state (the embedded engine slows down as earlier
 // runs' dropped databases accumulate), naive-ratio against the naive loop
 // measured once at the start, statements/item counted by internal/sqlcount,
@@ -76,9 +80,12 @@ func BenchmarkThroughputVsFloor(b *testing.B) {
 		}
 		b.Run(name, func(b *testing.B) {
 			floor := floorRate(b)
+			batched := floorRateBatched(b, 16)
 			rate, perItem, lost, finish := workerRate(b, sh)
 			b.ReportMetric(rate, "items/s")
 			b.ReportMetric(floor, "floor-items/s")
+			b.ReportMetric(batched, "batched-floor-items/s")
+			b.ReportMetric(rate/batched, "batched-floor-ratio")
 			b.ReportMetric(ms(queuetest.Percentile(finish, 50)), "finish-p50-ms")
 			b.ReportMetric(ms(queuetest.Percentile(finish, 99)), "finish-p99-ms")
 			b.ReportMetric(rate/floor, "floor-ratio")
@@ -140,7 +147,14 @@ func benchQueue(b *testing.B, n, laneSize, types int) (*workqueue.Queue, *sql.DB
 
 // floorRate: two autocommit primary-key UPDATEs per item from 16
 // connections.
-func floorRate(b *testing.B) float64 {
+func floorRate(b *testing.B) float64 { return floorRateBatched(b, 1) }
+
+// floorRateBatched: the floor's two UPDATEs, each for batch items at once
+// (one statement and one commit per batch), from 16 connections. With
+// batch 16 it is the least any queue that writes these two row versions
+// per item can do: what batching can reach before anything else a queue
+// reads (candidates, payloads) is paid for.
+func floorRateBatched(b *testing.B, batch int) float64 {
 	_, db, _ := benchQueue(b, throughputItems, 0, 1)
 	db.SetMaxOpenConns(16)
 	db.SetMaxIdleConns(16) // no reconnects: the floor pays for statements only
@@ -148,28 +162,39 @@ func floorRate(b *testing.B) float64 {
 	if err != nil {
 		b.Fatal(err)
 	}
-	ids := make(chan int64, throughputItems)
+	var all []int64
 	for rows.Next() {
 		var id int64
 		if err := rows.Scan(&id); err != nil {
 			b.Fatal(err)
 		}
-		ids <- id
+		all = append(all, id)
 	}
 	if err := rows.Close(); err != nil {
 		b.Fatal(err)
 	}
-	close(ids)
+	chunks := make(chan []int64, len(all))
+	for c := range slices.Chunk(all, batch) {
+		chunks <- c
+	}
+	close(chunks)
 	q := naivedb.New(db)
-	return timedDrain(b, 16, func(ctx context.Context) (bool, error) {
-		id, ok := <-ids
+	return timedDrain(b, 16, func(ctx context.Context) (int, error) {
+		ids, ok := <-chunks
 		if !ok {
-			return false, nil
+			return 0, nil
 		}
-		if err := q.NaiveMarkProcessing(ctx, id); err != nil {
-			return false, err
+		if batch == 1 {
+			if err := q.NaiveMarkProcessing(ctx, ids[0]); err != nil {
+				return 0, err
+			}
+			return 1, q.NaiveComplete(ctx, ids[0])
 		}
-		return true, q.NaiveComplete(ctx, id)
+		if _, err := q.FloorMarkProcessingBatch(ctx, ids); err != nil {
+			return 0, err
+		}
+		n, err := q.FloorCompleteBatch(ctx, ids)
+		return int(n), err
 	})
 }
 
@@ -179,14 +204,18 @@ func naiveRate(b *testing.B) float64 {
 	_, db, _ := benchQueue(b, throughputItems, 0, 1)
 	db.SetMaxOpenConns(16)
 	db.SetMaxIdleConns(16)
-	return timedDrain(b, 16, func(ctx context.Context) (bool, error) {
-		return queuetest.NaiveClaimComplete(ctx, db, scope)
+	return timedDrain(b, 16, func(ctx context.Context) (int, error) {
+		ok, err := queuetest.NaiveClaimComplete(ctx, db, scope)
+		if ok {
+			return 1, err
+		}
+		return 0, err
 	})
 }
 
-// timedDrain runs step on n goroutines until each reports nothing left and
-// returns items/s.
-func timedDrain(b *testing.B, n int, step func(context.Context) (bool, error)) float64 {
+// timedDrain runs step on n goroutines until each reports nothing left (0
+// items done) and returns items/s.
+func timedDrain(b *testing.B, n int, step func(context.Context) (int, error)) float64 {
 	b.Helper()
 	var done atomic.Int64
 	var wg sync.WaitGroup
@@ -198,15 +227,15 @@ func timedDrain(b *testing.B, n int, step func(context.Context) (bool, error)) f
 		go func() {
 			defer wg.Done()
 			for {
-				ok, err := step(context.Background())
+				did, err := step(context.Background())
 				if err != nil {
 					errs <- err
 					return
 				}
-				if !ok {
+				if did == 0 {
 					return
 				}
-				done.Add(1)
+				done.Add(int64(did))
 			}
 		}()
 	}
