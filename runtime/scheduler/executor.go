@@ -24,15 +24,42 @@ func (s *Scheduler[I]) slot(sh *shapeSlots[I]) {
 		select {
 		case <-s.ctx.Done():
 			return
-		case item := <-sh.work:
-			outcome := ErrShutdown // stopping: do not start it
+		case q := <-sh.work:
+			outcome, handled := error(ErrShutdown), time.Duration(-1) // stopping: do not start it
+			var leaseAge time.Duration
 			if s.ctx.Err() == nil {
-				outcome = s.attempt(item)
+				leaseAge, outcome = s.renewIfWaited(q)
 			}
-			s.finishAsync(item, outcome)
-			s.releaseSlot(sh)
+			if outcome == nil {
+				began := time.Now()
+				outcome = s.attempt(q.item, leaseAge)
+				handled = time.Since(began)
+			}
+			s.finishAsync(q.item, outcome)
+			s.releaseSlot(sh, handled)
 		}
 	}
+}
+
+// renewIfWaited returns how old the item's lease is as it starts. An item
+// that waited HeartbeatEvery or longer for its slot (claimed ahead while a
+// handler turned slow) renews first, so it starts with the lease an item
+// claimed just now would have; when that fails it must not start (another
+// claimer may own it, or soon will): the outcome wraps ErrNotStarted and
+// the item is released unrun.
+func (s *Scheduler[I]) renewIfWaited(q queued[I]) (leaseAge time.Duration, outcome error) {
+	if age := s.cfg.Clock.Now().Sub(q.claimed); age < s.cfg.HeartbeatEvery {
+		return max(age, 0), nil
+	}
+	s.aheadRenewals.Add(1)
+	ctx, cancel := context.WithTimeout(s.ctx, s.cfg.HeartbeatEvery)
+	defer cancel()
+	if err := s.backend.Renew(ctx, q.item); err != nil {
+		s.aheadReleased.Add(1)
+		s.log.Warn("an item claimed ahead waited past a heartbeat and could not renew its lease; releasing it unrun", "err", err)
+		return 0, errors.Join(ErrNotStarted, err)
+	}
+	return 0, nil
 }
 
 // finishAsync makes outcome durable on its own goroutine and then returns
@@ -47,8 +74,10 @@ func (s *Scheduler[I]) finishAsync(item I, outcome error) {
 }
 
 // attempt runs the handler on its own goroutine under a heartbeat and the
-// deadline, and returns its outcome.
-func (s *Scheduler[I]) attempt(item I) error {
+// deadline, and returns its outcome. The lease was taken or renewed
+// leaseAge ago (the item may have waited for its slot): the first
+// heartbeat and the renewal grace count from then.
+func (s *Scheduler[I]) attempt(item I, leaseAge time.Duration) error {
 	ctx, cancel := context.WithCancelCause(s.ctx)
 	defer cancel(nil)
 	clk := s.cfg.Clock
@@ -57,8 +86,8 @@ func (s *Scheduler[I]) attempt(item I) error {
 	defer heartbeat.Stop()
 	defer abandon.Stop()
 	deadline.Reset(s.cfg.HandlerDeadline)
-	heartbeat.Reset(s.cfg.HeartbeatEvery)
-	renewed := clk.Now() // the claim took the lease
+	heartbeat.Reset(max(s.cfg.HeartbeatEvery-leaseAge, 0))
+	renewed := clk.Now().Add(-leaseAge) // when the claim (or renewal) took the lease
 	// Timers are armed before the handler starts: a test that sees the
 	// handler running may advance a fake clock at once.
 	result := make(chan error, 1)

@@ -28,7 +28,8 @@ func TestSlotTakesNextItemWhileOutcomeCommits(t *testing.T) {
 			commit := make(chan struct{})
 			committing := make(chan int, 3)
 			b.beforeFinish = func(it item) { committing <- it.id; <-commit }
-			s := start(t, b, scheduler.Config{Executors: 1, MaxProcessingRows: tc.budget})
+			// Nothing claimed ahead: this is about the slot and the commit.
+			s := start(t, b, scheduler.Config{Executors: 1, MaxProcessingRows: tc.budget, ClaimAhead: -1})
 			var once sync.Once
 			unblock := func() { once.Do(func() { close(commit) }) }
 			t.Cleanup(unblock) // before Stop: a failed check must not leave Stop waiting on a commit

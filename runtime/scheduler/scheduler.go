@@ -6,8 +6,9 @@
 // a per-item deadline and local panic recovery.
 //
 // A claim turn walks the executor shapes in rotation. For each shape with
-// free slots it asks the limiter for at most that many rows and reserves
-// only those slots; then one backend call claims for every admitted shape
+// free places (its free slots, plus the items it may hold waiting for a
+// slot while its handlers are short: Config.ClaimAhead) it asks the
+// limiter for at most that many rows and reserves only those places; then one backend call claims for every admitted shape
 // (its classes and preference; the backend may serve shapes whose eligible
 // work is the same with one claim), and each shape's items go to its slots.
 // No slot is reserved for a shape that is not claiming (no phantom
@@ -63,8 +64,8 @@ type Backend[I any] interface {
 	Handle(ctx context.Context, item I) error
 	// Finish makes outcome durable through the lease-fenced path: nil
 	// completes; errors retry, release or fail by the backend's policy
-	// (ErrShutdown should release, a *PanicError or ErrHandlerDeadline
-	// retry). Its context outlives the attempt's cancellation.
+	// (ErrShutdown and ErrNotStarted should release, a *PanicError or
+	// ErrHandlerDeadline retry). Its context outlives the attempt's cancellation.
 	Finish(ctx context.Context, item I, outcome error) error
 }
 
@@ -76,6 +77,10 @@ var (
 	// ErrShutdown is the cause of an attempt cancelled because its
 	// scheduler stopped.
 	ErrShutdown = errors.New("scheduler: shutting down")
+	// ErrNotStarted is the outcome of an item claimed ahead that waited
+	// past a heartbeat for its slot and could not renew its lease: it never
+	// ran, and Finish should release it (as for ErrShutdown).
+	ErrNotStarted = errors.New("scheduler: claimed item not started")
 	// ErrHandlerDeadline is the cause of an attempt that ran past the
 	// handler deadline.
 	ErrHandlerDeadline = errors.New("scheduler: handler deadline exceeded")
@@ -103,6 +108,9 @@ const DefaultExecutors = 4
 // DefaultClaimGather is Config.ClaimGather's default.
 const DefaultClaimGather = 200 * time.Microsecond
 
+// DefaultClaimAheadWait is Config.ClaimAheadWait's default.
+const DefaultClaimAheadWait = 20 * time.Millisecond
+
 // Config configures a Scheduler. Zero fields take the defaults.
 type Config struct {
 	// Executors is the number of execution slots. Default DefaultExecutors.
@@ -116,8 +124,9 @@ type Config struct {
 	// and not finished, whether their handler runs or their outcome is
 	// committing. A slot takes its next item as soon as its handler
 	// returns, while the outcome commits (together with other slots'), so
-	// the default, 2 × Executors, holds a second row per slot for those
-	// commits; Executors makes every slot wait for its own commit.
+	// the default, 2 × Executors + ClaimAhead, holds a second row per slot
+	// for those commits and one for every item claimed ahead; Executors
+	// makes every slot wait for its own commit and claims nothing ahead.
 	MaxProcessingRows int
 	// Limiter admits claims. Default NewBudgetLimiter(MaxProcessingRows).
 	// A limiter belongs to one scheduler: budget it frees wakes only that
@@ -135,6 +144,23 @@ type Config struct {
 	// after an event (an enqueue, a due timer, a wake) never waits. It is
 	// wall time, whatever Clock says. Default 200µs; negative disables.
 	ClaimGather time.Duration
+	// ClaimAhead is how many claimed items the executors may hold waiting
+	// for a slot, beyond the items they run (shared among the shapes in
+	// proportion to their executors). A claim turn takes a database round
+	// trip or four; without items waiting, every slot idles through the
+	// turn that refills it, so a process runs at most Executors items per
+	// turn time however fast its handlers are. Items wait only while
+	// handlers are short: each shape holds at most as many as its
+	// executors start within ClaimAheadWait at their recent handler time
+	// (none until a handler has returned, none once handlers take longer
+	// than ClaimAheadWait each), so slow work is never held back from
+	// another process's free slots. An item that waited HeartbeatEvery
+	// or longer renews its lease before it starts, and is released unrun
+	// when that fails. Default Executors; negative disables.
+	ClaimAhead int
+	// ClaimAheadWait bounds the wait of an item claimed ahead (see
+	// ClaimAhead). Wall time. Default DefaultClaimAheadWait.
+	ClaimAheadWait time.Duration
 	// HandlerDeadline bounds one attempt. Default 5m.
 	HandlerDeadline time.Duration
 	// AbandonAfter is how long a handler may ignore its cancelled context
@@ -170,8 +196,16 @@ func (c Config) withDefaults() Config {
 		c.Profile = ProfileReserved
 	}
 	c.Classes = c.Classes.withDefaults()
+	if c.ClaimAhead == 0 {
+		c.ClaimAhead = c.Executors
+	} else if c.ClaimAhead < 0 {
+		c.ClaimAhead = 0
+	}
+	if c.ClaimAheadWait == 0 {
+		c.ClaimAheadWait = DefaultClaimAheadWait
+	}
 	if c.MaxProcessingRows == 0 {
-		c.MaxProcessingRows = 2 * c.Executors
+		c.MaxProcessingRows = 2*c.Executors + c.ClaimAhead
 	}
 	if c.ClaimGather == 0 {
 		c.ClaimGather = DefaultClaimGather
@@ -213,8 +247,9 @@ func (c Config) renewRetryEvery() time.Duration {
 func (c Config) Fingerprint() string {
 	c = c.withDefaults()
 	h := fnv.New64a()
-	fmt.Fprintf(h, "%d|%s|%q|%q|%d|%t|%s|%s|%s|%s|%s|%s", c.Executors, c.Profile, c.Classes.Latency, c.Classes.Bulk,
-		c.MaxProcessingRows, c.Limiter != nil, c.HandlerDeadline, c.AbandonAfter, c.HeartbeatEvery, c.FinishTimeout, c.RenewGrace, c.ClaimGather)
+	fmt.Fprintf(h, "%d|%s|%q|%q|%d|%t|%s|%s|%s|%s|%s|%s|%d|%s", c.Executors, c.Profile, c.Classes.Latency, c.Classes.Bulk,
+		c.MaxProcessingRows, c.Limiter != nil, c.HandlerDeadline, c.AbandonAfter, c.HeartbeatEvery, c.FinishTimeout, c.RenewGrace, c.ClaimGather,
+		c.ClaimAhead, c.ClaimAheadWait)
 	return fmt.Sprintf("%016x", h.Sum64())
 }
 
@@ -227,6 +262,8 @@ type Stats struct {
 	LimiterDenials    uint64 // shapes with free slots the limiter gave nothing
 	ContendedClaims   uint64 // claims that came back short, losing candidates to other claimers
 	Finished          uint64
+	AheadRenewals     uint64 // items that waited HeartbeatEvery for a slot and renewed before starting
+	AheadReleased     uint64 // of those, items whose renewal failed: released unrun
 	FinishErrors      uint64
 	Panics            uint64
 	Abandoned         uint64 // handlers that ignored cancellation past AbandonAfter
@@ -238,9 +275,22 @@ type Stats struct {
 
 type shapeSlots[I any] struct {
 	Shape
-	work   chan I
-	free   int  // guarded by Scheduler.mu
-	hungry bool // its last claim filled every reserved slot
+	work chan queued[I]
+	// Guarded by Scheduler.mu. free counts places a claim may fill: the
+	// executors plus ahead, less the items reserved, waiting or running;
+	// it goes below zero when ahead shrinks under waiting items.
+	free     int
+	hungry   bool // its last claim filled every reserved slot
+	ahead    int  // items it may hold waiting for a slot now (see Config.ClaimAhead)
+	maxAhead int
+	handled  time.Duration // moving average of its handlers' wall time; 0 before the first
+}
+
+// queued is an item handed to a shape's slots and when its claim began on
+// Config.Clock (its lease is at least that old).
+type queued[I any] struct {
+	item    I
+	claimed time.Time
 }
 
 // Scheduler claims for one scope and runs the items on its executors.
@@ -265,6 +315,7 @@ type Scheduler[I any] struct {
 	inClaim, maxInClaim                                        atomic.Int64
 	turns, claims, claimed, staleOnly, denied, contended       atomic.Uint64
 	finished, finishErrs, panics, abandoned, heartbeatFailures atomic.Uint64
+	aheadRenewals, aheadReleased                               atomic.Uint64
 }
 
 // New validates cfg and returns a stopped Scheduler.
@@ -276,7 +327,7 @@ func New[I any](backend Backend[I], cfg Config) (*Scheduler[I], error) {
 	switch {
 	case cfg.Executors < 1:
 		return nil, fmt.Errorf("scheduler: executors must be at least 1, got %d", cfg.Executors)
-	case cfg.HandlerDeadline < 0 || cfg.AbandonAfter < 0 || cfg.HeartbeatEvery < 0 || cfg.FinishTimeout < 0 || cfg.RenewGrace < 0:
+	case cfg.HandlerDeadline < 0 || cfg.AbandonAfter < 0 || cfg.HeartbeatEvery < 0 || cfg.FinishTimeout < 0 || cfg.RenewGrace < 0 || cfg.ClaimAheadWait < 0:
 		return nil, errors.New("scheduler: durations must not be negative")
 	}
 	shapes, err := Shapes(cfg.Profile, cfg.Executors, cfg.Classes)
@@ -291,7 +342,9 @@ func New[I any](backend Backend[I], cfg Config) (*Scheduler[I], error) {
 	}
 	s := &Scheduler[I]{cfg: cfg, backend: backend, limiter: lim, log: cfg.Logger, freed: make(chan struct{}, 1)}
 	for _, sh := range shapes {
-		s.shapes = append(s.shapes, &shapeSlots[I]{Shape: sh, work: make(chan I, sh.Executors), free: sh.Executors, hungry: true})
+		maxAhead := sh.Executors * cfg.ClaimAhead / cfg.Executors
+		s.shapes = append(s.shapes, &shapeSlots[I]{Shape: sh, work: make(chan queued[I], sh.Executors+maxAhead),
+			free: sh.Executors, hungry: true, maxAhead: maxAhead})
 	}
 	return s, nil
 }
@@ -338,9 +391,9 @@ func (s *Scheduler[I]) Stop() {
 	for _, sh := range s.shapes {
 		for {
 			select {
-			case item := <-sh.work:
-				s.finish(item, ErrShutdown)
-				s.releaseSlot(sh)
+			case q := <-sh.work:
+				s.finish(q.item, ErrShutdown)
+				s.releaseSlot(sh, -1)
 				s.releaseBudget()
 				continue
 			default:
@@ -363,7 +416,7 @@ func (s *Scheduler[I]) Capacity(continuation bool) int {
 	free := 0
 	for _, sh := range s.shapes {
 		if !continuation || sh.hungry {
-			free += sh.free
+			free += max(sh.free, 0)
 		}
 	}
 	s.mu.Unlock()
@@ -399,7 +452,7 @@ func (s *Scheduler[I]) ClaimTurn(ctx context.Context, turn controller.Turn) (con
 		s.mu.Lock()
 		free, hungry := sh.free, sh.hungry
 		s.mu.Unlock()
-		if free == 0 || (turn.Continuation && !hungry) {
+		if free <= 0 || (turn.Continuation && !hungry) {
 			batch.More = batch.More || hungry
 			continue
 		}
@@ -422,9 +475,10 @@ func (s *Scheduler[I]) ClaimTurn(ctx context.Context, turn controller.Turn) (con
 	}
 	var firstErr error
 	if len(reqs) > 0 {
+		began := s.cfg.Clock.Now() // no lease of this turn is older
 		results := s.claim(ctx, reqs)
 		for k, sh := range claiming {
-			started, err := s.dispatch(sh, reqs[k], results[k])
+			started, err := s.dispatch(sh, reqs[k], results[k], began)
 			batch.Started += started
 			s.mu.Lock()
 			batch.More = batch.More || sh.hungry
@@ -490,7 +544,7 @@ func (s *Scheduler[I]) claim(ctx context.Context, reqs []Request) []ClaimResult[
 
 // dispatch hands what one request won to its shape's reserved slots and
 // gives back the slots it did not fill.
-func (s *Scheduler[I]) dispatch(sh *shapeSlots[I], req Request, res ClaimResult[I]) (int, error) {
+func (s *Scheduler[I]) dispatch(sh *shapeSlots[I], req Request, res ClaimResult[I], claimed time.Time) (int, error) {
 	err := res.Err
 	contended := errors.Is(err, ErrContended)
 	if contended {
@@ -514,7 +568,7 @@ func (s *Scheduler[I]) dispatch(sh *shapeSlots[I], req Request, res ClaimResult[
 		s.limiter.Release(unused)
 	}
 	for _, item := range res.Items {
-		sh.work <- item // a reserved slot is waiting: never blocks
+		sh.work <- queued[I]{item, claimed} // a reserved place is waiting: never blocks
 	}
 	s.claimed.Add(uint64(len(res.Items)))
 	return len(res.Items), err
@@ -527,23 +581,27 @@ func (s *Scheduler[I]) Stats() Stats {
 		StaleOnlyClaims: s.staleOnly.Load(), LimiterDenials: s.denied.Load(), ContendedClaims: s.contended.Load(), Finished: s.finished.Load(),
 		FinishErrors: s.finishErrs.Load(), Panics: s.panics.Load(), Abandoned: s.abandoned.Load(),
 		HeartbeatFailures: s.heartbeatFailures.Load(), MaxConcurrentClaims: s.maxInClaim.Load(),
+		AheadRenewals: s.aheadRenewals.Load(), AheadReleased: s.aheadReleased.Load(),
 	}
 }
 
-// FreeSlots returns the free slots per shape name (diagnostics, tests).
+// FreeSlots returns the free slots per shape name (diagnostics, tests):
+// its free places less those it may fill ahead, so a shape with nothing
+// reserved, waiting or running has all its executors free.
 func (s *Scheduler[I]) FreeSlots() map[string]int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	out := map[string]int{}
 	for _, sh := range s.shapes {
-		out[sh.Name] = sh.free
+		out[sh.Name] = sh.free - sh.ahead
 	}
 	return out
 }
 
-// gather waits, up to ClaimGather of wall time, until every slot of the
-// hungry shapes (those a continuation turn claims for) is free and the
-// budget covers them, or the scheduler stops.
+// gather waits, up to ClaimGather of wall time, until every place of the
+// hungry shapes (those a continuation turn claims for: their slots and the
+// items they may hold ahead) is free and the budget covers them, or the
+// scheduler stops.
 func (s *Scheduler[I]) gather() {
 	if s.cfg.ClaimGather <= 0 {
 		return
@@ -554,7 +612,7 @@ func (s *Scheduler[I]) gather() {
 		free, slots := 0, 0
 		for _, sh := range s.shapes {
 			if sh.hungry {
-				free, slots = free+sh.free, slots+sh.Executors
+				free, slots = free+sh.free, slots+sh.Executors+sh.ahead
 			}
 		}
 		s.mu.Unlock()
@@ -586,10 +644,26 @@ func (s *Scheduler[I]) capacityFreed() {
 	s.cfg.OnCapacityFreed()
 }
 
-// releaseSlot returns a slot whose handler returned.
-func (s *Scheduler[I]) releaseSlot(sh *shapeSlots[I]) {
+// releaseSlot returns a slot whose handler returned after handled of wall
+// time (negative: the item never ran) and resizes the shape's ahead
+// allowance to its handlers' recent time.
+func (s *Scheduler[I]) releaseSlot(sh *shapeSlots[I], handled time.Duration) {
 	s.mu.Lock()
 	sh.free++
+	if handled >= 0 && sh.maxAhead > 0 {
+		if sh.handled == 0 {
+			sh.handled = max(handled, time.Nanosecond)
+		} else {
+			sh.handled += (handled - sh.handled) / 4
+			sh.handled = max(sh.handled, time.Nanosecond)
+		}
+		ahead := sh.maxAhead
+		if want := int64(s.cfg.ClaimAheadWait) * int64(sh.Executors) / int64(sh.handled); want < int64(ahead) {
+			ahead = int(want)
+		}
+		sh.free += ahead - sh.ahead
+		sh.ahead = ahead
+	}
 	s.mu.Unlock()
 	s.capacityFreed()
 }

@@ -128,7 +128,7 @@ func (b backend) Finish(ctx context.Context, cp *workqueue.Claimed, outcome erro
 	case errors.Is(outcome, ErrSkip):
 		kind = "skipped"
 		fin, err = w.q.Skip(ctx, c.Lease)
-	case errors.Is(outcome, scheduler.ErrShutdown):
+	case errors.Is(outcome, scheduler.ErrShutdown) || errors.Is(outcome, scheduler.ErrNotStarted):
 		kind = "released"
 		err = w.q.Release(ctx, c.Lease)
 	default:

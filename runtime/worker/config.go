@@ -28,6 +28,8 @@ const (
 	EnvDependencySafetyEvery = "LANEQ_DEPENDENCY_SAFETY_EVERY" // Controller.MaintainEvery
 	EnvCompleteBatch         = "LANEQ_COMPLETE_BATCH"          // CompleteBatch
 	EnvClaimGather           = "LANEQ_CLAIM_GATHER"            // Scheduler.ClaimGather, a Go duration
+	EnvClaimAhead            = "LANEQ_CLAIM_AHEAD"             // Scheduler.ClaimAhead, an integer (negative disables)
+	EnvClaimAheadWait        = "LANEQ_CLAIM_AHEAD_WAIT"        // Scheduler.ClaimAheadWait, a Go duration
 )
 
 // DefaultCompleteBatch is Config.CompleteBatch's default.
@@ -122,6 +124,18 @@ func (c Config) fromLookup(lookup func(string) (string, bool)) (Config, error) {
 		*dst = n
 		return nil
 	}
+	nonZero := func(name string, dst *int) error {
+		v, ok := lookup(name)
+		if !ok {
+			return nil
+		}
+		n, err := strconv.Atoi(v)
+		if err != nil || n == 0 {
+			return &ConfigError{name, v, "want a non-zero integer (negative disables)"}
+		}
+		*dst = n
+		return nil
+	}
 	duration := func(name string, dst *time.Duration, allowNegative bool) error {
 		v, ok := lookup(name)
 		if !ok {
@@ -144,6 +158,8 @@ func (c Config) fromLookup(lookup func(string) (string, bool)) (Config, error) {
 		positive(EnvCompleteBatch, &c.CompleteBatch),
 		duration(EnvHandlerDeadline, &c.Scheduler.HandlerDeadline, false),
 		duration(EnvClaimGather, &c.Scheduler.ClaimGather, true),
+		nonZero(EnvClaimAhead, &c.Scheduler.ClaimAhead),
+		duration(EnvClaimAheadWait, &c.Scheduler.ClaimAheadWait, false),
 		duration(EnvGenerationProbeEvery, &c.Controller.GenerationProbeEvery, true),
 		duration(EnvReconcileEvery, &c.Controller.ReconcileEvery, true),
 		duration(EnvDependencySafetyEvery, &c.Controller.MaintainEvery, true),

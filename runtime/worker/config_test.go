@@ -19,14 +19,16 @@ func TestFromEnv(t *testing.T) {
 	cfg, err := Config{Scope: "s"}.fromLookup(lookupFrom(map[string]string{
 		EnvExecutors: "16", EnvMaxProcessingRows: "12", EnvQueueProfile: "default-heavy",
 		EnvStageTiming: "true", EnvHandlerDeadline: "90s", EnvGenerationProbeEvery: "-1s", EnvReconcileEvery: "2m",
-		EnvClaimGather: "1ms",
+		EnvClaimGather: "1ms", EnvClaimAhead: "-1", EnvClaimAheadWait: "5ms",
 	}))
 	if err != nil {
 		t.Fatal(err)
 	}
 	got := []any{cfg.Scheduler.Executors, cfg.Scheduler.MaxProcessingRows, cfg.Scheduler.Profile, cfg.StageTiming,
-		cfg.Scheduler.HandlerDeadline, cfg.Controller.GenerationProbeEvery, cfg.Controller.ReconcileEvery, cfg.Scheduler.ClaimGather}
-	want := []any{16, 12, scheduler.ProfileDefaultHeavy, true, 90 * time.Second, -time.Second, 2 * time.Minute, time.Millisecond}
+		cfg.Scheduler.HandlerDeadline, cfg.Controller.GenerationProbeEvery, cfg.Controller.ReconcileEvery, cfg.Scheduler.ClaimGather,
+		cfg.Scheduler.ClaimAhead, cfg.Scheduler.ClaimAheadWait}
+	want := []any{16, 12, scheduler.ProfileDefaultHeavy, true, 90 * time.Second, -time.Second, 2 * time.Minute, time.Millisecond,
+		-1, 5 * time.Millisecond}
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Fatalf("(-want +got):\n%s", diff)
 	}
@@ -41,11 +43,12 @@ func TestFromEnvRejectsBadValuesTogether(t *testing.T) {
 	_, err := Config{}.fromLookup(lookupFrom(map[string]string{
 		EnvExecutors: "0", EnvMaxProcessingRows: "many", EnvQueueProfile: "fast",
 		EnvStageTiming: "sometimes", EnvHandlerDeadline: "-5s", EnvReconcileEvery: "soon", EnvClaimGather: "briefly",
+		EnvClaimAhead: "0", EnvClaimAheadWait: "-1ms",
 	}))
 	if !errors.Is(err, ErrConfig) {
 		t.Fatalf("error %v", err)
 	}
-	for _, name := range []string{EnvExecutors, EnvMaxProcessingRows, EnvQueueProfile, EnvStageTiming, EnvHandlerDeadline, EnvReconcileEvery, EnvClaimGather} {
+	for _, name := range []string{EnvExecutors, EnvMaxProcessingRows, EnvQueueProfile, EnvStageTiming, EnvHandlerDeadline, EnvReconcileEvery, EnvClaimGather, EnvClaimAhead, EnvClaimAheadWait} {
 		if !strings.Contains(err.Error(), name) {
 			t.Errorf("error does not name %s: %v", name, err)
 		}

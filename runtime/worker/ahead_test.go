@@ -1,0 +1,88 @@
+package worker_test
+
+import (
+	"context"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/laneq/laneq/runtime/scheduler"
+	"github.com/laneq/laneq/runtime/worker"
+	"github.com/laneq/laneq/runtime/workqueue"
+)
+
+// TestItemClaimedAheadAndTakenOverNeverRuns, on real TiDB: a worker whose
+// handlers were short claims an item ahead of its one executor; the item
+// waits past a heartbeat period behind a handler that turned slow, and
+// meanwhile another owner takes its lease (its token moves on). When the
+// executor frees, the item's renewal finds the lease lost: the item never
+// runs and its row keeps the new owner's token.
+func TestItemClaimedAheadAndTakenOverNeverRuns(t *testing.T) {
+	const heartbeat = 300 * time.Millisecond
+	f := newFixture(t, workqueue.Config{})
+	f.enqueue(1, 0, "deliver")
+	slow := make(chan struct{})
+	ran := make(chan int64, 10)
+	var calls atomic.Int32
+	h := func(ctx context.Context, job *worker.Job) error {
+		ran <- job.Item.WorkID
+		if calls.Add(1) == 2 {
+			<-slow // the second item's handler turns slow
+		}
+		return nil
+	}
+	cfg := quietCfg(1)
+	cfg.Scheduler.Profile = scheduler.ProfileDefaultHeavy
+	cfg.Scheduler.ClaimAheadWait = time.Hour // any handler is short
+	cfg.Scheduler.HeartbeatEvery = heartbeat
+	w, err := worker.New(f.qu, cfg, map[string]worker.Handler{"deliver": h})
+	if err != nil {
+		t.Fatal(err)
+	}
+	run(t, w)
+	<-ran // a short handler: the executor may now hold one item ahead
+	settled(t, f, w, map[string]int{"completed": 1})
+
+	// The next two items are claimed in one turn: one blocks the executor,
+	// the other waits for it.
+	f.enqueue(2, 0, "deliver")
+	blocker := <-ran
+	var waiting, token int64
+	if err := f.db.QueryRow(`SELECT work_id, lease_token FROM work_item
+		WHERE scope_id = ? AND state = 'processing' AND work_id <> ?`, scope, blocker).Scan(&waiting, &token); err != nil {
+		close(slow)
+		t.Fatalf("no second item claimed ahead: %v", err)
+	}
+	// Another owner takes the waiting item's lease.
+	if _, err := f.db.Exec("UPDATE work_item SET lease_token = lease_token + 1, lease_owner = 'other' WHERE work_id = ?", waiting); err != nil {
+		t.Fatal(err)
+	}
+	claimedBy := time.Now()
+	time.Sleep(heartbeat + 50*time.Millisecond - time.Since(claimedBy)) // the item waits past a heartbeat period
+	close(slow)
+	deadline := time.Now().Add(time.Minute)
+	for w.Stats().Scheduler.AheadReleased == 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("the waiting item was not refused: %+v", w.Stats().Scheduler)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if err := w.Settle(f.ctx); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case id := <-ran:
+		if id == waiting {
+			t.Fatalf("item %d ran although another owner took its lease while it waited", id)
+		}
+	default:
+	}
+	var state, owner string
+	var now int64
+	if err := f.db.QueryRow("SELECT state, lease_owner, lease_token FROM work_item WHERE work_id = ?", waiting).Scan(&state, &owner, &now); err != nil {
+		t.Fatal(err)
+	}
+	if state != "processing" || owner != "other" || now != token+1 {
+		t.Fatalf("taken-over item is %s/%s/token %d, want processing/other/%d: the refused item touched the row", state, owner, now, token+1)
+	}
+}
