@@ -2,6 +2,8 @@ package worker_test
 
 import (
 	"context"
+	"fmt"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -85,4 +87,93 @@ func TestItemClaimedAheadAndTakenOverNeverRuns(t *testing.T) {
 	if state != "processing" || owner != "other" || now != token+1 {
 		t.Fatalf("taken-over item is %s/%s/token %d, want processing/other/%d: the refused item touched the row", state, owner, now, token+1)
 	}
+}
+
+// TestSlowHandlersAreNotClaimedAhead, on real TiDB with two workers on one
+// backlog: while handlers take longer than ClaimAheadWait, neither worker
+// ever holds more items than it has executors (claimed and not yet
+// returned from its handler), so the other process's free executors get
+// the rest; with short handlers the same workers do claim ahead.
+func TestSlowHandlersAreNotClaimedAhead(t *testing.T) {
+	const executors = 2
+	for _, tc := range []struct {
+		name    string
+		handler time.Duration
+		items   int
+		ahead   bool
+	}{
+		{"slow handlers", 60 * time.Millisecond, 24, false},
+		{"short handlers", 0, 300, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := newFixture(t, workqueue.Config{})
+			f.enqueue(tc.items, 0, "deliver")
+			var ran atomic.Int64
+			held := make([]*maxHeld, 2)
+			for i := range held {
+				held[i] = &maxHeld{}
+				m := held[i]
+				cfg := quietCfg(executors)
+				cfg.Owner = fmt.Sprintf("worker-%d", i)
+				cfg.Scheduler.Profile = scheduler.ProfileDefaultHeavy
+				cfg.Hooks = &worker.Hooks{AfterClaim: func(workqueue.Claimed) { m.claimed() }}
+				h := func(ctx context.Context, job *worker.Job) error {
+					if tc.handler > 0 {
+						time.Sleep(tc.handler) // the handler's own work: its duration is the point
+					}
+					m.returned()
+					ran.Add(1)
+					return nil
+				}
+				w, err := worker.New(f.qu, cfg, map[string]worker.Handler{"deliver": h})
+				if err != nil {
+					t.Fatal(err)
+				}
+				run(t, w)
+			}
+			deadline := time.Now().Add(2 * time.Minute)
+			for ran.Load() < int64(tc.items) {
+				if time.Now().After(deadline) {
+					t.Fatalf("ran %d of %d", ran.Load(), tc.items)
+				}
+				time.Sleep(5 * time.Millisecond)
+			}
+			for i, m := range held {
+				most := m.most()
+				t.Logf("worker %d held at most %d items (%d executors)", i, most, executors)
+				if !tc.ahead && most > executors {
+					t.Errorf("worker %d held %d items with %d executors while handlers took %s: it claimed ahead", i, most, executors, tc.handler)
+				}
+			}
+			if tc.ahead && max(held[0].most(), held[1].most()) <= executors {
+				t.Errorf("with short handlers no worker held more than its %d executors: claiming ahead is off", executors)
+			}
+		})
+	}
+}
+
+// maxHeld tracks the most items a worker held at once: claimed, and not yet
+// returned from their handler (waiting for a slot or running).
+type maxHeld struct {
+	mu        sync.Mutex
+	now, peak int
+}
+
+func (m *maxHeld) claimed() {
+	m.mu.Lock()
+	m.now++
+	m.peak = max(m.peak, m.now)
+	m.mu.Unlock()
+}
+
+func (m *maxHeld) returned() {
+	m.mu.Lock()
+	m.now--
+	m.mu.Unlock()
+}
+
+func (m *maxHeld) most() int {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.peak
 }
