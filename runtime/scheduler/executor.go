@@ -17,7 +17,8 @@ import (
 // processing-budget row until the outcome committed. Outcomes of many
 // slots then commit together (the backend group-commits them) while the
 // slots already run the next claim, instead of every slot idling for a
-// commit it cannot speed up.
+// commit it cannot speed up. The next item may already be waiting in the
+// shape's queue, claimed ahead (Config.ClaimAhead).
 func (s *Scheduler[I]) slot(sh *shapeSlots[I]) {
 	defer s.wg.Done()
 	for {

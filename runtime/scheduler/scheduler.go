@@ -8,9 +8,10 @@
 // A claim turn walks the executor shapes in rotation. For each shape with
 // free places (its free slots, plus the items it may hold waiting for a
 // slot while its handlers are short: Config.ClaimAhead) it asks the
-// limiter for at most that many rows and reserves only those places; then one backend call claims for every admitted shape
-// (its classes and preference; the backend may serve shapes whose eligible
-// work is the same with one claim), and each shape's items go to its slots.
+// limiter for at most that many rows and reserves only those places; then
+// one backend call claims for every admitted shape (its classes and
+// preference; the backend may serve shapes whose eligible work is the same
+// with one claim), and each shape's items go to its slots.
 // No slot is reserved for a shape that is not claiming (no phantom
 // reservations), and the rows a claim did not win go back to the budget at
 // once.
@@ -65,7 +66,8 @@ type Backend[I any] interface {
 	// Finish makes outcome durable through the lease-fenced path: nil
 	// completes; errors retry, release or fail by the backend's policy
 	// (ErrShutdown and ErrNotStarted should release, a *PanicError or
-	// ErrHandlerDeadline retry). Its context outlives the attempt's cancellation.
+	// ErrHandlerDeadline retry). Its context outlives the attempt's
+	// cancellation.
 	Finish(ctx context.Context, item I, outcome error) error
 }
 
@@ -146,7 +148,7 @@ type Config struct {
 	ClaimGather time.Duration
 	// ClaimAhead is how many claimed items the executors may hold waiting
 	// for a slot, beyond the items they run (shared among the shapes in
-	// proportion to their executors). A claim turn takes a database round
+	// proportion to their executors, rounded down). A claim turn takes a database round
 	// trip or four; without items waiting, every slot idles through the
 	// turn that refills it, so a process runs at most Executors items per
 	// turn time however fast its handlers are. Items wait only while
