@@ -41,18 +41,19 @@ func TestClaimAheadWhileHandlersAreShort(t *testing.T) {
 		t.Fatalf("first turn claimed %d, want the 2 slots: no handler time is known yet", got)
 	}
 	waitFinished(t, b, 2)
-	waitCapacity(t, s, b, 4)
-	if got := s.Capacity(false); got != 4 {
-		t.Fatalf("capacity %d after two short handlers, want 2 slots + 2 ahead", got)
+	want := 2 + 2*scheduler.DefaultClaimAheadPerExecutor // the slots and the default items ahead
+	waitCapacity(t, s, b, want)
+	if got := s.Capacity(false); got != want {
+		t.Fatalf("capacity %d after two short handlers, want 2 slots + %d ahead", got, want-2)
 	}
-	if got := claimTurn(t, s); got != 4 {
-		t.Fatalf("second turn claimed %d, want 4", got)
+	if got := claimTurn(t, s); got != want {
+		t.Fatalf("second turn claimed %d, want %d", got, want)
 	}
 	if got := s.Capacity(false); got != 0 {
-		t.Fatalf("capacity %d with 2 items running and 2 waiting, want 0", got)
+		t.Fatalf("capacity %d with 2 items running and %d waiting, want 0", got, want-2)
 	}
 	close(release)
-	ids := waitFinished(t, b, 4)
+	ids := waitFinished(t, b, want)
 	seen := map[int]bool{}
 	for _, id := range ids {
 		if seen[id] {
@@ -114,7 +115,7 @@ func TestItemThatWaitedAHeartbeatRenewsBeforeItStarts(t *testing.T) {
 		}
 		return nil
 	}
-	s := start(t, b, scheduler.Config{Executors: 1, ClaimAheadWait: time.Hour, HeartbeatEvery: heartbeat, Profile: scheduler.ProfileDefaultHeavy})
+	s := start(t, b, scheduler.Config{Executors: 1, ClaimAhead: 1, ClaimAheadWait: time.Hour, HeartbeatEvery: heartbeat, Profile: scheduler.ProfileDefaultHeavy})
 	if got := claimTurn(t, s); got != 1 {
 		t.Fatalf("first turn claimed %d", got)
 	}
@@ -166,7 +167,7 @@ func TestWaitedItemsHeartbeatCountsFromItsClaim(t *testing.T) {
 		}
 		return nil
 	}
-	s := start(t, b, scheduler.Config{Executors: 1, ClaimAheadWait: time.Hour, HeartbeatEvery: 10 * time.Second,
+	s := start(t, b, scheduler.Config{Executors: 1, ClaimAhead: 1, ClaimAheadWait: time.Hour, HeartbeatEvery: 10 * time.Second,
 		HandlerDeadline: time.Hour, Profile: scheduler.ProfileDefaultHeavy, Clock: fc})
 	if got := claimTurn(t, s); got != 1 {
 		t.Fatalf("first turn claimed %d", got)
