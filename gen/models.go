@@ -76,6 +76,15 @@ type ScopeWorkKind struct {
 	FirstSeenAt time.Time
 }
 
+type WakeEndpoint struct {
+	ScopeID      string
+	EndpointID   string
+	Address      string
+	WakeKey      []byte
+	RegisteredAt time.Time
+	ExpiresAt    time.Time
+}
+
 type WorkItem struct {
 	WorkID               int64
 	EventID              int64

@@ -254,6 +254,11 @@ type Querier interface {
 	// changed fewer rows than it was given, or a run's reply was lost, which
 	// entries committed (their token plus one, in the state written).
 	LeaseStates(ctx context.Context, workIds []int64) ([]LeaseStatesRow, error)
+	// The live endpoints a sender wakes: the scope's primary-key range, expired
+	// rows filtered after the read (there are as many rows as processes, live
+	// or recently dead, so an expiry index would cost every renewal an index
+	// write for nothing). Senders cache the list and read it again rarely.
+	ListWakeEndpoints(ctx context.Context, scopeID string) ([]ListWakeEndpointsRow, error)
 	// The pairs a scope has work of: a primary-key prefix range, as small as the
 	// number of distinct pairs. Workers read it at start-up and reconciliation.
 	ListWorkKinds(ctx context.Context, scopeID string) ([]ListWorkKindsRow, error)
@@ -369,6 +374,15 @@ type Querier interface {
 	// Durable forward progress inside a long attempt: ends the consecutive
 	// safe-retry series so the next failure backs off from the start.
 	RecordProgress(ctx context.Context, arg RecordProgressParams) (int64, error)
+	// Wake endpoints (issue 12): where a scope's worker processes listen for
+	// wakes. Every statement is keyed by the clustered primary key
+	// (scope_id, endpoint_id) or its scope prefix: the table holds a row per
+	// listening process, so a scope's range is as long as its process count.
+	// A process announces (or re-announces after its row expired or was
+	// swept) where it listens. An upsert by primary key: a restarted process
+	// registers a new endpoint id, so an update only ever renews this
+	// incarnation's own row. Expiry from the database clock, like leases.
+	RegisterWakeEndpoint(ctx context.Context, arg RegisterWakeEndpointParams) error
 	// Enqueue records each (queue class, work type) pair of a scope once, in the
 	// batch's transaction; a process skips pairs it registered before. Primary
 	// key upsert that keeps the first sighting.
@@ -378,6 +392,9 @@ type Querier interface {
 	// head, so followers remain blocked. run_after = now keeps claimers' floors
 	// valid (see ClaimCandidates).
 	ReleaseLease(ctx context.Context, arg ReleaseLeaseParams) (int64, error)
+	// A process that stops removes its endpoint, so no sender wakes a port
+	// that may by then belong to another program.
+	RemoveWakeEndpoint(ctx context.Context, arg RemoveWakeEndpointParams) (int64, error)
 	// Heartbeat: moves the lease expiry (run_after, while processing) from the
 	// database clock. Keeps the token, so the holder's later calls stay valid.
 	RenewLease(ctx context.Context, arg RenewLeaseParams) (int64, error)
@@ -387,6 +404,9 @@ type Querier interface {
 	// in fences, as FinishLanelessBatch. The caller reads back which entries
 	// matched (LeaseStates) when fewer rows than entries matched.
 	RenewLeaseBatch(ctx context.Context, arg RenewLeaseBatchParams) (int64, error)
+	// Moves this endpoint's expiry; 0 rows means the row is gone (swept as
+	// expired while the process was paused): the caller registers again.
+	RenewWakeEndpoint(ctx context.Context, arg RenewWakeEndpointParams) (int64, error)
 	// The child a replay of (event, work type) at a depth made: a point get on
 	// uk_work_item_event_type, for reporting it to a replay that lost the
 	// reservation.
@@ -440,6 +460,11 @@ type Querier interface {
 	// it in the past, so expiries the claimer's last complete scan saw need not
 	// be read again (the MVCC delete markers of renewals and finishes lie there).
 	StaleCandidates(ctx context.Context, arg StaleCandidatesParams) ([]StaleCandidatesRow, error)
+	// Deletes endpoints that expired more than grace_micros ago (processes
+	// that died without removing theirs), at most LIMIT of them, on the
+	// scope's primary-key range: whoever lists the scope may sweep it, so the
+	// range stays as long as the live process count.
+	SweepExpiredWakeEndpoints(ctx context.Context, arg SweepExpiredWakeEndpointsParams) (int64, error)
 	// The safety pass wakes one waiter whose key is satisfied: an idempotent CAS
 	// on the token its page read saw.
 	WakeDependencyWaiter(ctx context.Context, arg WakeDependencyWaiterParams) (int64, error)

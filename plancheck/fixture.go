@@ -263,10 +263,18 @@ func Seed(ctx context.Context, db *sql.DB, scale int64, progress io.Writer) erro
 			return fmt.Errorf("plancheck: seed satisfied dependencies of %s: %w", s.scope, err)
 		}
 	}
+	for _, s := range []struct {
+		scope       string
+		count, live int64
+	}{{TargetScope, 8, 3}, {OtherScope, min(scale, 10_000), min(scale, 10_000) / 2}} {
+		if _, err := execSeed(ctx, conn, "SeedWakeEndpoints", map[string]any{"scope_id": s.scope, "count": s.count, "live": s.live}); err != nil {
+			return fmt.Errorf("plancheck: seed wake endpoints of %s: %w", s.scope, err)
+		}
+	}
 	if _, err := execSeed(ctx, conn, "AdmitSeededOrdinals", map[string]any{"next_ordinal": int64(maxSeededOrdinal + 1)}); err != nil {
 		return fmt.Errorf("plancheck: set the scopes' next ordinal: %w", err)
 	}
-	for _, table := range []string{"scope", "event", "work_item", "dependency_satisfied"} {
+	for _, table := range []string{"scope", "event", "work_item", "dependency_satisfied", "wake_endpoint"} {
 		if _, err := db.ExecContext(ctx, "ANALYZE TABLE "+table); err != nil {
 			return fmt.Errorf("plancheck: analyze %s: %w", table, err)
 		}

@@ -1,0 +1,52 @@
+-- Wake endpoints (issue 12): where a scope's worker processes listen for
+-- wakes. Every statement is keyed by the clustered primary key
+-- (scope_id, endpoint_id) or its scope prefix: the table holds a row per
+-- listening process, so a scope's range is as long as its process count.
+
+-- name: RegisterWakeEndpoint :exec
+-- A process announces (or re-announces after its row expired or was
+-- swept) where it listens. An upsert by primary key: a restarted process
+-- registers a new endpoint id, so an update only ever renews this
+-- incarnation's own row. Expiry from the database clock, like leases.
+INSERT INTO wake_endpoint (scope_id, endpoint_id, address, wake_key, registered_at, expires_at)
+VALUES (sqlc.arg(scope_id), sqlc.arg(endpoint_id), sqlc.arg(address), sqlc.arg(wake_key), NOW(6),
+        DATE_ADD(NOW(6), INTERVAL CAST(sqlc.arg(ttl_micros) AS SIGNED) MICROSECOND))
+ON DUPLICATE KEY UPDATE address = VALUES(address),
+                        wake_key = VALUES(wake_key),
+                        expires_at = VALUES(expires_at);
+
+-- name: RenewWakeEndpoint :execrows
+-- Moves this endpoint's expiry; 0 rows means the row is gone (swept as
+-- expired while the process was paused): the caller registers again.
+UPDATE wake_endpoint
+SET expires_at = DATE_ADD(NOW(6), INTERVAL CAST(sqlc.arg(ttl_micros) AS SIGNED) MICROSECOND)
+WHERE scope_id = sqlc.arg(scope_id)
+  AND endpoint_id = sqlc.arg(endpoint_id);
+
+-- name: RemoveWakeEndpoint :execrows
+-- A process that stops removes its endpoint, so no sender wakes a port
+-- that may by then belong to another program.
+DELETE FROM wake_endpoint
+WHERE scope_id = sqlc.arg(scope_id)
+  AND endpoint_id = sqlc.arg(endpoint_id);
+
+-- name: ListWakeEndpoints :many
+-- The live endpoints a sender wakes: the scope's primary-key range, expired
+-- rows filtered after the read (there are as many rows as processes, live
+-- or recently dead, so an expiry index would cost every renewal an index
+-- write for nothing). Senders cache the list and read it again rarely.
+SELECT endpoint_id, address, wake_key, expires_at
+FROM wake_endpoint
+WHERE scope_id = sqlc.arg(scope_id)
+  AND expires_at > NOW(6)
+ORDER BY endpoint_id;
+
+-- name: SweepExpiredWakeEndpoints :execrows
+-- Deletes endpoints that expired more than grace_micros ago (processes
+-- that died without removing theirs), at most LIMIT of them, on the
+-- scope's primary-key range: whoever lists the scope may sweep it, so the
+-- range stays as long as the live process count.
+DELETE FROM wake_endpoint
+WHERE scope_id = sqlc.arg(scope_id)
+  AND expires_at < DATE_SUB(NOW(6), INTERVAL CAST(sqlc.arg(grace_micros) AS SIGNED) MICROSECOND)
+LIMIT ?;
