@@ -11,6 +11,13 @@
 //   - a coalesced Wake (new durable work this process knows of);
 //   - a generation change seen by the cheap generation probe;
 //   - the low-frequency reconciliation backstop, or RequestReconcile;
+//
+// While another process's wakes are known to reach this one (SetQuiet),
+// the probe, the backstop and maintenance run on the much longer quiet
+// periods, and the probe becomes the source's QuietGeneration when it has
+// one. A quiet probe that sees a change after a whole period without a
+// single wake, and whose claim turn then finds work, leaves quiet mode: the
+// wake path is presumed broken until the next wake arrives.
 //   - a Maintainer's maintenance (Config.MaintainEvery) that reports it may
 //     have made work claimable.
 //
@@ -106,11 +113,21 @@ type Maintainer interface {
 	Maintain(ctx context.Context) (claimable bool, err error)
 }
 
+// QuietProber is an optional extension of a Source: the generation probe
+// used in quiet mode, cheaper than Generation because wakes announce the
+// changes Generation's extra reads would find (it must at least change
+// with every enqueue).
+type QuietProber interface {
+	QuietGeneration(ctx context.Context) (uint64, error)
+}
+
 // Defaults of Config's periods.
 const (
 	DefaultGenerationProbeEvery = 15 * time.Second
 	DefaultReconcileEvery       = time.Minute
 	DefaultMaintainEvery        = 2 * time.Minute
+	DefaultQuietProbeEvery      = 15 * time.Minute
+	DefaultQuietBackstopEvery   = 2 * time.Hour
 	MaintainRetryMin            = time.Second
 )
 
@@ -129,6 +146,13 @@ type Config struct {
 	// first run comes one period after start). Default 2m; negative
 	// disables it. Ignored for a source that is not a Maintainer.
 	MaintainEvery time.Duration
+	// QuietProbeEvery replaces GenerationProbeEvery in quiet mode (see
+	// SetQuiet). Default 15m; negative disables probing in quiet mode. A
+	// period disabled in normal mode stays disabled in quiet mode.
+	QuietProbeEvery time.Duration
+	// QuietBackstopEvery replaces ReconcileEvery and MaintainEvery in
+	// quiet mode (either one negative stays disabled). Default 2h.
+	QuietBackstopEvery time.Duration
 	// Logger receives lifecycle and error records. Default slog.Default().
 	Logger *slog.Logger
 }
@@ -146,15 +170,24 @@ func (c Config) withDefaults() (Config, error) {
 	if c.MaintainEvery == 0 {
 		c.MaintainEvery = DefaultMaintainEvery
 	}
+	if c.QuietProbeEvery == 0 {
+		c.QuietProbeEvery = DefaultQuietProbeEvery
+	}
+	if c.QuietBackstopEvery == 0 {
+		c.QuietBackstopEvery = DefaultQuietBackstopEvery
+	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
 	const floor = 10 * time.Millisecond
-	for _, p := range []time.Duration{c.GenerationProbeEvery, c.ReconcileEvery, c.MaintainEvery} {
+	for _, p := range []time.Duration{c.GenerationProbeEvery, c.ReconcileEvery, c.MaintainEvery, c.QuietProbeEvery, c.QuietBackstopEvery} {
 		if p > 0 && p < floor {
-			return c, fmt.Errorf("controller: probe, reconcile and maintain periods must be at least %s (or negative to disable), got %s, %s and %s",
-				floor, c.GenerationProbeEvery, c.ReconcileEvery, c.MaintainEvery)
+			return c, fmt.Errorf("controller: probe, reconcile, maintain and quiet periods must be at least %s (or negative to disable), got %s, %s, %s, %s and %s",
+				floor, c.GenerationProbeEvery, c.ReconcileEvery, c.MaintainEvery, c.QuietProbeEvery, c.QuietBackstopEvery)
 		}
+	}
+	if c.QuietBackstopEvery < 0 {
+		return c, fmt.Errorf("controller: the quiet backstop cannot be disabled (got %s): it is the only repair of what no wake announces", c.QuietBackstopEvery)
 	}
 	return c, nil
 }
@@ -181,6 +214,10 @@ type Stats struct {
 	Maintenances         uint64 // Maintainer runs
 	MaintenanceErrors    uint64
 	MaintenanceClaims    uint64 // runs that asked for a claim turn
+	// QuietEntries counts switches into quiet mode; MissedWakes counts
+	// quiet probes whose claim turn found work no wake announced (each
+	// one leaves quiet mode).
+	QuietEntries, MissedWakes uint64
 }
 
 // Controller drives one Source. Its signal methods are safe for concurrent
@@ -198,8 +235,9 @@ type Controller struct {
 	hints     []time.Time // NotifyDue times the loop has not taken yet
 	settleReq chan chan struct{}
 
-	running  atomic.Bool
-	unusable atomic.Pointer[error]
+	running   atomic.Bool
+	unusable  atomic.Pointer[error]
+	quietWant atomic.Bool // what SetQuiet asked for last
 
 	// Loop state, touched only by Run's goroutine.
 	external        bool // an event arrived since the last claim
@@ -212,10 +250,14 @@ type Controller struct {
 	lookedUp        time.Time   // the last next-work lookup's time, zero when none
 	timers          loopTimers
 	maintainBackoff time.Duration // the last retry delay after failed maintenance; zero when the last run succeeded
+	quiet           bool          // the mode the timers and baseline are in
+	probeFound      bool          // a quiet probe saw a change, and no wake came in its period
+	wokenSinceProbe bool          // a wake arrived since the last probe
 
 	readyChecks, reconciles, claims, emptyClaims, nextWork atomic.Uint64
 	probes, genChanges, dueFires, overdue                  atomic.Uint64
 	maintenances, maintainErrors, maintainClaims           atomic.Uint64
+	quietEntries, missedWakes                              atomic.Uint64
 }
 
 // loopTimers are Run's periodic timers.
@@ -310,6 +352,26 @@ func (s *signal) set(raised bool) {
 	}
 }
 
+// SetQuiet says whether other processes' wakes reach this one now (a wake
+// hub's health). In quiet mode the probe, backstop and maintenance run on
+// the quiet periods. The switch happens in Run's loop: the generation is
+// probed once more in the old mode (nothing it would have found is lost)
+// and once in the new one for the baseline.
+func (c *Controller) SetQuiet(quiet bool) {
+	if c.quietWant.Swap(quiet) != quiet {
+		c.poke()
+	}
+}
+
+// Quiet reports whether the loop runs in quiet mode.
+func (c *Controller) Quiet() bool { return c.quietWant.Load() }
+
+// LookAhead is how far a next-work lookup must look: the longest
+// backstop period of either mode, which looks again.
+func (c *Controller) LookAhead() time.Duration {
+	return max(c.cfg.ReconcileEvery, c.cfg.QuietBackstopEvery, 0)
+}
+
 // CapacityFreed says an attempt finished. It lets a pending turn run; it
 // never creates one.
 func (c *Controller) CapacityFreed() { c.poke() }
@@ -345,6 +407,7 @@ func (c *Controller) Stats() Stats {
 		WakesQueued: c.wake.raised.Load(), WakeCoalescings: c.wake.coalescings.Load(),
 		ReconcilesQueued: c.reconcile.raised.Load(), ReconcileCoalescings: c.reconcile.coalescings.Load(),
 		Maintenances: c.maintenances.Load(), MaintenanceErrors: c.maintainErrors.Load(), MaintenanceClaims: c.maintainClaims.Load(),
+		QuietEntries: c.quietEntries.Load(), MissedWakes: c.missedWakes.Load(),
 	}
 }
 
@@ -386,15 +449,12 @@ func (c *Controller) Run(ctx context.Context) error {
 	defer c.timers.backstop.Stop()
 	defer c.timers.maintain.Stop()
 
+	c.quiet, c.probeFound = false, false
 	if err := c.startup(ctx); err != nil {
 		return err
 	}
-	c.arm(c.timers.probe, c.cfg.GenerationProbeEvery)
-	c.arm(c.timers.backstop, c.cfg.ReconcileEvery)
-	if c.maintain != nil {
-		c.maintainBackoff = 0
-		c.arm(c.timers.maintain, c.cfg.MaintainEvery)
-	}
+	c.maintainBackoff = 0
+	c.armPeriods()
 	c.log.Debug("controller started", "probe_every", c.cfg.GenerationProbeEvery, "reconcile_every", c.cfg.ReconcileEvery,
 		"maintain_every", c.cfg.MaintainEvery, "maintainer", c.maintain != nil)
 
@@ -446,13 +506,92 @@ func (c *Controller) onDue() {
 }
 
 func (c *Controller) onProbe(ctx context.Context) error {
-	c.arm(c.timers.probe, c.cfg.GenerationProbeEvery)
+	c.arm(c.timers.probe, c.periods().probe)
 	return c.probe(ctx)
 }
 
 func (c *Controller) onBackstop() {
-	c.arm(c.timers.backstop, c.cfg.ReconcileEvery)
+	c.arm(c.timers.backstop, c.periods().reconcile)
 	c.reconcile.set(true)
+}
+
+// loopPeriods are the periodic timers' periods in one mode.
+type loopPeriods struct{ probe, reconcile, maintain time.Duration }
+
+func (c *Controller) periods() loopPeriods {
+	if !c.quiet {
+		return loopPeriods{c.cfg.GenerationProbeEvery, c.cfg.ReconcileEvery, c.cfg.MaintainEvery}
+	}
+	// A period disabled in normal mode stays disabled in quiet mode.
+	p := loopPeriods{c.cfg.QuietProbeEvery, c.cfg.QuietBackstopEvery, c.cfg.QuietBackstopEvery}
+	if c.cfg.GenerationProbeEvery < 0 {
+		p.probe = c.cfg.GenerationProbeEvery
+	}
+	if c.cfg.ReconcileEvery < 0 {
+		p.reconcile = c.cfg.ReconcileEvery
+	}
+	if c.cfg.MaintainEvery < 0 {
+		p.maintain = c.cfg.MaintainEvery
+	}
+	return p
+}
+
+// armPeriods (re)arms the periodic timers for the current mode.
+func (c *Controller) armPeriods() {
+	p := c.periods()
+	for _, t := range []clock.Timer{c.timers.probe, c.timers.backstop, c.timers.maintain} {
+		t.Stop()
+	}
+	c.arm(c.timers.probe, p.probe)
+	c.arm(c.timers.backstop, p.reconcile)
+	if c.maintain != nil {
+		if c.maintainBackoff > 0 {
+			c.arm(c.timers.maintain, c.maintainBackoff)
+		} else {
+			c.arm(c.timers.maintain, p.maintain)
+		}
+	}
+}
+
+// switchMode follows SetQuiet: a last probe in the old mode (a change it
+// finds makes a claim turn), then a baseline in the new one, then the
+// timers move to the new periods.
+func (c *Controller) switchMode(ctx context.Context) error {
+	want := c.quietWant.Load()
+	if want == c.quiet {
+		return nil
+	}
+	if c.probing() {
+		if err := c.probe(ctx); err != nil {
+			return err
+		}
+	}
+	c.quiet, c.probeFound = want, false
+	if want {
+		c.quietEntries.Add(1)
+	}
+	if c.probing() {
+		g, err := c.generationNow(ctx)
+		if err != nil {
+			return fmt.Errorf("controller: generation baseline: %w", err)
+		}
+		c.generation = g
+	}
+	c.armPeriods()
+	c.log.Debug("controller mode changed", "quiet", c.quiet, "probe_every", c.periods().probe)
+	return nil
+}
+
+// probing reports whether the current mode probes at all.
+func (c *Controller) probing() bool { return c.periods().probe > 0 }
+
+// generationNow reads the current mode's generation.
+func (c *Controller) generationNow(ctx context.Context) (uint64, error) {
+	c.probes.Add(1)
+	if qp, ok := c.src.(QuietProber); ok && c.quiet {
+		return qp.QuietGeneration(ctx)
+	}
+	return c.src.Generation(ctx)
 }
 
 // onMaintain runs the Maintainer once. A failure is logged and retried
@@ -468,12 +607,12 @@ func (c *Controller) onMaintain(ctx context.Context) {
 	switch {
 	case err == nil:
 		c.maintainBackoff = 0
-		c.arm(c.timers.maintain, c.cfg.MaintainEvery)
+		c.arm(c.timers.maintain, c.periods().maintain)
 	case ctx.Err() != nil:
 		return // shutting down: Run returns on its next look
 	default:
 		c.maintainErrors.Add(1)
-		c.maintainBackoff = min(max(2*c.maintainBackoff, MaintainRetryMin), c.cfg.MaintainEvery)
+		c.maintainBackoff = min(max(2*c.maintainBackoff, MaintainRetryMin), c.periods().maintain)
 		c.log.Warn("maintenance failed; retrying after a backoff", "err", err, "after", c.maintainBackoff)
 		c.arm(c.timers.maintain, c.maintainBackoff)
 	}
@@ -509,9 +648,8 @@ func (c *Controller) startup(ctx context.Context) error {
 	if err := c.src.Ready(ctx); err != nil {
 		return fmt.Errorf("controller: source not ready: %w", err)
 	}
-	if c.cfg.GenerationProbeEvery > 0 {
-		g, err := c.src.Generation(ctx)
-		c.probes.Add(1)
+	if c.probing() {
+		g, err := c.generationNow(ctx)
 		if err != nil {
 			return fmt.Errorf("controller: generation baseline: %w", err)
 		}
@@ -527,8 +665,7 @@ func (c *Controller) startup(ctx context.Context) error {
 
 // probe reads the generation; only a change makes a claim turn.
 func (c *Controller) probe(ctx context.Context) error {
-	g, err := c.src.Generation(ctx)
-	c.probes.Add(1)
+	g, err := c.generationNow(ctx)
 	if err != nil {
 		return fmt.Errorf("controller: generation probe: %w", err)
 	}
@@ -536,7 +673,11 @@ func (c *Controller) probe(ctx context.Context) error {
 		c.generation = g
 		c.genChanges.Add(1)
 		c.external = true
+		// No wake in a whole quiet period, yet something changed: if the
+		// claim it causes finds work, the wake path is broken.
+		c.probeFound = c.quiet && !c.wokenSinceProbe
 	}
+	c.wokenSinceProbe = false
 	return nil
 }
 
@@ -545,6 +686,9 @@ func (c *Controller) probe(ctx context.Context) error {
 // handled before every claim.
 func (c *Controller) step(ctx context.Context) error {
 	for {
+		if err := c.switchMode(ctx); err != nil {
+			return err
+		}
 		if c.reconcile.take() {
 			if err := c.doReconcile(ctx); err != nil {
 				return err
@@ -553,6 +697,8 @@ func (c *Controller) step(ctx context.Context) error {
 		}
 		if c.wake.take() {
 			c.external = true
+			c.probeFound = false // a wake explains what the probe saw
+			c.wokenSinceProbe = true
 		}
 		c.takeHints()
 		var runnable bool
@@ -634,6 +780,19 @@ func (c *Controller) claim(ctx context.Context) error {
 		// Attempts started prove that something committed, whatever the
 		// error claims.
 		return c.fail("claim", err, batch.Started == 0)
+	}
+	if c.probeFound {
+		c.probeFound = false
+		if batch.Started > 0 {
+			// Work a quiet probe found and no wake announced: the wake
+			// path is broken (an unreachable address, a lost
+			// registration). Probe on the normal period until a wake
+			// arrives again.
+			c.missedWakes.Add(1)
+			c.log.Warn("a quiet generation probe found work no wake announced; probing on the normal period until wakes arrive again",
+				"started", batch.Started, "probe_every", c.cfg.GenerationProbeEvery)
+			c.quietWant.Store(false)
+		}
 	}
 	c.more = batch.More
 	if c.more {

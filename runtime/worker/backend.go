@@ -31,7 +31,7 @@ func (b backend) Claim(ctx context.Context, reqs []scheduler.Request) []schedule
 	for i, r := range results {
 		w.metrics.claimed(ctx, reqs[i], r.Items, r.Stats, took)
 		if r.Stats.ExpiredToDead > 0 {
-			w.ctrl.Wake() // their lane followers were promoted
+			w.announce() // their lane followers were promoted
 		}
 		if h := w.cfg.Hooks; h != nil && h.AfterClaim != nil {
 			for _, c := range r.Items {
@@ -117,7 +117,7 @@ func (b backend) Finish(ctx context.Context, cp *workqueue.Claimed, outcome erro
 		var runnable bool
 		runnable, err = w.q.Wait(ctx, c, wait.Dependency)
 		if runnable {
-			w.ctrl.Wake()
+			w.announce()
 		}
 	case outcome == nil && w.complete != nil:
 		kind = "completed" // group-committed; the batch wakes the controller for followers it promoted
@@ -154,7 +154,7 @@ func (b backend) Finish(ctx context.Context, cp *workqueue.Claimed, outcome erro
 		return fmt.Errorf("worker: %s work %d: %w", kind, c.WorkID, err)
 	}
 	if fin.Promoted > 0 || fin.PromotionsUnknown || kind == "released" {
-		w.ctrl.Wake()
+		w.announce()
 	}
 	return nil
 }

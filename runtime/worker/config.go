@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"net"
 	"strconv"
 	"time"
 
@@ -12,6 +13,7 @@ import (
 
 	"github.com/laneq/laneq/runtime/controller"
 	"github.com/laneq/laneq/runtime/scheduler"
+	"github.com/laneq/laneq/runtime/wake"
 	"github.com/laneq/laneq/runtime/workqueue"
 )
 
@@ -30,6 +32,11 @@ const (
 	EnvClaimGather           = "LANEQ_CLAIM_GATHER"            // Scheduler.ClaimGather, a Go duration
 	EnvClaimAhead            = "LANEQ_CLAIM_AHEAD"             // Scheduler.ClaimAhead, an integer (negative disables)
 	EnvClaimAheadWait        = "LANEQ_CLAIM_AHEAD_WAIT"        // Scheduler.ClaimAheadWait, a Go duration
+	EnvQuietProbeEvery       = "LANEQ_QUIET_PROBE_EVERY"       // Controller.QuietProbeEvery
+	EnvQuietBackstopEvery    = "LANEQ_QUIET_BACKSTOP_EVERY"    // Controller.QuietBackstopEvery
+	EnvWake                  = "LANEQ_WAKE"                    // Wake.Off: on | off
+	EnvWakeListen            = "LANEQ_WAKE_LISTEN"             // Wake.Hub.Listen, host:port
+	EnvWakeAdvertise         = "LANEQ_WAKE_ADVERTISE"          // Wake.Hub.Advertise, host:port
 )
 
 // DefaultCompleteBatch is Config.CompleteBatch's default.
@@ -50,6 +57,9 @@ type Config struct {
 	// Controller: generation probe, reconciliation and dependency safety
 	// pass periods (MaintainEvery, default 2m), clock.
 	Controller controller.Config
+	// Wake: how other processes wake this worker within milliseconds of a
+	// commit (runtime/wake). On by default, on loopback.
+	Wake WakeConfig
 	// Claimer: scan windows and rescans (see workqueue.ClaimerConfig).
 	Claimer workqueue.ClaimerConfig
 	// DependencySweep bounds each dependency safety pass (time and probe
@@ -76,6 +86,28 @@ type Config struct {
 	MeterProvider metric.MeterProvider
 	// Hooks are fault-injection points for crash tests; leave nil.
 	Hooks *Hooks
+}
+
+// WakeConfig says how the worker hears of other processes' commits.
+//
+// By default the worker runs its own wake hub on 127.0.0.1 (a free port),
+// registers an endpoint for its scope, and announces its own enqueues,
+// promotions, releases and dependency wakes to the scope's other
+// processes. Once its self-test datagram came back, its controller runs in
+// quiet mode (probe every Controller.QuietProbeEvery, backstop every
+// Controller.QuietBackstopEvery). Processes on other hosts or in other
+// containers reach it only when Hub.Listen and Hub.Advertise say how.
+type WakeConfig struct {
+	// Off disables wakes: the worker neither listens nor announces and
+	// probes on the normal periods.
+	Off bool
+	// Shared is a process-wide hub to use instead of the worker's own
+	// (several workers, or an enqueuing API in the same process). The
+	// worker subscribes its scope and watches its Queue on it; it does not
+	// close it.
+	Shared *wake.Hub
+	// Hub configures the worker's own hub (ignored with Shared).
+	Hub wake.Config
 }
 
 // Hooks are called at the lifecycle boundaries the crash matrix kills a
@@ -163,6 +195,27 @@ func (c Config) fromLookup(lookup func(string) (string, bool)) (Config, error) {
 		duration(EnvGenerationProbeEvery, &c.Controller.GenerationProbeEvery, true),
 		duration(EnvReconcileEvery, &c.Controller.ReconcileEvery, true),
 		duration(EnvDependencySafetyEvery, &c.Controller.MaintainEvery, true),
+		duration(EnvQuietProbeEvery, &c.Controller.QuietProbeEvery, true),
+		duration(EnvQuietBackstopEvery, &c.Controller.QuietBackstopEvery, false),
+	}
+	if v, ok := lookup(EnvWake); ok {
+		switch v {
+		case "on":
+			c.Wake.Off = false
+		case "off":
+			c.Wake.Off = true
+		default:
+			errs = append(errs, &ConfigError{EnvWake, v, "want on or off"})
+		}
+	}
+	for name, dst := range map[string]*string{EnvWakeListen: &c.Wake.Hub.Listen, EnvWakeAdvertise: &c.Wake.Hub.Advertise} {
+		if v, ok := lookup(name); ok {
+			if _, _, err := net.SplitHostPort(v); err != nil {
+				errs = append(errs, &ConfigError{name, v, "want host:port"})
+				continue
+			}
+			*dst = v
+		}
 	}
 	if v, ok := lookup(EnvQueueProfile); ok {
 		switch p := scheduler.Profile(v); p {

@@ -46,16 +46,10 @@ func (s source) Claim(ctx context.Context, turn controller.Turn) (controller.Cla
 // NextWorkAt places the queue's next due time on the local clock by its
 // delay from the database's NOW(6): no two wall clocks are compared, so
 // skew between this host and TiDB neither fires the timer early nor makes
-// a future time look overdue. It looks no further than the reconciliation
-// backstop, which looks again.
+// a future time look overdue. It looks no further than the longest
+// reconciliation backstop (controller.LookAhead), which looks again.
 func (s source) NextWorkAt(ctx context.Context) (time.Time, bool, error) {
-	horizon := s.w.cfg.Controller.ReconcileEvery
-	if horizon < 0 {
-		horizon = 0
-	} else if horizon == 0 {
-		horizon = controller.DefaultReconcileEvery
-	}
-	next, ok, err := s.w.q.NextWorkWithin(ctx, s.w.cfg.Scope, horizon)
+	next, ok, err := s.w.q.NextWorkWithin(ctx, s.w.cfg.Scope, s.w.ctrl.LookAhead())
 	if err != nil || !ok {
 		return time.Time{}, false, err
 	}
@@ -67,6 +61,14 @@ func (s source) NextWorkAt(ctx context.Context) (time.Time, bool, error) {
 // process made claimable is noticed within one probe period.
 func (s source) Generation(ctx context.Context) (uint64, error) {
 	return s.w.claimer.Probe(ctx, s.w.classes, s.w.types)
+}
+
+// QuietGeneration is the probe while wakes are healthy: the scope row
+// alone (its enqueue ordinal moves with every enqueue). Promotions,
+// releases and dependency wakes are announced by wakes; if one is lost,
+// the quiet backstop's claim turn finds it.
+func (s source) QuietGeneration(ctx context.Context) (uint64, error) {
+	return s.w.q.Generation(ctx, s.w.cfg.Scope)
 }
 
 func (s source) Capacity(continuation bool) int { return s.w.sched.Capacity(continuation) }

@@ -30,6 +30,7 @@ import (
 	"github.com/laneq/laneq/runtime/clock"
 	"github.com/laneq/laneq/runtime/controller"
 	"github.com/laneq/laneq/runtime/scheduler"
+	"github.com/laneq/laneq/runtime/wake"
 	"github.com/laneq/laneq/runtime/workqueue"
 )
 
@@ -94,6 +95,8 @@ type FailureClass interface{ FailureClass() string }
 
 // Worker runs one scope's work in this process.
 type Worker struct {
+	hub      atomic.Pointer[wake.Hub] // set while Run announces to other processes
+	wakeSub  atomic.Pointer[wake.Subscription]
 	cfg      Config
 	q        *workqueue.Queue
 	claimer  *workqueue.Claimer
@@ -170,7 +173,7 @@ func New(q *workqueue.Queue, cfg Config, handlers map[string]Handler) (*Worker, 
 		w.complete = newLeaseBatcher(func(ctx context.Context, leases []workqueue.Lease) []error {
 			errs, fin := q.CompleteMany(ctx, leases)
 			if fin.Promoted > 0 || fin.PromotionsUnknown {
-				w.ctrl.Wake() // followers became claimable
+				w.announce() // followers became claimable
 			}
 			return errs
 		}, cfg.CompleteBatch)
@@ -200,9 +203,11 @@ func New(q *workqueue.Queue, cfg Config, handlers map[string]Handler) (*Worker, 
 // changing only those does not rebuild a running worker.
 func (c Config) Fingerprint(workTypes []string) string {
 	cl, ctl := c.Claimer, c.Controller
-	return fmt.Sprintf("%s|%s|%q|%s|%s|%t|%s|%+v|%d", c.Scope, c.Owner, workTypes, c.Scheduler.Fingerprint(),
-		fmt.Sprint(ctl.GenerationProbeEvery, ctl.ReconcileEvery, ctl.MaintainEvery), c.StageTiming,
-		fmt.Sprint(cl.StaleScanEvery, cl.ScanWindow, cl.StragglerWindow), c.DependencySweep, c.CompleteBatch)
+	wk := c.Wake
+	return fmt.Sprintf("%s|%s|%q|%s|%s|%t|%s|%+v|%d|%t %p %s %s", c.Scope, c.Owner, workTypes, c.Scheduler.Fingerprint(),
+		fmt.Sprint(ctl.GenerationProbeEvery, ctl.ReconcileEvery, ctl.MaintainEvery, ctl.QuietProbeEvery, ctl.QuietBackstopEvery), c.StageTiming,
+		fmt.Sprint(cl.StaleScanEvery, cl.ScanWindow, cl.StragglerWindow), c.DependencySweep, c.CompleteBatch,
+		wk.Off, wk.Shared, wk.Hub.Listen, wk.Hub.Advertise)
 }
 
 // WorkTypes returns the work types this worker claims, sorted.
@@ -268,7 +273,12 @@ func (w *Worker) Run(ctx context.Context) error {
 	}
 	w.running.Store(true)
 	defer w.running.Store(false)
+	stopWakes, err := w.startWakes(ctx)
+	if err != nil {
+		return err
+	}
 	if err := w.sched.Start(ctx); err != nil {
+		stopWakes()
 		return err
 	}
 	// Work enqueued through this worker's Queue (Enqueue, a committed Tx)
@@ -278,8 +288,9 @@ func (w *Worker) Run(ctx context.Context) error {
 	execs := w.sched.Shapes()
 	w.log.Info("worker started", "owner", w.cfg.Owner, "executors", w.cfg.Scheduler.Executors,
 		"profile", w.cfg.Scheduler.Profile, "shapes", len(execs), "work_types", w.WorkTypes())
-	err := w.runController(ctx)
+	err = w.runController(ctx)
 	w.sched.Stop()
+	stopWakes()
 	w.metrics.close()
 	if err == nil {
 		w.log.Info("worker stopped")
@@ -333,7 +344,8 @@ func (w *Worker) Running() bool { return w.running.Load() }
 // Wake tells the worker new work may be claimable. Enqueues through the
 // worker's own Queue wake it by themselves (Queue.OnEnqueued); call Wake
 // after enqueueing through another Queue of this process. Other processes
-// see an enqueue on their next generation probe.
+// hear of an enqueue from its Queue's wake hub (see WakeConfig), or else
+// on their next generation probe.
 func (w *Worker) Wake() { w.ctrl.Wake() }
 
 // Satisfy records a dependency key of the worker's scope and wakes the
@@ -343,7 +355,7 @@ func (w *Worker) Wake() { w.ctrl.Wake() }
 func (w *Worker) Satisfy(ctx context.Context, wakeKey, key string) (woken int64, err error) {
 	woken, err = w.q.Satisfy(ctx, w.cfg.Scope, wakeKey, key)
 	if woken > 0 {
-		w.ctrl.Wake()
+		w.announce()
 	}
 	return woken, err
 }

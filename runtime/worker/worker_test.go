@@ -110,10 +110,10 @@ func run(t *testing.T, w *worker.Worker) (stop func() error) {
 	return stop
 }
 
-// quietCfg disables the periodic reads, so that every claim a test sees
-// came from an event the worker itself produced.
+// quietCfg disables the periodic reads and cross-process wakes, so that
+// every claim a test sees came from an event the worker itself produced.
 func quietCfg(executors int) worker.Config {
-	cfg := worker.Config{Scope: scope, Owner: "test", Logger: quiet}
+	cfg := worker.Config{Scope: scope, Owner: "test", Logger: quiet, Wake: worker.WakeConfig{Off: true}}
 	cfg.Scheduler.Executors = executors
 	cfg.Controller.GenerationProbeEvery = -1
 	cfg.Controller.ReconcileEvery = -1

@@ -132,9 +132,10 @@ type Queue struct {
 	kindsMu sync.Mutex
 	kinds   map[workKind]bool // work kinds this Queue registered (see Enqueue)
 
-	listenMu  sync.Mutex
-	listenID  uint64
-	listeners map[string]map[uint64]func() // scope -> OnEnqueued listeners
+	listenMu     sync.Mutex
+	listenID     uint64
+	listeners    map[string]map[uint64]func() // scope -> OnEnqueued listeners
+	anyListeners map[uint64]func(string)      // OnEnqueuedAny listeners
 
 	writeRetries, writesAbandoned atomic.Uint64
 }
@@ -164,7 +165,8 @@ func New(db *sql.DB, cfg Config) (*Queue, error) {
 	if err != nil {
 		return nil, err
 	}
-	qu := &Queue{db: db, cfg: cfg, kinds: map[workKind]bool{}, listeners: map[string]map[uint64]func(){}}
+	qu := &Queue{db: db, cfg: cfg, kinds: map[workKind]bool{}, listeners: map[string]map[uint64]func(){},
+		anyListeners: map[uint64]func(string){}}
 	if !cfg.TextProtocol {
 		qu.prep = prepcache.New(db, 0)
 		qu.q = gen.New(qu.prep)

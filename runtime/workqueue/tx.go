@@ -172,15 +172,41 @@ func (qu *Queue) OnEnqueued(scope string, fn func()) (stop func()) {
 	}
 }
 
+// OnEnqueuedAny is OnEnqueued for every scope: fn hears which scope got
+// work. A wake publisher (runtime/wake) announces such commits to the
+// scope's worker processes elsewhere.
+func (qu *Queue) OnEnqueuedAny(fn func(scope string)) (stop func()) {
+	qu.listenMu.Lock()
+	defer qu.listenMu.Unlock()
+	qu.listenID++
+	id := qu.listenID
+	qu.anyListeners[id] = fn
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			qu.listenMu.Lock()
+			defer qu.listenMu.Unlock()
+			delete(qu.anyListeners, id)
+		})
+	}
+}
+
 func (qu *Queue) notifyEnqueued(scope string) {
 	qu.listenMu.Lock()
 	fns := make([]func(), 0, len(qu.listeners[scope]))
 	for _, fn := range qu.listeners[scope] {
 		fns = append(fns, fn)
 	}
+	anyFns := make([]func(string), 0, len(qu.anyListeners))
+	for _, fn := range qu.anyListeners {
+		anyFns = append(anyFns, fn)
+	}
 	qu.listenMu.Unlock()
 	for _, fn := range fns {
 		fn()
+	}
+	for _, fn := range anyFns {
+		fn(scope)
 	}
 }
 

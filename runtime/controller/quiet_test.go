@@ -1,0 +1,117 @@
+package controller_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/laneq/laneq/runtime/controller"
+)
+
+// quietSource adds QuietGeneration (recorded as "quiet_generation") to the
+// counting source; it reads the same generation value.
+type quietSource struct{ *countingSource }
+
+func (s quietSource) QuietGeneration(ctx context.Context) (uint64, error) {
+	s.record("quiet_generation")
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.gen, nil
+}
+
+func newQuietHarness(t *testing.T, cfg controller.Config, tweak func(*countingSource)) *harness {
+	return newHarnessOf(t, cfg, tweak, func(s *countingSource) controller.Source { return quietSource{s} })
+}
+
+// Entering quiet mode probes once more in the normal mode (nothing it
+// would find is lost), takes a quiet baseline, and from then on probes
+// with QuietGeneration every QuietProbeEvery and reconciles every
+// QuietBackstopEvery: an idle hour costs four quiet probes, nothing else.
+func TestQuietModeStretchesThePeriods(t *testing.T) {
+	h := newQuietHarness(t, controller.Config{ReconcileEvery: time.Minute}, nil)
+	h.run()
+	h.settle()
+	h.ctrl.SetQuiet(true)
+	h.settle()
+	want := map[string]int{"ready": 1, "generation": 2, "quiet_generation": 1, "reconcile": 1, "claim": 1, "next_work_at": 1}
+	h.wantCounts(want)
+	if st := h.ctrl.Stats(); st.QuietEntries != 1 || !h.ctrl.Quiet() {
+		t.Fatalf("not quiet: %+v", st)
+	}
+	h.advance(time.Hour, 15*time.Second)
+	want["quiet_generation"] += 4
+	h.wantCounts(want)
+	// The quiet backstop at two hours reconciles once, with its claim pass.
+	h.advance(time.Hour, time.Minute)
+	want["quiet_generation"] += 4
+	want["reconcile"]++
+	want["claim"]++
+	want["next_work_at"]++
+	h.wantCounts(want)
+}
+
+// A quiet probe that finds work no wake announced leaves quiet mode: the
+// next probes are normal ones on the normal period.
+func TestQuietProbeFindingWorkLeavesQuietMode(t *testing.T) {
+	h := newQuietHarness(t, controller.Config{}, func(s *countingSource) {
+		s.claim = func(n int, turn controller.Turn) (controller.ClaimBatch, error) {
+			if n == 2 {
+				return controller.ClaimBatch{Started: 1}, nil // the missed item
+			}
+			return controller.ClaimBatch{}, nil
+		}
+	})
+	h.run()
+	h.settle()
+	h.ctrl.SetQuiet(true)
+	h.settle()
+	h.src.SetGeneration(7) // another process enqueued; its wake was lost
+	h.advance(controller.DefaultQuietProbeEvery, 15*time.Second)
+	st := h.ctrl.Stats()
+	if st.MissedWakes != 1 || h.ctrl.Quiet() {
+		t.Fatalf("still quiet after a missed wake: %+v", st)
+	}
+	before := h.src.Count("generation")
+	h.advance(time.Minute, 15*time.Second)
+	if got := h.src.Count("generation") - before; got < 4 {
+		t.Fatalf("%d normal probes in a minute after leaving quiet mode, want 4 or more", got)
+	}
+}
+
+// A change that a wake announced is not a missed wake, even when a probe
+// sees it first.
+func TestWakeExplainsWhatTheQuietProbeSaw(t *testing.T) {
+	h := newQuietHarness(t, controller.Config{}, func(s *countingSource) {
+		s.claim = func(n int, turn controller.Turn) (controller.ClaimBatch, error) {
+			return controller.ClaimBatch{Started: 1}, nil
+		}
+	})
+	h.run()
+	h.settle()
+	h.ctrl.SetQuiet(true)
+	h.settle()
+	h.src.SetGeneration(9)
+	h.ctrl.Wake()
+	h.advance(controller.DefaultQuietProbeEvery, time.Minute)
+	if st := h.ctrl.Stats(); st.MissedWakes != 0 || !h.ctrl.Quiet() {
+		t.Fatalf("a woken change counted as missed: %+v", st)
+	}
+}
+
+// A probe disabled in normal mode stays disabled in quiet mode.
+func TestQuietModeKeepsDisabledPeriodsDisabled(t *testing.T) {
+	h := newQuietHarness(t, controller.Config{GenerationProbeEvery: -1, ReconcileEvery: -1}, nil)
+	h.run()
+	h.settle()
+	h.ctrl.SetQuiet(true)
+	h.settle()
+	before := h.src.Counts()
+	h.advance(5*time.Hour, 5*time.Minute)
+	h.wantCounts(before)
+}
+
+func TestQuietBackstopCannotBeDisabled(t *testing.T) {
+	if _, err := controller.New(quietSource{newCountingSource(nil)}, controller.Config{QuietBackstopEvery: -1}); err == nil {
+		t.Fatal("a disabled quiet backstop was accepted")
+	}
+}

@@ -1,0 +1,266 @@
+package wake
+
+import (
+	"context"
+	"crypto/rand"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/laneq/laneq/runtime/workqueue"
+)
+
+// Handlers are what a subscription calls. Both run on the hub's
+// goroutines: keep them short and non-blocking (a controller's Wake and
+// SetQuiet are).
+type Handlers struct {
+	// Wake: another process says work may be claimable in the scope.
+	Wake func()
+	// Health: whether other processes can wake this one now. True once
+	// the self-test datagram came back through the advertised address and
+	// the endpoint is registered; false when the self-test timed out or a
+	// renewal failed (until a later renewal succeeds).
+	Health func(healthy bool)
+}
+
+// Subscription is one scope's endpoint on a hub.
+type Subscription struct {
+	h     *Hub
+	scope string
+	ep    workqueue.WakeEndpoint
+	on    Handlers
+
+	kick      chan struct{} // capacity 1: a wake to deliver
+	stop      chan struct{}
+	done      chan struct{}
+	closeOnce sync.Once
+
+	mu         sync.Mutex
+	registered bool // the row is known to exist (false after a failed renewal)
+	selfTested bool
+	healthy    bool
+}
+
+// ScopeSweepLimit bounds the expired endpoints a Subscribe deletes.
+const ScopeSweepLimit = 100
+
+// Subscribe registers an endpoint for scope and calls on.Wake when another
+// process announces work in it. It first deletes endpoints of the scope
+// that expired more than a TTL ago (processes that died), then sends
+// itself a self-test datagram; on.Health(true) follows when it arrives.
+func (h *Hub) Subscribe(ctx context.Context, scope string, on Handlers) (*Subscription, error) {
+	if on.Wake == nil {
+		return nil, errors.New("wake: Subscribe needs a Wake handler")
+	}
+	if on.Health == nil {
+		on.Health = func(bool) {}
+	}
+	h.mu.Lock()
+	if h.closed {
+		h.mu.Unlock()
+		return nil, ErrClosed
+	}
+	h.nextSub++
+	id := fmt.Sprintf("%s-%d", h.idPrefix, h.nextSub)
+	h.mu.Unlock()
+	key := make([]byte, workqueue.WakeKeySize)
+	if _, err := rand.Read(key); err != nil {
+		return nil, fmt.Errorf("wake: endpoint key: %w", err)
+	}
+	s := &Subscription{
+		h: h, scope: scope, on: on, ep: workqueue.WakeEndpoint{ID: id, Address: h.advertise, Key: key},
+		kick: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{}),
+	}
+	if _, err := h.q.SweepWakeEndpoints(ctx, scope, h.cfg.TTL, ScopeSweepLimit); err != nil {
+		return nil, err
+	}
+	if err := h.q.RegisterWakeEndpoint(ctx, scope, s.ep, h.cfg.TTL); err != nil {
+		return nil, err
+	}
+	h.mu.Lock()
+	if h.closed {
+		h.mu.Unlock()
+		_ = h.q.RemoveWakeEndpoint(ctx, scope, id)
+		return nil, ErrClosed
+	}
+	h.subs[id] = s
+	h.mu.Unlock()
+	s.mu.Lock()
+	s.registered = true
+	s.mu.Unlock()
+	go s.deliverLoop()
+	h.selfTest(s)
+	return s, nil
+}
+
+// EndpointID is the subscription's wake_endpoint id.
+func (s *Subscription) EndpointID() string { return s.ep.ID }
+
+// Healthy reports what the last Health call said.
+func (s *Subscription) Healthy() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.healthy
+}
+
+// setState updates the registration and self-test facts and calls Health
+// when health changed.
+func (s *Subscription) setState(update func()) {
+	s.mu.Lock()
+	was := s.healthy
+	update()
+	s.healthy = s.registered && s.selfTested
+	now := s.healthy
+	s.mu.Unlock()
+	if now != was {
+		s.h.log.Info("wake endpoint health changed", "scope", s.scope, "endpoint", s.ep.ID, "healthy", now)
+		s.on.Health(now)
+	}
+}
+
+// selfTest sends s a datagram through the advertised address; health
+// turns true when it arrives (receiveLoop), and a timer reports false if
+// it does not arrive in time.
+func (h *Hub) selfTest(s *Subscription) {
+	b := message{selfTest: true, sentUs: time.Now().UnixMicro(), nonce: newNonce(), endpoint: s.ep.ID, scope: s.scope}.append(nil, s.ep.Key)
+	if _, err := h.conn.WriteToUDP(b, h.self); err != nil {
+		h.st.sendErrors.Add(1)
+		h.log.Warn("wake self-test could not be sent: other processes cannot wake this one; it keeps probing", "advertise", h.advertise, "err", err)
+		s.on.Health(false)
+		return
+	}
+	h.wg.Add(1)
+	go func() {
+		defer h.wg.Done()
+		t := h.cfg.Clock.NewTimer()
+		defer t.Stop()
+		t.Reset(h.cfg.SelfTestTimeout)
+		select {
+		case <-t.C():
+		case <-s.stop:
+			return
+		case <-h.ctx.Done():
+			return
+		}
+		s.mu.Lock()
+		ok := s.selfTested
+		s.mu.Unlock()
+		if !ok {
+			h.log.Warn("wake self-test datagram did not come back through the advertised address: other processes cannot wake this one; it keeps probing",
+				"scope", s.scope, "advertise", h.advertise, "timeout", h.cfg.SelfTestTimeout)
+			s.on.Health(false)
+		}
+	}()
+}
+
+// wake queues one delivery; deliveries already queued absorb it.
+func (s *Subscription) wake() {
+	select {
+	case s.kick <- struct{}{}:
+	default:
+	}
+}
+
+// deliverLoop delivers queued wakes at most MaxWakesPerSecond a second:
+// after a delivery it waits out the gap, and every wake that arrived
+// meanwhile is folded into the next delivery, never dropped.
+func (s *Subscription) deliverLoop() {
+	defer close(s.done)
+	gap := time.Second / time.Duration(s.h.cfg.MaxWakesPerSecond)
+	t := s.h.cfg.Clock.NewTimer()
+	defer t.Stop()
+	for {
+		select {
+		case <-s.kick:
+		case <-s.stop:
+			return
+		}
+		s.h.st.delivered.Add(1)
+		s.on.Wake()
+		t.Reset(gap)
+		select {
+		case <-t.C():
+		case <-s.stop:
+			return
+		}
+	}
+}
+
+// renew renews the registration, registering again when the row is gone.
+func (s *Subscription) renew(ctx context.Context) error {
+	h := s.h
+	h.st.renewals.Add(1)
+	found, err := h.q.RenewWakeEndpoint(ctx, s.scope, s.ep.ID, h.cfg.TTL)
+	if err == nil && !found {
+		h.st.reregistrations.Add(1)
+		err = h.q.RegisterWakeEndpoint(ctx, s.scope, s.ep, h.cfg.TTL)
+	}
+	if err != nil {
+		h.st.renewalErrors.Add(1)
+	}
+	s.setState(func() { s.registered = err == nil })
+	return err
+}
+
+// Close removes the endpoint's row and stops deliveries.
+func (s *Subscription) Close() error {
+	var err error
+	s.closeOnce.Do(func() {
+		s.h.mu.Lock()
+		delete(s.h.subs, s.ep.ID)
+		s.h.mu.Unlock()
+		close(s.stop)
+		<-s.done
+		ctx, cancel := context.WithTimeout(context.Background(), dbTimeout)
+		defer cancel()
+		err = s.h.q.RemoveWakeEndpoint(ctx, s.scope, s.ep.ID)
+	})
+	return err
+}
+
+// keepLoop renews every subscription's registration every TTL/3; after a
+// failure it tries again every RenewRetry until it succeeds.
+func (h *Hub) keepLoop() {
+	defer h.wg.Done()
+	t := h.cfg.Clock.NewTimer()
+	defer t.Stop()
+	every := h.cfg.TTL / 3
+	for {
+		t.Reset(every)
+		select {
+		case <-t.C():
+		case <-h.ctx.Done():
+			return
+		}
+		h.mu.Lock()
+		subs := make([]*Subscription, 0, len(h.subs))
+		for _, s := range h.subs {
+			subs = append(subs, s)
+		}
+		h.mu.Unlock()
+		failed := false
+		for _, s := range subs {
+			ctx, cancel := context.WithTimeout(h.ctx, dbTimeout)
+			if err := s.renew(ctx); err != nil && h.ctx.Err() == nil {
+				failed = true
+				h.log.Warn("wake endpoint renewal failed: other processes may stop waking this one; it probes meanwhile",
+					"scope", s.scope, "endpoint", s.ep.ID, "err", err, "retry_in", RenewRetry)
+			}
+			cancel()
+		}
+		every = h.cfg.TTL / 3
+		if failed {
+			every = min(every, RenewRetry)
+		}
+	}
+}
+
+// RenewRetry is how soon a failed renewal is tried again.
+const RenewRetry = 30 * time.Second
+
+func newNonce() [nonceSize]byte {
+	var n [nonceSize]byte
+	_, _ = rand.Read(n[:]) // crypto/rand.Read never fails (Go 1.24+)
+	return n
+}

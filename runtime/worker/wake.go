@@ -1,0 +1,74 @@
+package worker
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/laneq/laneq/runtime/wake"
+)
+
+// startWakes subscribes the worker's scope on its wake hub (its own, or
+// Config.Wake.Shared) and watches its Queue there, so other processes
+// wake it and it wakes them. A failed subscription is logged and the
+// worker probes on the normal periods; a hub that cannot be built (its
+// listen address is taken or invalid) is a configuration error. stop
+// removes the endpoint, announces the released items and closes an own
+// hub.
+func (w *Worker) startWakes(ctx context.Context) (stop func(), err error) {
+	wc := w.cfg.Wake
+	if wc.Off {
+		return func() {}, nil
+	}
+	hub, own := wc.Shared, false
+	if hub == nil {
+		hc := wc.Hub
+		if hc.Logger == nil {
+			hc.Logger = w.log
+		}
+		if hub, err = wake.New(w.q, hc); err != nil {
+			return nil, fmt.Errorf("worker: wake hub: %w", err)
+		}
+		own = true
+	}
+	hub.Watch(w.q)
+	w.hub.Store(hub)
+	sub, err := hub.Subscribe(ctx, w.cfg.Scope, wake.Handlers{
+		Wake: func() {
+			w.ctrl.Wake()
+			if s := w.wakeSub.Load(); s != nil && s.Healthy() {
+				w.ctrl.SetQuiet(true) // a wake arrived: the path works again
+			}
+		},
+		Health: w.ctrl.SetQuiet,
+	})
+	if err != nil {
+		w.log.Warn("wake endpoint not registered: other processes cannot wake this worker; it probes on the normal period", "err", err)
+	} else {
+		w.wakeSub.Store(sub)
+	}
+	return func() {
+		if sub != nil {
+			if err := sub.Close(); err != nil {
+				w.log.Warn("wake endpoint not removed (it expires by itself)", "err", err)
+			}
+			w.wakeSub.Store(nil)
+		}
+		w.ctrl.SetQuiet(false)
+		hub.Publish(w.cfg.Scope) // the items released at shutdown
+		w.hub.Store(nil)
+		if own {
+			if err := hub.Close(); err != nil {
+				w.log.Warn("closing the wake hub", "err", err)
+			}
+		}
+	}, nil
+}
+
+// announce says work became claimable in the worker's scope: this worker
+// claims it, and other processes of the scope hear of it.
+func (w *Worker) announce() {
+	w.ctrl.Wake()
+	if hub := w.hub.Load(); hub != nil {
+		hub.Publish(w.cfg.Scope)
+	}
+}
