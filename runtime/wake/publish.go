@@ -157,4 +157,3 @@ func (p *publisher) endpoints(scope string, now time.Time) ([]resolvedEndpoint, 
 	p.cache[scope] = cachedEndpoints{read: now, endpoints: eps}
 	return eps, true
 }
-

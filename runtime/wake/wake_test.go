@@ -180,8 +180,8 @@ func TestForgedAndReplayedWakesAreRefused(t *testing.T) {
 	otherScope := valid(time.Now())
 	otherScope.scope = "another-scope"
 	send(otherScope.append(nil, s.ep.Key))
-	send(valid(time.Now().Add(-2 * DefaultWindow)).append(nil, s.ep.Key))
-	send(valid(time.Now().Add(2 * DefaultWindow)).append(nil, s.ep.Key))
+	send(valid(time.Now().Add(-2*DefaultWindow)).append(nil, s.ep.Key))
+	send(valid(time.Now().Add(2*DefaultWindow)).append(nil, s.ep.Key))
 	captured := valid(time.Now()).append(nil, s.ep.Key)
 	for range 200 {
 		send(captured)

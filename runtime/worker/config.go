@@ -4,8 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"os"
 	"net"
+	"os"
 	"strconv"
 	"time"
 
