@@ -166,3 +166,37 @@ func (t *fakeTimer) drain() {
 	default:
 	}
 }
+
+// Scaled is a clock that runs factor times faster than the wall clock from
+// the moment it is made: its timers fire after d/factor of real time. It
+// lets a test run hours of a component's periodic behaviour with its
+// default periods in seconds, across processes and against a real server
+// (timers only: a database's clock is not scaled).
+func Scaled(factor float64) Clock {
+	if factor <= 0 {
+		panic("clock: Scaled needs a positive factor")
+	}
+	return scaledClock{start: time.Now(), factor: factor}
+}
+
+type scaledClock struct {
+	start  time.Time
+	factor float64
+}
+
+func (s scaledClock) Now() time.Time {
+	return s.start.Add(time.Duration(float64(time.Since(s.start)) * s.factor))
+}
+
+func (s scaledClock) NewTimer() Timer {
+	t := time.NewTimer(time.Hour)
+	t.Stop()
+	return &scaledTimer{realTimer{t: t}, s.factor}
+}
+
+type scaledTimer struct {
+	realTimer
+	factor float64
+}
+
+func (s *scaledTimer) Reset(d time.Duration) { s.t.Reset(time.Duration(float64(d) / s.factor)) }

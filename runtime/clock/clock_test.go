@@ -72,3 +72,17 @@ func TestRealTimerFires(t *testing.T) {
 		t.Fatal("real timer never fired")
 	}
 }
+
+func TestScaledClockRunsFaster(t *testing.T) {
+	c := clock.Scaled(1000)
+	start, realStart := c.Now(), time.Now()
+	tm := c.NewTimer()
+	tm.Reset(10 * time.Second) // 10ms of real time
+	<-tm.C()
+	if real := time.Since(realStart); real >= 10*time.Second {
+		t.Fatalf("a 10s timer at 1000x took %s of real time", real)
+	}
+	if got := c.Now().Sub(start); got < 10*time.Second {
+		t.Fatalf("the clock moved %s while its 10s timer ran", got)
+	}
+}

@@ -126,8 +126,8 @@ const (
 	DefaultGenerationProbeEvery = 15 * time.Second
 	DefaultReconcileEvery       = time.Minute
 	DefaultMaintainEvery        = 2 * time.Minute
-	DefaultQuietProbeEvery      = 15 * time.Minute
-	DefaultQuietBackstopEvery   = 2 * time.Hour
+	DefaultQuietProbeEvery      = 20 * time.Minute
+	DefaultQuietBackstopEvery   = 4 * time.Hour
 	MaintainRetryMin            = time.Second
 )
 
@@ -147,11 +147,11 @@ type Config struct {
 	// disables it. Ignored for a source that is not a Maintainer.
 	MaintainEvery time.Duration
 	// QuietProbeEvery replaces GenerationProbeEvery in quiet mode (see
-	// SetQuiet). Default 15m; negative disables probing in quiet mode. A
+	// SetQuiet). Default 20m; negative disables probing in quiet mode. A
 	// period disabled in normal mode stays disabled in quiet mode.
 	QuietProbeEvery time.Duration
 	// QuietBackstopEvery replaces ReconcileEvery and MaintainEvery in
-	// quiet mode (either one negative stays disabled). Default 2h.
+	// quiet mode (either one negative stays disabled). Default 4h.
 	QuietBackstopEvery time.Duration
 	// Logger receives lifecycle and error records. Default slog.Default().
 	Logger *slog.Logger

@@ -26,7 +26,7 @@ func newQuietHarness(t *testing.T, cfg controller.Config, tweak func(*countingSo
 // Entering quiet mode probes once more in the normal mode (nothing it
 // would find is lost), takes a quiet baseline, and from then on probes
 // with QuietGeneration every QuietProbeEvery and reconciles every
-// QuietBackstopEvery: an idle hour costs four quiet probes, nothing else.
+// QuietBackstopEvery: an idle hour costs three quiet probes, nothing else.
 func TestQuietModeStretchesThePeriods(t *testing.T) {
 	h := newQuietHarness(t, controller.Config{ReconcileEvery: time.Minute}, nil)
 	h.run()
@@ -39,11 +39,11 @@ func TestQuietModeStretchesThePeriods(t *testing.T) {
 		t.Fatalf("not quiet: %+v", st)
 	}
 	h.advance(time.Hour, 15*time.Second)
-	want["quiet_generation"] += 4
+	want["quiet_generation"] += 3
 	h.wantCounts(want)
-	// The quiet backstop at two hours reconciles once, with its claim pass.
-	h.advance(time.Hour, time.Minute)
-	want["quiet_generation"] += 4
+	// The quiet backstop at four hours reconciles once, with its claim pass.
+	h.advance(3*time.Hour, time.Minute)
+	want["quiet_generation"] += 9
 	want["reconcile"]++
 	want["claim"]++
 	want["next_work_at"]++

@@ -50,7 +50,7 @@ import (
 // Defaults of Config.
 const (
 	DefaultListen            = "127.0.0.1:0"
-	DefaultTTL               = 3 * time.Hour
+	DefaultTTL               = 6 * time.Hour
 	DefaultWindow            = time.Minute
 	DefaultEndpointCacheTTL  = 5 * time.Second
 	DefaultCoalesceEvery     = 10 * time.Millisecond
@@ -70,7 +70,7 @@ type Config struct {
 	Advertise string
 	// TTL is how long an endpoint registration lives without renewal; it
 	// is renewed every TTL/3. A process that dies without removing its
-	// row is sent datagrams (harmlessly) until then. Default 3h.
+	// row is sent datagrams (harmlessly) until then. Default 6h.
 	TTL time.Duration
 	// Window is the accepted difference between a datagram's send time and
 	// the receiver's clock (hosts' clock skew plus delivery). Default 1m.

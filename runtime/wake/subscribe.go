@@ -20,7 +20,8 @@ type Handlers struct {
 	// Health: whether other processes can wake this one now. True once
 	// the self-test datagram came back through the advertised address and
 	// the endpoint is registered; false when the self-test timed out or a
-	// renewal failed (until a later renewal succeeds).
+	// renewal failed (until a later renewal succeeds). It is called with
+	// the subscription's lock held, so it must not call the subscription.
 	Health func(healthy bool)
 }
 
@@ -106,16 +107,16 @@ func (s *Subscription) Healthy() bool {
 
 // setState updates the registration and self-test facts and calls Health
 // when health changed.
+// Health is called under s.mu, so reports are never reordered.
 func (s *Subscription) setState(update func()) {
 	s.mu.Lock()
+	defer s.mu.Unlock()
 	was := s.healthy
 	update()
 	s.healthy = s.registered && s.selfTested
-	now := s.healthy
-	s.mu.Unlock()
-	if now != was {
-		s.h.log.Info("wake endpoint health changed", "scope", s.scope, "endpoint", s.ep.ID, "healthy", now)
-		s.on.Health(now)
+	if s.healthy != was {
+		s.h.log.Info("wake endpoint health changed", "scope", s.scope, "endpoint", s.ep.ID, "healthy", s.healthy)
+		s.on.Health(s.healthy)
 	}
 }
 
@@ -144,12 +145,11 @@ func (h *Hub) selfTest(s *Subscription) {
 			return
 		}
 		s.mu.Lock()
-		ok := s.selfTested
-		s.mu.Unlock()
-		if !ok {
-			h.log.Warn("wake self-test datagram did not come back through the advertised address: other processes cannot wake this one; it keeps probing",
+		defer s.mu.Unlock()
+		if !s.selfTested {
+			h.log.Warn("wake self-test datagram did not come back through the advertised address in time: other processes cannot wake this one; it keeps probing",
 				"scope", s.scope, "advertise", h.advertise, "timeout", h.cfg.SelfTestTimeout)
-			s.on.Health(false)
+			s.on.Health(false) // a late self-test still reports true
 		}
 	}()
 }

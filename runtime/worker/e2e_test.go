@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/laneq/laneq/internal/sqlcount"
+	"github.com/laneq/laneq/runtime/clock"
 	"github.com/laneq/laneq/runtime/worker"
 	"github.com/laneq/laneq/runtime/workqueue"
 )
@@ -33,6 +34,13 @@ const (
 	// whose payload is this value, as a handler that crashes its process
 	// would (an OOM, a panic in a goroutine it started).
 	helperExitOnEnv = "LANEQ_WORKER_HELPER_EXIT_ON"
+	// helperClockScaleEnv runs the worker's timers on clock.Scaled(N);
+	// helperDefaultsEnv keeps every period at its default (otherwise the
+	// dependency safety pass is off); helperStampEnv prints each handler
+	// start as "ran ID UNIXNANO".
+	helperClockScaleEnv = "LANEQ_WORKER_HELPER_CLOCK_SCALE"
+	helperDefaultsEnv   = "LANEQ_WORKER_HELPER_DEFAULTS"
+	helperStampEnv      = "LANEQ_WORKER_HELPER_STAMP"
 )
 
 // helperReport is what a worker process prints after an idle window.
@@ -79,7 +87,17 @@ func runHelperProcess() int {
 	// No item here waits on a dependency, and the safety pass (every 2m by
 	// default) would land in the idle window whenever a slow server makes
 	// the drain take longer than its period.
-	cfg.Controller.MaintainEvery = -1
+	if os.Getenv(helperDefaultsEnv) == "" {
+		cfg.Controller.MaintainEvery = -1
+	}
+	if v := os.Getenv(helperClockScaleEnv); v != "" {
+		f, err := strconv.ParseFloat(v, 64)
+		if err != nil {
+			return fail(err)
+		}
+		cfg.Controller.Clock = clock.Scaled(f)
+	}
+	stamp := os.Getenv(helperStampEnv) != ""
 	var outMu sync.Mutex
 	out := bufio.NewWriter(os.Stdout)
 	say := func(format string, args ...any) {
@@ -93,7 +111,11 @@ func runHelperProcess() int {
 			say("dying on %d", job.Item.WorkID)
 			os.Exit(3)
 		}
-		say("ran %d", job.Item.WorkID)
+		if stamp {
+			say("ran %d %d", job.Item.WorkID, time.Now().UnixNano())
+		} else {
+			say("ran %d", job.Item.WorkID)
+		}
 		return nil
 	}})
 	if err != nil {
@@ -102,6 +124,7 @@ func runHelperProcess() int {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	done := make(chan error, 1)
+	enqueued := 0
 	in := bufio.NewScanner(os.Stdin)
 	for in.Scan() {
 		cmd := strings.Fields(in.Text())
@@ -128,6 +151,26 @@ func runHelperProcess() int {
 				}
 			}
 			b, _ := json.Marshal(helperReport{IdleStatements: counter.Statements() - before, IdleByStatement: idleBy, Stats: w.Stats()})
+			say("report %s", b)
+		case len(cmd) == 2 && cmd[0] == "enqueue":
+			// Work enqueued here reaches the other worker process by a wake.
+			n, err := strconv.Atoi(cmd[1])
+			if err != nil {
+				return fail(err)
+			}
+			enqueued++
+			evs := make([]workqueue.Event, n)
+			for i := range evs {
+				key := fmt.Sprintf("%s-%d-%d", os.Getenv(helperEnv), enqueued, i)
+				evs[i] = workqueue.Event{IdempotencyKey: key, RouteID: "r", RouteVersion: 1, EventKind: "k", SourceKind: "s",
+					SourceID: key, Payload: []byte("{}"), Work: []workqueue.Work{{WorkType: "deliver"}}}
+			}
+			if _, err := qu.Enqueue(ctx, cfg.Scope, evs); err != nil {
+				return fail(err)
+			}
+			say("enqueued %d", n)
+		case len(cmd) == 1 && cmd[0] == "stats":
+			b, _ := json.Marshal(helperReport{Stats: w.Stats()})
 			say("report %s", b)
 		case len(cmd) == 1 && cmd[0] == "stop":
 			cancel()
@@ -171,7 +214,7 @@ func (l *lockedBuffer) String() string {
 	return l.b.String()
 }
 
-func startHelper(t *testing.T, name, dsn string, env ...string) *helperProc {
+func startHelper(t testing.TB, name, dsn string, env ...string) *helperProc {
 	t.Helper()
 	h := &helperProc{name: name, lines: make(chan string, 10_000)}
 	h.cmd = exec.Command(os.Args[0], "-test.run=^$")
@@ -202,7 +245,7 @@ func startHelper(t *testing.T, name, dsn string, env ...string) *helperProc {
 	return h
 }
 
-func (h *helperProc) send(t *testing.T, cmd string) {
+func (h *helperProc) send(t testing.TB, cmd string) {
 	t.Helper()
 	if _, err := fmt.Fprintln(h.stdin, cmd); err != nil {
 		t.Fatalf("%s: send %q: %v (stderr: %s)", h.name, cmd, err, h.stderr.String())

@@ -25,6 +25,9 @@ func (w *Worker) startWakes(ctx context.Context) (stop func(), err error) {
 		if hc.Logger == nil {
 			hc.Logger = w.log
 		}
+		if hc.Clock == nil {
+			hc.Clock = w.clock
+		}
 		if hub, err = wake.New(w.q, hc); err != nil {
 			return nil, fmt.Errorf("worker: wake hub: %w", err)
 		}

@@ -373,10 +373,21 @@ type Stats struct {
 	// ControllerRestarts counts restarts after errors that left the
 	// controller usable.
 	ControllerRestarts uint64
+	// Quiet says the controller probes on the quiet periods (other
+	// processes' wakes reach this one).
+	Quiet bool
+	// Wake is the wake hub's counters while Run uses one (a shared hub's
+	// count every user's traffic).
+	Wake wake.Stats
 }
 
 func (w *Worker) Stats() Stats {
-	return Stats{Controller: w.ctrl.Stats(), Scheduler: w.sched.Stats(), Queue: w.q.Stats(), Contention: w.claimer.Contention(), ControllerRestarts: w.restarts.Load()}
+	st := Stats{Controller: w.ctrl.Stats(), Scheduler: w.sched.Stats(), Queue: w.q.Stats(), Contention: w.claimer.Contention(),
+		ControllerRestarts: w.restarts.Load(), Quiet: w.ctrl.Quiet()}
+	if hub := w.hub.Load(); hub != nil {
+		st.Wake = hub.Stats()
+	}
+	return st
 }
 
 // Settle waits until the controller handled every signal sent so far (for

@@ -1,0 +1,207 @@
+package worker_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/laneq/laneq/internal/queuetest"
+	"github.com/laneq/laneq/runtime/wake"
+	"github.com/laneq/laneq/runtime/workqueue"
+)
+
+// next returns the helper's next output line; the deadline only bounds a
+// hung test.
+func (h *helperProc) next(t testing.TB) string {
+	t.Helper()
+	select {
+	case line, ok := <-h.lines:
+		if !ok {
+			t.Fatalf("%s exited: %s", h.name, h.stderr.String())
+		}
+		return line
+	case <-time.After(5 * time.Minute):
+		t.Fatalf("%s said nothing for 5 minutes (stderr: %s)", h.name, h.stderr.String())
+	}
+	return ""
+}
+
+// report sends cmd and returns the helperReport it answers with, skipping
+// "ran" lines (counted in ran).
+func (h *helperProc) report(t testing.TB, cmd string, ran map[string]int) helperReport {
+	t.Helper()
+	h.send(t, cmd)
+	for {
+		line := h.next(t)
+		if strings.HasPrefix(line, "ran ") {
+			ran[h.name]++
+			continue
+		}
+		var r helperReport
+		if err := json.Unmarshal([]byte(strings.TrimPrefix(line, "report ")), &r); err != nil {
+			t.Fatalf("%s: %q: %v", h.name, line, err)
+		}
+		return r
+	}
+}
+
+// idleClockScale compresses the idle test's time: at 480x, one real
+// minute is eight hours of the workers' timers (probes, backstop,
+// maintenance, endpoint renewal), all at their default periods. Only the
+// timers are scaled: waits measured by the database (a lease expiry, a
+// retry's delay) still take real time, so the scaled clock is for idle
+// behaviour, not for drains.
+const idleClockScale = 480
+
+// TestTwoProcessesIdleWithWakes: two worker processes with default
+// settings (wakes on, default periods; only their timers run on a clock
+// 480 times faster than real time) wake each other: work enqueued in one
+// is announced to the other, both stay in quiet mode, and then, idle for
+// eight hours of their clocks, each sends at most one SQL statement per
+// five minutes (96) to TiDB, prepares and the claim turn the first quiet
+// probe after the drain makes included.
+func TestTwoProcessesIdleWithWakes(t *testing.T) {
+	f := newFixture(t, workqueue.Config{})
+	env := []string{helperDefaultsEnv + "=1", fmt.Sprintf("%s=%d", helperClockScaleEnv, idleClockScale)}
+	a, b := startHelper(t, "worker-a", f.dsn, env...), startHelper(t, "worker-b", f.dsn, env...)
+	ran := map[string]int{}
+	for _, p := range []*helperProc{a, b} {
+		p.send(t, "go")
+	}
+	// Both registered and past their self-tests.
+	for _, p := range []*helperProc{a, b} {
+		for tries := 0; !p.report(t, "stats", ran).Stats.Quiet; tries++ {
+			if tries > 500 {
+				t.Fatalf("%s never became quiet", p.name)
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+	eps, err := f.qu.WakeEndpoints(f.ctx, scope)
+	if err != nil || len(eps) != 2 {
+		t.Fatalf("live endpoints %v (%v), want one per process", eps, err)
+	}
+	// Work enqueued in A: B hears of it by a wake.
+	const items = 40
+	a.send(t, "enqueue "+strconv.Itoa(items))
+	for ran["worker-a"]+ran["worker-b"] < items {
+		select {
+		case line := <-a.lines:
+			if strings.HasPrefix(line, "ran ") {
+				ran["worker-a"]++
+			}
+		case line := <-b.lines:
+			if strings.HasPrefix(line, "ran ") {
+				ran["worker-b"]++
+			}
+		case <-time.After(2 * time.Minute):
+			t.Fatalf("ran %v of %d", ran, items)
+		}
+	}
+	if rb := b.report(t, "stats", ran); rb.Stats.Wake.Delivered < 1 {
+		t.Fatalf("B was not woken by A's enqueue: %+v", rb.Stats.Wake)
+	}
+	// Wait for the completions to commit before the idle window.
+	for deadline := time.Now().Add(time.Minute); f.states()["completed"] != items; time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("states %v", f.states())
+		}
+	}
+	const window = time.Minute // eight hours of the workers' clocks
+	const virtual = window * idleClockScale
+	for _, p := range []*helperProc{a, b} {
+		p.send(t, fmt.Sprintf("idle %d", window.Milliseconds()))
+	}
+	budget := int64(virtual / (5 * time.Minute))
+	for _, p := range []*helperProc{a, b} {
+		line := p.next(t)
+		var r helperReport
+		if err := json.Unmarshal([]byte(strings.TrimPrefix(line, "report ")), &r); err != nil {
+			t.Fatalf("%s: %q: %v", p.name, line, err)
+		}
+		c := r.Stats.Controller
+		t.Logf("%s: ran %d; idle for %s of its clock: %d statements (one per %s) %v; probes %d, reconciles %d, maintenances %d, missed wakes %d; wake %+v",
+			p.name, ran[p.name], virtual, r.IdleStatements, (virtual / time.Duration(max(r.IdleStatements, 1))).Round(time.Second),
+			r.IdleByStatement, c.GenerationProbes, c.Reconciles, c.Maintenances, c.MissedWakes, r.Stats.Wake)
+		if r.IdleStatements > budget {
+			t.Errorf("%s sent %d statements in %s idle, above one per five minutes (%d)", p.name, r.IdleStatements, virtual, budget)
+		}
+		if !r.Stats.Quiet || c.MissedWakes != 0 {
+			t.Errorf("%s: quiet %t, missed wakes %d", p.name, r.Stats.Quiet, c.MissedWakes)
+		}
+		if c.Reconciles < 3 || c.GenerationProbes < 24 || c.Maintenances < 2 {
+			t.Errorf("%s: the safety net did not run in eight hours (probes %d, reconciles %d, maintenances %d)", p.name, c.GenerationProbes, c.Reconciles, c.Maintenances)
+		}
+	}
+	for _, p := range []*helperProc{a, b} {
+		p.send(t, "stop")
+		for line := p.next(t); line != "bye"; line = p.next(t) {
+		}
+	}
+	if eps, err := f.qu.WakeEndpoints(f.ctx, scope); err != nil || len(eps) != 0 {
+		t.Fatalf("endpoints left after both stopped: %v (%v)", eps, err)
+	}
+}
+
+// BenchmarkCrossProcessWakeLatency: this process enqueues one item at a
+// time through a Queue with a wake hub (an API process); a worker process
+// with default settings runs it. Reported: enqueue commit -> handler start
+// latency, p50-ms and p99-ms (targets 50 and 200), and max-ms. Without
+// wakes the worker would find each item on its generation probe, every
+// 15s.
+func BenchmarkCrossProcessWakeLatency(b *testing.B) {
+	qu, _, dsn := queuetest.New(b, workqueue.Config{}, scope)
+	hub, err := wake.New(qu, wake.Config{Logger: quiet})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer hub.Close()
+	committed := make(chan time.Time, 1)
+	stop := qu.OnEnqueuedAny(func(string) { committed <- time.Now() })
+	defer stop()
+	w := startHelper(b, "worker", dsn, helperStampEnv+"=1")
+	w.send(b, "go")
+	for deadline := time.Now().Add(time.Minute); ; time.Sleep(10 * time.Millisecond) {
+		if eps, err := qu.WakeEndpoints(context.Background(), scope); err == nil && len(eps) == 1 {
+			break
+		}
+		if time.Now().After(deadline) {
+			b.Fatal("the worker process did not register its wake endpoint")
+		}
+	}
+	ctx := context.Background()
+	lat := make([]time.Duration, 0, b.N)
+	b.ResetTimer()
+	for i := range b.N {
+		key := fmt.Sprintf("bench-%d", i)
+		_, err := qu.Enqueue(ctx, scope, []workqueue.Event{{IdempotencyKey: key, RouteID: "r", RouteVersion: 1, EventKind: "k",
+			SourceKind: "s", SourceID: key, Payload: []byte("{}"), Work: []workqueue.Work{{WorkType: "deliver"}}}})
+		if err != nil {
+			b.Fatal(err)
+		}
+		at := <-committed
+		fields := strings.Fields(w.next(b))
+		if len(fields) != 3 || fields[0] != "ran" {
+			b.Fatalf("unexpected line %q", strings.Join(fields, " "))
+		}
+		ns, err := strconv.ParseInt(fields[2], 10, 64)
+		if err != nil {
+			b.Fatal(err)
+		}
+		lat = append(lat, time.Unix(0, ns).Sub(at))
+	}
+	b.StopTimer()
+	slices.Sort(lat)
+	ms := func(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
+	b.ReportMetric(ms(queuetest.Percentile(lat, 50)), "p50-ms")
+	b.ReportMetric(ms(queuetest.Percentile(lat, 99)), "p99-ms")
+	b.ReportMetric(ms(lat[len(lat)-1]), "max-ms")
+	st := w.report(b, "stats", map[string]int{})
+	b.ReportMetric(float64(st.Stats.Controller.GenerationChanges), "probe-finds")
+	w.send(b, "stop")
+}
