@@ -120,7 +120,8 @@ test: check-generate lint tidb tidb-image-if-docker ## Run every test (race dete
 # (BenchmarkClaimComplete), the MVCC-churn proof (BenchmarkChurn), the
 # worker against the per-item floor (BenchmarkThroughputVsFloor) and batch
 # enqueue, loads against per-row inserts and with source projections
-# (BenchmarkMaterialize400x10, BenchmarkEnqueueLaned20000).
+# (BenchmarkMaterialize400x10, BenchmarkEnqueueLaned20000), and enqueue
+# commit to handler start in another process (BenchmarkCrossProcessWakeLatency).
 BENCH_FLAGS ?= -benchtime=2000x
 .PHONY: bench
 bench: tidb ## Claim throughput and churn benchmarks on the embedded TiDB.
@@ -128,6 +129,7 @@ bench: tidb ## Claim throughput and churn benchmarks on the embedded TiDB.
 	LANEQ_TIDB=embedded $(GO) test -run '^$$' -bench 'ClaimComplete' $(BENCH_FLAGS) -timeout 60m ./runtime/workqueue/
 	LANEQ_TIDB=embedded $(GO) test -run '^$$' -bench 'Churn' -benchtime=1x -timeout 30m -v ./runtime/workqueue/
 	LANEQ_TIDB=embedded $(GO) test -run '^$$' -bench 'ThroughputVsFloor' -benchtime=1x -timeout 30m ./runtime/worker/
+	LANEQ_TIDB=embedded $(GO) test -run '^$$' -bench 'CrossProcessWakeLatency' -benchtime=500x -count 3 -timeout 30m ./runtime/worker/
 	LANEQ_TIDB=embedded $(GO) test -run '^$$' -bench 'Materialize400x10|EnqueueLaned20000' -benchtime=1x -timeout 30m ./runtime/workqueue/
 
 .PHONY: plancheck

@@ -366,10 +366,11 @@ func (c *Controller) SetQuiet(quiet bool) {
 // Quiet reports whether the loop runs in quiet mode.
 func (c *Controller) Quiet() bool { return c.quietWant.Load() }
 
-// LookAhead is how far a next-work lookup must look: the longest
-// backstop period of either mode, which looks again.
+// LookAhead is how far a next-work lookup must look: to the current
+// mode's reconciliation backstop, which looks again (0, no limit, when the
+// backstop is disabled). A Source calls it from NextWorkAt, on Run's loop.
 func (c *Controller) LookAhead() time.Duration {
-	return max(c.cfg.ReconcileEvery, c.cfg.QuietBackstopEvery, 0)
+	return max(c.periods().reconcile, 0)
 }
 
 // CapacityFreed says an attempt finished. It lets a pending turn run; it
@@ -578,6 +579,13 @@ func (c *Controller) switchMode(ctx context.Context) error {
 		c.generation = g
 	}
 	c.armPeriods()
+	if want {
+		// The last lookup looked only as far as the normal backstop: look
+		// to the quiet one, or a retry due later would wait for it.
+		if err := c.refreshDue(ctx); err != nil {
+			return err
+		}
+	}
 	c.log.Debug("controller mode changed", "quiet", c.quiet, "probe_every", c.periods().probe)
 	return nil
 }

@@ -11,7 +11,10 @@ import (
 	"time"
 
 	"github.com/laneq/laneq/internal/queuetest"
+	"github.com/laneq/laneq/runtime/clock"
+	"github.com/laneq/laneq/runtime/controller"
 	"github.com/laneq/laneq/runtime/wake"
+	"github.com/laneq/laneq/runtime/worker"
 	"github.com/laneq/laneq/runtime/workqueue"
 )
 
@@ -204,4 +207,106 @@ func BenchmarkCrossProcessWakeLatency(b *testing.B) {
 	st := w.report(b, "stats", map[string]int{})
 	b.ReportMetric(float64(st.Stats.Controller.GenerationChanges), "probe-finds")
 	w.send(b, "stop")
+}
+
+// waitQuiet polls the worker until its quiet mode is want; the deadline
+// only bounds a hung test.
+func waitQuiet(t *testing.T, w *worker.Worker, want bool) {
+	t.Helper()
+	for deadline := time.Now().Add(30 * time.Second); w.Stats().Quiet != want; time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("quiet never became %t: %+v", want, w.Stats())
+		}
+	}
+}
+
+// A worker whose wakes stop arriving (here: work enqueued by a process
+// without a hub, as an old laneq version would) is found by the quiet
+// probe, which counts a missed wake and puts the worker back on the normal
+// probe period; the next wake that arrives makes it quiet again.
+func TestMissedWakeFallsBackToProbing(t *testing.T) {
+	f := newFixture(t, workqueue.Config{})
+	c := newCollector(nil)
+	clk := clock.NewFake(time.Now())
+	cfg := worker.Config{Scope: scope, Owner: "test", Logger: quiet}
+	cfg.Controller.Clock = clk
+	w, err := worker.New(f.qu, cfg, map[string]worker.Handler{"deliver": c.handle})
+	if err != nil {
+		t.Fatal(err)
+	}
+	run(t, w)
+	waitQuiet(t, w, true)
+	if err := w.Settle(f.ctx); err != nil {
+		t.Fatal(err)
+	}
+	other, err := workqueue.New(f.db, workqueue.Config{}) // no hub: nothing is announced
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.qu = other
+	f.enqueue(2, 0, "deliver")
+	clk.Advance(controller.DefaultQuietProbeEvery)
+	c.wait(t, 2)
+	if err := w.Settle(f.ctx); err != nil {
+		t.Fatal(err)
+	}
+	st := w.Stats()
+	if st.Controller.MissedWakes != 1 || st.Quiet {
+		t.Fatalf("after a missed wake: quiet %t, %+v", st.Quiet, st.Controller)
+	}
+	// A process with a hub announces its enqueue: the wake makes the
+	// worker quiet again (and runs the item without any probe).
+	hub, err := wake.New(other, wake.Config{Logger: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer hub.Close()
+	probes := w.Stats().Controller.GenerationProbes
+	f.enqueue(1, 0, "deliver")
+	c.wait(t, 1)
+	waitQuiet(t, w, true)
+	if st := w.Stats(); st.Wake.Delivered < 1 || st.Controller.GenerationProbes > probes+2 {
+		t.Fatalf("the announced item was not found by a wake: %+v", st)
+	}
+}
+
+// A worker whose advertised address does not reach it (a wrong port
+// mapping) fails its self-test, never enters quiet mode, and finds other
+// processes' work on the normal probe period.
+func TestUnreachableWorkerKeepsProbing(t *testing.T) {
+	f := newFixture(t, workqueue.Config{})
+	c := newCollector(nil)
+	clk := clock.NewFake(time.Now())
+	cfg := worker.Config{Scope: scope, Owner: "test", Logger: quiet}
+	cfg.Controller.Clock = clk
+	cfg.Wake.Hub.Advertise = "127.0.0.1:9" // the discard port: nothing comes back
+	w, err := worker.New(f.qu, cfg, map[string]worker.Handler{"deliver": c.handle})
+	if err != nil {
+		t.Fatal(err)
+	}
+	run(t, w)
+	if err := w.Settle(f.ctx); err != nil {
+		t.Fatal(err)
+	}
+	clk.Advance(wake.DefaultSelfTestTimeout)
+	if err := w.Settle(f.ctx); err != nil {
+		t.Fatal(err)
+	}
+	hubOther, err := wake.New(f.qu, wake.Config{Logger: quiet}) // announces to the wrong address
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer hubOther.Close()
+	other, err := workqueue.New(f.db, workqueue.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	hubOther.Watch(other)
+	f.qu = other
+	f.enqueue(1, 0, "deliver")
+	clk.Advance(controller.DefaultGenerationProbeEvery)
+	c.wait(t, 1)
+	if st := w.Stats(); st.Quiet || st.Controller.GenerationChanges < 1 || st.Wake.SelfTests != 0 {
+		t.Fatalf("an unreachable worker: quiet %t, %+v, wake %+v", st.Quiet, st.Controller, st.Wake)
+	}
 }
