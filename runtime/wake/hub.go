@@ -39,6 +39,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -64,9 +65,10 @@ type Config struct {
 	// loopback port): processes on this host only. Across hosts or
 	// containers, listen on an address others can reach and set Advertise.
 	Listen string
-	// Advertise is the host:port other processes send to. Default: the
-	// bound address; required when Listen's host is unspecified (0.0.0.0,
-	// ::) or behind a port mapping.
+	// Advertise is the host:port other processes send to, or a host alone
+	// (the bound port is added). Default: the bound address; required
+	// when Listen's host is unspecified (0.0.0.0, ::) or behind a port
+	// mapping.
 	Advertise string
 	// TTL is how long an endpoint registration lives without renewal; it
 	// is renewed every TTL/3. A process that dies without removing its
@@ -225,6 +227,8 @@ func New(q *workqueue.Queue, cfg Config) (*Hub, error) {
 			return nil, &ConfigError{"Advertise", "", fmt.Sprintf("listening on %s (every interface): say which address other processes reach this one at", bound)}
 		}
 		h.advertise = bound.String()
+	} else if _, _, err := net.SplitHostPort(h.advertise); err != nil {
+		h.advertise = net.JoinHostPort(h.advertise, strconv.Itoa(bound.Port)) // a host alone
 	}
 	if h.self, err = net.ResolveUDPAddr("udp", h.advertise); err != nil {
 		conn.Close()

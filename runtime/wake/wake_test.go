@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"net"
 	"os"
+	"strconv"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -513,4 +514,33 @@ func TestConfigErrors(t *testing.T) {
 			t.Errorf("%+v accepted", cfg)
 		}
 	}
+}
+
+// A hub listening on every interface is reached at the address it
+// advertises (a host alone gets the bound port), as a process on another
+// host would reach it: here the machine's first non-loopback IPv4 address,
+// or 127.0.0.2 on a machine without one.
+func TestListenOnEveryInterfaceAdvertiseOne(t *testing.T) {
+	ctx, qa, qb, _ := newEnv(t)
+	host := "127.0.0.2"
+	if addrs, err := net.InterfaceAddrs(); err == nil {
+		for _, a := range addrs {
+			if ip, ok := a.(*net.IPNet); ok && ip.IP.To4() != nil && !ip.IP.IsLoopback() {
+				host = ip.IP.String()
+				break
+			}
+		}
+	}
+	ha := newHub(t, qa, Config{Listen: "0.0.0.0:0", Advertise: host})
+	port := ha.conn.LocalAddr().(*net.UDPAddr).Port
+	if want := net.JoinHostPort(host, strconv.Itoa(port)); ha.Advertised() != want {
+		t.Fatalf("advertised %s, want %s", ha.Advertised(), want)
+	}
+	hb := newHub(t, qb, Config{})
+	l := newListener()
+	subscribe(t, ctx, ha, l)
+	l.waitHealth(t, true)
+	hb.Publish(scope)
+	l.waitWake(t)
+	t.Logf("listening on %s, advertised and woken at %s", ha.conn.LocalAddr(), ha.Advertised())
 }

@@ -7,6 +7,7 @@ import (
 	"net"
 	"os"
 	"strconv"
+	"strings"
 	"time"
 
 	"go.opentelemetry.io/otel/metric"
@@ -36,7 +37,7 @@ const (
 	EnvQuietBackstopEvery    = "LANEQ_QUIET_BACKSTOP_EVERY"    // Controller.QuietBackstopEvery
 	EnvWake                  = "LANEQ_WAKE"                    // Wake.Off: on | off
 	EnvWakeListen            = "LANEQ_WAKE_LISTEN"             // Wake.Hub.Listen, host:port
-	EnvWakeAdvertise         = "LANEQ_WAKE_ADVERTISE"          // Wake.Hub.Advertise, host:port
+	EnvWakeAdvertise         = "LANEQ_WAKE_ADVERTISE"          // Wake.Hub.Advertise, host:port or host
 )
 
 // DefaultCompleteBatch is Config.CompleteBatch's default.
@@ -208,13 +209,18 @@ func (c Config) fromLookup(lookup func(string) (string, bool)) (Config, error) {
 			errs = append(errs, &ConfigError{EnvWake, v, "want on or off"})
 		}
 	}
-	for name, dst := range map[string]*string{EnvWakeListen: &c.Wake.Hub.Listen, EnvWakeAdvertise: &c.Wake.Hub.Advertise} {
-		if v, ok := lookup(name); ok {
-			if _, _, err := net.SplitHostPort(v); err != nil {
-				errs = append(errs, &ConfigError{name, v, "want host:port"})
-				continue
-			}
-			*dst = v
+	if v, ok := lookup(EnvWakeListen); ok {
+		if _, _, err := net.SplitHostPort(v); err != nil {
+			errs = append(errs, &ConfigError{EnvWakeListen, v, "want host:port (port 0: any free port)"})
+		} else {
+			c.Wake.Hub.Listen = v
+		}
+	}
+	if v, ok := lookup(EnvWakeAdvertise); ok {
+		if _, _, err := net.SplitHostPort(v); err != nil && (v == "" || strings.ContainsAny(v, " /")) {
+			errs = append(errs, &ConfigError{EnvWakeAdvertise, v, "want host:port, or a host (the bound port is added)"})
+		} else {
+			c.Wake.Hub.Advertise = v
 		}
 	}
 	if v, ok := lookup(EnvQueueProfile); ok {
