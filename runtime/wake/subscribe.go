@@ -86,6 +86,7 @@ func (h *Hub) Subscribe(ctx context.Context, scope string, on Handlers) (*Subscr
 		return nil, ErrClosed
 	}
 	h.subs[id] = s
+	h.wg.Add(1) // the self-test's timer, counted while Close cannot be waiting yet
 	h.mu.Unlock()
 	s.mu.Lock()
 	s.registered = true
@@ -122,16 +123,16 @@ func (s *Subscription) setState(update func()) {
 
 // selfTest sends s a datagram through the advertised address; health
 // turns true when it arrives (receiveLoop), and a timer reports false if
-// it does not arrive in time.
+// it does not arrive in time. The caller counted the timer in h.wg.
 func (h *Hub) selfTest(s *Subscription) {
 	b := message{selfTest: true, sentUs: time.Now().UnixMicro(), nonce: newNonce(), endpoint: s.ep.ID, scope: s.scope}.append(nil, s.ep.Key)
 	if _, err := h.conn.WriteToUDP(b, h.self); err != nil {
 		h.st.sendErrors.Add(1)
 		h.log.Warn("wake self-test could not be sent: other processes cannot wake this one; it keeps probing", "advertise", h.advertise, "err", err)
 		s.on.Health(false)
+		h.wg.Done()
 		return
 	}
-	h.wg.Add(1)
 	go func() {
 		defer h.wg.Done()
 		t := h.cfg.Clock.NewTimer()
