@@ -218,6 +218,9 @@ type Stats struct {
 	// quiet probes whose claim turn found work no wake announced (each
 	// one leaves quiet mode).
 	QuietEntries, MissedWakes uint64
+	// FarLookups counts next-work lookups that looked as far as the
+	// quiet backstop (see LookAhead).
+	FarLookups uint64
 }
 
 // Controller drives one Source. Its signal methods are safe for concurrent
@@ -235,9 +238,10 @@ type Controller struct {
 	hints     []time.Time // NotifyDue times the loop has not taken yet
 	settleReq chan chan struct{}
 
-	running   atomic.Bool
-	unusable  atomic.Pointer[error]
-	quietWant atomic.Bool // what SetQuiet asked for last
+	running    atomic.Bool
+	unusable   atomic.Pointer[error]
+	quietWant  atomic.Bool // what SetQuiet asked for last
+	lookFarReq atomic.Bool // WakeLookFar asked the next lookup to look far
 
 	// Loop state, touched only by Run's goroutine.
 	external        bool // an event arrived since the last claim
@@ -253,11 +257,12 @@ type Controller struct {
 	quiet           bool          // the mode the timers and baseline are in
 	probeFound      bool          // a quiet probe saw a change, and no wake came in its period
 	wokenSinceProbe bool          // a wake arrived since the last probe
+	lookFar         bool          // the next lookup looks as far as the quiet backstop
 
 	readyChecks, reconciles, claims, emptyClaims, nextWork atomic.Uint64
 	probes, genChanges, dueFires, overdue                  atomic.Uint64
 	maintenances, maintainErrors, maintainClaims           atomic.Uint64
-	quietEntries, missedWakes                              atomic.Uint64
+	quietEntries, missedWakes, farLookups                  atomic.Uint64
 }
 
 // loopTimers are Run's periodic timers.
@@ -366,11 +371,28 @@ func (c *Controller) SetQuiet(quiet bool) {
 // Quiet reports whether the loop runs in quiet mode.
 func (c *Controller) Quiet() bool { return c.quietWant.Load() }
 
-// LookAhead is how far a next-work lookup must look: to the current
-// mode's reconciliation backstop, which looks again (0, no limit, when the
-// backstop is disabled). A Source calls it from NextWorkAt, on Run's loop.
+// WakeLookFar is Wake for work that becomes claimable later (a delayed
+// enqueue, another process's retries when it stops): in quiet mode the
+// next lookup looks for the next due time as far as the quiet backstop.
+func (c *Controller) WakeLookFar() {
+	c.lookFarReq.Store(true)
+	c.Wake()
+}
+
+// LookAhead is how far a next-work lookup must look: to the normal
+// reconciliation backstop, which looks again (0, no limit, when it is
+// disabled). In quiet mode a lookup looks as far as the quiet backstop
+// when entering quiet mode, at the quiet backstop, and after WakeLookFar:
+// the other lookups stay short, because the far spans of a scope with a
+// large not-due backlog read all of it on the embedded engine, and what
+// becomes due later is known by the timers of the process that scheduled
+// it or announced by WakeLookFar. A Source calls it from NextWorkAt, on
+// Run's loop.
 func (c *Controller) LookAhead() time.Duration {
-	return max(c.periods().reconcile, 0)
+	if c.quiet && c.lookFar && c.cfg.ReconcileEvery > 0 {
+		return c.cfg.QuietBackstopEvery
+	}
+	return max(c.cfg.ReconcileEvery, 0)
 }
 
 // CapacityFreed says an attempt finished. It lets a pending turn run; it
@@ -408,7 +430,7 @@ func (c *Controller) Stats() Stats {
 		WakesQueued: c.wake.raised.Load(), WakeCoalescings: c.wake.coalescings.Load(),
 		ReconcilesQueued: c.reconcile.raised.Load(), ReconcileCoalescings: c.reconcile.coalescings.Load(),
 		Maintenances: c.maintenances.Load(), MaintenanceErrors: c.maintainErrors.Load(), MaintenanceClaims: c.maintainClaims.Load(),
-		QuietEntries: c.quietEntries.Load(), MissedWakes: c.missedWakes.Load(),
+		QuietEntries: c.quietEntries.Load(), MissedWakes: c.missedWakes.Load(), FarLookups: c.farLookups.Load(),
 	}
 }
 
@@ -514,6 +536,7 @@ func (c *Controller) onProbe(ctx context.Context) error {
 func (c *Controller) onBackstop() {
 	c.arm(c.timers.backstop, c.periods().reconcile)
 	c.reconcile.set(true)
+	c.lookFar = c.quiet // the quiet backstop looks again as far as itself
 }
 
 // loopPeriods are the periodic timers' periods in one mode.
@@ -582,6 +605,7 @@ func (c *Controller) switchMode(ctx context.Context) error {
 	if want {
 		// The last lookup looked only as far as the normal backstop: look
 		// to the quiet one, or a retry due later would wait for it.
+		c.lookFar = true
 		if err := c.refreshDue(ctx); err != nil {
 			return err
 		}
@@ -703,6 +727,9 @@ func (c *Controller) step(ctx context.Context) error {
 			}
 			c.external = true
 		}
+		if c.lookFarReq.Swap(false) {
+			c.lookFar = true
+		}
 		if c.wake.take() {
 			c.external = true
 			c.probeFound = false // a wake explains what the probe saw
@@ -817,7 +844,11 @@ func (c *Controller) refreshDue(ctx context.Context) error {
 	// next turn first instead of losing them.
 	c.rearm()
 	asked := c.cfg.Clock.Now()
+	if c.quiet && c.lookFar {
+		c.farLookups.Add(1)
+	}
 	at, ok, err := c.src.NextWorkAt(ctx)
+	c.lookFar = false
 	if err != nil {
 		return fmt.Errorf("controller: next work time: %w", err)
 	}

@@ -116,3 +116,38 @@ func TestQuietBackstopCannotBeDisabled(t *testing.T) {
 		t.Fatal("a disabled quiet backstop was accepted")
 	}
 }
+
+// In quiet mode a lookup looks as far as the quiet backstop only on
+// entry, at the quiet backstop and after WakeLookFar; the others look as
+// far as the normal backstop.
+func TestQuietLookAhead(t *testing.T) {
+	var h *harness
+	var seen []time.Duration
+	h = newQuietHarness(t, controller.Config{ReconcileEvery: time.Minute}, func(s *countingSource) {
+		s.nextWorkAt = func(int) (time.Time, bool, error) {
+			seen = append(seen, h.ctrl.LookAhead()) // NextWorkAt runs on Run's loop
+			return time.Time{}, false, nil
+		}
+	})
+	h.run()
+	h.settle()
+	h.ctrl.SetQuiet(true)
+	h.settle()
+	h.ctrl.Wake()
+	h.settle()
+	h.ctrl.WakeLookFar()
+	h.settle()
+	h.advance(controller.DefaultQuietBackstopEvery, 10*time.Minute)
+	want := []time.Duration{time.Minute, controller.DefaultQuietBackstopEvery, time.Minute, controller.DefaultQuietBackstopEvery, controller.DefaultQuietBackstopEvery}
+	if len(seen) != len(want) {
+		t.Fatalf("lookups looked %v, want %v", seen, want)
+	}
+	for i := range want {
+		if seen[i] != want[i] {
+			t.Fatalf("lookups looked %v, want %v", seen, want)
+		}
+	}
+	if st := h.ctrl.Stats(); st.FarLookups != 3 {
+		t.Fatalf("%d far lookups, want 3", st.FarLookups)
+	}
+}

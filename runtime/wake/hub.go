@@ -268,7 +268,13 @@ func (h *Hub) Watch(q *workqueue.Queue) {
 	if h.closed || h.watched[q] != nil {
 		return
 	}
-	h.watched[q] = q.OnEnqueuedAny(h.Publish)
+	h.watched[q] = q.OnEnqueuedAny(func(n workqueue.EnqueueNotice) {
+		if n.Delayed {
+			h.PublishLookFar(n.Scope)
+		} else {
+			h.Publish(n.Scope)
+		}
+	})
 }
 
 // Publish announces that work may be claimable in scope now (after the
@@ -276,7 +282,17 @@ func (h *Hub) Watch(q *workqueue.Queue) {
 // hub's sender, coalesced with other announcements of the scope.
 func (h *Hub) Publish(scope string) {
 	h.st.publishes.Add(1)
-	h.pub.mark(scope)
+	h.pub.mark(scope, false)
+}
+
+// PublishLookFar is Publish for work that becomes claimable later: a
+// delayed enqueue, or a stopping worker's scheduled retries, which only
+// its own timers knew. The receivers also look for the scope's next due
+// time as far as their backstop (a quiet worker otherwise looks only as
+// far as the normal backstop period after a claim turn).
+func (h *Hub) PublishLookFar(scope string) {
+	h.st.publishes.Add(1)
+	h.pub.mark(scope, true)
 }
 
 // Stats returns the counters.

@@ -20,7 +20,7 @@ type publisher struct {
 	done chan struct{}
 
 	mu    sync.Mutex
-	dirty map[string]bool
+	dirty map[string]bool // scope -> look far
 
 	// Touched only by loop.
 	lastSent map[string]time.Time
@@ -42,9 +42,9 @@ func (p *publisher) init(h *Hub) {
 		lastSent: map[string]time.Time{}, cache: map[string]cachedEndpoints{}}
 }
 
-func (p *publisher) mark(scope string) {
+func (p *publisher) mark(scope string, lookFar bool) {
 	p.mu.Lock()
-	p.dirty[scope] = true
+	p.dirty[scope] = p.dirty[scope] || lookFar
 	p.mu.Unlock()
 	select {
 	case p.kick <- struct{}{}:
@@ -76,10 +76,10 @@ func (p *publisher) loop() {
 func (p *publisher) sendDue(flush bool) time.Duration {
 	h := p.h
 	p.mu.Lock()
-	var due []string
+	due := map[string]bool{}
 	var wait time.Duration
 	now := h.now()
-	for scope := range p.dirty {
+	for scope, lookFar := range p.dirty {
 		left := h.cfg.CoalesceEvery - now.Sub(p.lastSent[scope])
 		if left > 0 && !flush {
 			if wait == 0 || left < wait {
@@ -88,19 +88,19 @@ func (p *publisher) sendDue(flush bool) time.Duration {
 			continue
 		}
 		delete(p.dirty, scope)
-		due = append(due, scope)
+		due[scope] = lookFar
 	}
 	p.mu.Unlock()
-	for _, scope := range due {
+	for scope, lookFar := range due {
 		p.lastSent[scope] = now
-		p.send(scope, now)
+		p.send(scope, lookFar, now)
 	}
 	return wait
 }
 
 // send sends scope's live endpoints, other than the hub's own, one
 // datagram each.
-func (p *publisher) send(scope string, now time.Time) {
+func (p *publisher) send(scope string, lookFar bool, now time.Time) {
 	h := p.h
 	eps, ok := p.endpoints(scope, now)
 	if !ok {
@@ -111,7 +111,7 @@ func (p *publisher) send(scope string, now time.Time) {
 		if ep.addr == nil || h.owns(ep.ID) {
 			continue
 		}
-		b = message{sentUs: time.Now().UnixMicro(), nonce: newNonce(), endpoint: ep.ID, scope: scope}.append(b[:0], ep.Key)
+		b = message{lookFar: lookFar, sentUs: time.Now().UnixMicro(), nonce: newNonce(), endpoint: ep.ID, scope: scope}.append(b[:0], ep.Key)
 		if _, err := h.conn.WriteToUDP(b, ep.addr); err != nil {
 			// Unreachable now (ICMP refused, no route): that process
 			// probes; the next burst tries again.

@@ -71,7 +71,7 @@ func (h *Hub) accept(b []byte) {
 		s.setState(func() { s.selfTested = true })
 		return
 	}
-	s.wake()
+	s.wake(m.lookFar)
 }
 
 // firstSight records nonce and reports whether it was new.

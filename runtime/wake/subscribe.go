@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/laneq/laneq/runtime/workqueue"
@@ -15,8 +16,10 @@ import (
 // goroutines: keep them short and non-blocking (a controller's Wake and
 // SetQuiet are).
 type Handlers struct {
-	// Wake: another process says work may be claimable in the scope.
-	Wake func()
+	// Wake: another process says work may be claimable in the scope;
+	// lookFar: some of it only later, so look for the next due time as
+	// far as the backstop.
+	Wake func(lookFar bool)
 	// Health: whether other processes can wake this one now. True once
 	// the self-test datagram came back through the advertised address and
 	// the endpoint is registered; false when the self-test timed out or a
@@ -41,6 +44,7 @@ type Subscription struct {
 	registered bool // the row is known to exist (false after a failed renewal)
 	selfTested bool
 	healthy    bool
+	lookFar    atomic.Bool // a pending wake asked to look far
 }
 
 // ScopeSweepLimit bounds the expired endpoints a Subscribe deletes.
@@ -156,7 +160,10 @@ func (h *Hub) selfTest(s *Subscription) {
 }
 
 // wake queues one delivery; deliveries already queued absorb it.
-func (s *Subscription) wake() {
+func (s *Subscription) wake(lookFar bool) {
+	if lookFar {
+		s.lookFar.Store(true)
+	}
 	select {
 	case s.kick <- struct{}{}:
 	default:
@@ -178,7 +185,7 @@ func (s *Subscription) deliverLoop() {
 			return
 		}
 		s.h.st.delivered.Add(1)
-		s.on.Wake()
+		s.on.Wake(s.lookFar.Swap(false))
 		t.Reset(gap)
 		select {
 		case <-t.C():

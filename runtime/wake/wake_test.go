@@ -56,6 +56,7 @@ func newHub(t *testing.T, q *workqueue.Queue, cfg Config) *Hub {
 // listener records a subscription's wakes and health.
 type listener struct {
 	wakes   atomic.Int64
+	lookFar atomic.Int64 // wakes that asked to look far
 	woke    chan struct{} // one send per wake, dropped when full
 	healthy chan bool
 }
@@ -66,7 +67,10 @@ func newListener() *listener {
 
 func (l *listener) handlers() Handlers {
 	return Handlers{
-		Wake: func() {
+		Wake: func(lookFar bool) {
+			if lookFar {
+				l.lookFar.Add(1)
+			}
 			l.wakes.Add(1)
 			select {
 			case l.woke <- struct{}{}:
@@ -142,6 +146,31 @@ func TestEnqueueInOneProcessWakesAnother(t *testing.T) {
 	}
 	if n := lb.wakes.Load(); n != 0 {
 		t.Fatalf("the sender woke itself %d times", n)
+	}
+	if n := la.lookFar.Load(); n != 0 {
+		t.Fatalf("an enqueue due now asked to look far (%d)", n)
+	}
+}
+
+// A delayed enqueue is announced with the look-far flag, so a quiet
+// receiver looks far enough ahead to arm its due timer for it.
+func TestDelayedEnqueueAsksToLookFar(t *testing.T) {
+	ctx, qa, qb, _ := newEnv(t)
+	ha := newHub(t, qa, Config{})
+	newHub(t, qb, Config{}) // watches qb: announces its enqueues
+	l := newListener()
+	subscribe(t, ctx, ha, l)
+	l.waitHealth(t, true)
+	_, err := qb.Enqueue(ctx, scope, []workqueue.Event{{
+		IdempotencyKey: "later", RouteID: "r", RouteVersion: 1, EventKind: "k", SourceKind: "s", SourceID: "later", Payload: []byte("{}"),
+		Work: []workqueue.Work{{WorkType: "deliver", Delay: time.Hour}},
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	l.waitWake(t)
+	if n := l.lookFar.Load(); n != 1 {
+		t.Fatalf("%d look-far wakes, want 1", n)
 	}
 }
 

@@ -17,10 +17,12 @@ import (
 //	len(endpoint)(1) endpoint | len(scope)(2) scope | tag (32)
 //
 // It carries no payload and no work ids: all a valid one can do is make
-// the receiver look at its queue once.
+// the receiver look at its queue once (and, with the look-far flag, look
+// for the next due time as far as its backstop).
 const (
 	magic        = "LQW1"
 	flagSelfTest = 1 << 0
+	flagLookFar  = 1 << 1 // something announced is due later: look ahead
 	nonceSize    = 16
 	tagSize      = sha256.Size
 	headerSize   = len(magic) + 1 + 8 + nonceSize
@@ -31,6 +33,7 @@ const (
 // message is a wake datagram's content.
 type message struct {
 	selfTest bool
+	lookFar  bool
 	sentUs   int64
 	nonce    [nonceSize]byte
 	endpoint string
@@ -42,6 +45,9 @@ func (m message) append(b []byte, key []byte) []byte {
 	var flags byte
 	if m.selfTest {
 		flags |= flagSelfTest
+	}
+	if m.lookFar {
+		flags |= flagLookFar
 	}
 	b = append(b, flags)
 	b = binary.BigEndian.AppendUint64(b, uint64(m.sentUs))
@@ -66,6 +72,7 @@ func parse(b []byte) (message, error) {
 	}
 	p := b[len(magic):]
 	m.selfTest = p[0]&flagSelfTest != 0
+	m.lookFar = p[0]&flagLookFar != 0
 	m.sentUs = int64(binary.BigEndian.Uint64(p[1:9]))
 	copy(m.nonce[:], p[9:9+nonceSize])
 	p = p[9+nonceSize:]

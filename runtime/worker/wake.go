@@ -36,8 +36,12 @@ func (w *Worker) startWakes(ctx context.Context) (stop func(), err error) {
 	hub.Watch(w.q)
 	w.hub.Store(hub)
 	sub, err := hub.Subscribe(ctx, w.cfg.Scope, wake.Handlers{
-		Wake: func() {
-			w.ctrl.Wake()
+		Wake: func(lookFar bool) {
+			if lookFar {
+				w.ctrl.WakeLookFar()
+			} else {
+				w.ctrl.Wake()
+			}
 			if s := w.wakeSub.Load(); s != nil && s.Healthy() {
 				w.ctrl.SetQuiet(true) // a wake arrived: the path works again
 			}
@@ -57,7 +61,9 @@ func (w *Worker) startWakes(ctx context.Context) (stop func(), err error) {
 			w.wakeSub.Store(nil)
 		}
 		w.ctrl.SetQuiet(false)
-		hub.Publish(w.cfg.Scope) // the items released at shutdown
+		// The items released at shutdown are claimable now; the retries
+		// this worker scheduled only its timers knew: peers look far.
+		hub.PublishLookFar(w.cfg.Scope)
 		w.hub.Store(nil)
 		if own {
 			if err := hub.Close(); err != nil {

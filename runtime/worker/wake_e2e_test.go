@@ -165,7 +165,7 @@ func BenchmarkCrossProcessWakeLatency(b *testing.B) {
 	}
 	defer hub.Close()
 	committed := make(chan time.Time, 1)
-	stop := qu.OnEnqueuedAny(func(string) { committed <- time.Now() })
+	stop := qu.OnEnqueuedAny(func(workqueue.EnqueueNotice) { committed <- time.Now() })
 	defer stop()
 	w := startHelper(b, "worker", dsn, helperStampEnv+"=1")
 	w.send(b, "go")
@@ -308,5 +308,45 @@ func TestUnreachableWorkerKeepsProbing(t *testing.T) {
 	c.wait(t, 1)
 	if st := w.Stats(); st.Quiet || st.Controller.GenerationChanges < 1 || st.Wake.SelfTests != 0 {
 		t.Fatalf("an unreachable worker: quiet %t, %+v, wake %+v", st.Quiet, st.Controller, st.Wake)
+	}
+}
+
+// Work another process enqueues with a delay longer than the normal
+// backstop reaches a quiet worker on time: the wake asks it to look far,
+// its lookup finds the due time and the due timer runs the item, with no
+// backstop (four hours away) involved.
+func TestDelayedWorkFromAnotherProcessRunsOnTime(t *testing.T) {
+	f := newFixture(t, workqueue.Config{})
+	c := newCollector(nil)
+	cfg := worker.Config{Scope: scope, Owner: "test", Logger: quiet}
+	cfg.Controller.ReconcileEvery = time.Second // the normal lookups look 1s ahead
+	w, err := worker.New(f.qu, cfg, map[string]worker.Handler{"deliver": c.handle})
+	if err != nil {
+		t.Fatal(err)
+	}
+	run(t, w)
+	waitQuiet(t, w, true)
+	if err := w.Settle(f.ctx); err != nil {
+		t.Fatal(err)
+	}
+	other, err := workqueue.New(f.db, workqueue.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	hub, err := wake.New(other, wake.Config{Logger: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer hub.Close()
+	before := w.Stats().Controller
+	_, err = other.Enqueue(f.ctx, scope, []workqueue.Event{{IdempotencyKey: "later", RouteID: "r", RouteVersion: 1, EventKind: "k",
+		SourceKind: "s", SourceID: "later", Payload: []byte("{}"), Work: []workqueue.Work{{WorkType: "deliver", Delay: 3 * time.Second}}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.wait(t, 1)
+	after := w.Stats().Controller
+	if after.FarLookups <= before.FarLookups || after.DueTimerFires <= before.DueTimerFires || after.Reconciles != before.Reconciles {
+		t.Fatalf("the delayed item was not run by the due timer after a far lookup: before %+v after %+v", before, after)
 	}
 }

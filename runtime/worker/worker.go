@@ -282,8 +282,17 @@ func (w *Worker) Run(ctx context.Context) error {
 		return err
 	}
 	// Work enqueued through this worker's Queue (Enqueue, a committed Tx)
-	// wakes it: no Wake call of the caller's.
-	stopListening := w.q.OnEnqueued(w.cfg.Scope, w.Wake)
+	// wakes it: no Wake call of the caller's. Delayed work makes its next
+	// lookup look far enough to arm the due timer for it.
+	stopListening := w.q.OnEnqueuedAny(func(n workqueue.EnqueueNotice) {
+		switch {
+		case n.Scope != w.cfg.Scope:
+		case n.Delayed:
+			w.ctrl.WakeLookFar()
+		default:
+			w.ctrl.Wake()
+		}
+	})
 	defer stopListening()
 	execs := w.sched.Shapes()
 	w.log.Info("worker started", "owner", w.cfg.Owner, "executors", w.cfg.Scheduler.Executors,

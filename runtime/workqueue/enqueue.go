@@ -117,7 +117,7 @@ func (qu *Queue) Enqueue(ctx context.Context, scope string, events []Event) ([]E
 	}
 	qu.rememberKinds(kinds)
 	if createdWork(out) {
-		qu.notifyEnqueued(scope)
+		qu.notifyEnqueued(scope, delayed(events))
 	}
 	return out, nil
 }

@@ -134,8 +134,8 @@ type Queue struct {
 
 	listenMu     sync.Mutex
 	listenID     uint64
-	listeners    map[string]map[uint64]func() // scope -> OnEnqueued listeners
-	anyListeners map[uint64]func(string)      // OnEnqueuedAny listeners
+	listeners    map[string]map[uint64]func()   // scope -> OnEnqueued listeners
+	anyListeners map[uint64]func(EnqueueNotice) // OnEnqueuedAny listeners
 
 	writeRetries, writesAbandoned atomic.Uint64
 }
@@ -166,7 +166,7 @@ func New(db *sql.DB, cfg Config) (*Queue, error) {
 		return nil, err
 	}
 	qu := &Queue{db: db, cfg: cfg, kinds: map[workKind]bool{}, listeners: map[string]map[uint64]func(){},
-		anyListeners: map[uint64]func(string){}}
+		anyListeners: map[uint64]func(EnqueueNotice){}}
 	if !cfg.TextProtocol {
 		qu.prep = prepcache.New(db, 0)
 		qu.q = gen.New(qu.prep)

@@ -27,7 +27,7 @@ type Tx struct {
 	q  *gen.Queries
 
 	kinds  []workKind      // registered inside the transaction; remembered after the commit
-	scopes map[string]bool // scopes that got work: their listeners hear of it after the commit
+	scopes map[string]bool // scopes that got work (true: some of it delayed): their listeners hear of it after the commit
 	done   bool
 }
 
@@ -65,7 +65,7 @@ func (t *Tx) Enqueue(ctx context.Context, scope string, events []Event) ([]Enque
 	}
 	t.kinds = append(t.kinds, kinds...)
 	if createdWork(out) {
-		t.scopes[scope] = true
+		t.scopes[scope] = t.scopes[scope] || delayed(events)
 	}
 	return out, nil
 }
@@ -81,8 +81,8 @@ func (t *Tx) Commit() error {
 		return fmt.Errorf("workqueue: commit: %w", err)
 	}
 	t.qu.rememberKinds(t.kinds)
-	for scope := range t.scopes {
-		t.qu.notifyEnqueued(scope)
+	for scope, delayed := range t.scopes {
+		t.qu.notifyEnqueued(scope, delayed)
 	}
 	return nil
 }
@@ -172,10 +172,18 @@ func (qu *Queue) OnEnqueued(scope string, fn func()) (stop func()) {
 	}
 }
 
+// EnqueueNotice is what an OnEnqueuedAny listener hears of a commit.
+type EnqueueNotice struct {
+	Scope string
+	// Delayed: some of the work is due later (Work.Delay), so a listener
+	// that arms timers must look further ahead than now.
+	Delayed bool
+}
+
 // OnEnqueuedAny is OnEnqueued for every scope: fn hears which scope got
-// work. A wake publisher (runtime/wake) announces such commits to the
-// scope's worker processes elsewhere.
-func (qu *Queue) OnEnqueuedAny(fn func(scope string)) (stop func()) {
+// work, and whether some of it is delayed. A wake publisher (runtime/wake)
+// announces such commits to the scope's worker processes elsewhere.
+func (qu *Queue) OnEnqueuedAny(fn func(EnqueueNotice)) (stop func()) {
 	qu.listenMu.Lock()
 	defer qu.listenMu.Unlock()
 	qu.listenID++
@@ -191,13 +199,13 @@ func (qu *Queue) OnEnqueuedAny(fn func(scope string)) (stop func()) {
 	}
 }
 
-func (qu *Queue) notifyEnqueued(scope string) {
+func (qu *Queue) notifyEnqueued(scope string, delayed bool) {
 	qu.listenMu.Lock()
 	fns := make([]func(), 0, len(qu.listeners[scope]))
 	for _, fn := range qu.listeners[scope] {
 		fns = append(fns, fn)
 	}
-	anyFns := make([]func(string), 0, len(qu.anyListeners))
+	anyFns := make([]func(EnqueueNotice), 0, len(qu.anyListeners))
 	for _, fn := range qu.anyListeners {
 		anyFns = append(anyFns, fn)
 	}
@@ -206,8 +214,20 @@ func (qu *Queue) notifyEnqueued(scope string) {
 		fn()
 	}
 	for _, fn := range anyFns {
-		fn(scope)
+		fn(EnqueueNotice{Scope: scope, Delayed: delayed})
 	}
+}
+
+// delayed reports whether any of the events' work has a Delay.
+func delayed(events []Event) bool {
+	for _, ev := range events {
+		for _, w := range ev.Work {
+			if w.Delay > 0 {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // createdWork reports whether an enqueue wrote any work item.
