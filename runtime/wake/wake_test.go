@@ -56,7 +56,7 @@ func newHub(t *testing.T, q *workqueue.Queue, cfg Config) *Hub {
 // listener records a subscription's wakes and health.
 type listener struct {
 	wakes   atomic.Int64
-	lookFar atomic.Int64 // wakes that asked to look far
+	lookFar atomic.Int64  // wakes that asked to look far
 	woke    chan struct{} // one send per wake, dropped when full
 	healthy chan bool
 }
