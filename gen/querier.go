@@ -258,7 +258,9 @@ type Querier interface {
 	// rows filtered after the read (there are as many rows as processes, live
 	// or recently dead, so an expiry index would cost every renewal an index
 	// write for nothing). Senders cache the list and read it again rarely.
-	ListWakeEndpoints(ctx context.Context, scopeID string) ([]ListWakeEndpointsRow, error)
+	// Every column in table order: with a projection over the reader, TiDB
+	// placed it above or inside the reader from one run to the next.
+	ListWakeEndpoints(ctx context.Context, scopeID string) ([]WakeEndpoint, error)
 	// The pairs a scope has work of: a primary-key prefix range, as small as the
 	// number of distinct pairs. Workers read it at start-up and reconciliation.
 	ListWorkKinds(ctx context.Context, scopeID string) ([]ListWorkKindsRow, error)

@@ -35,7 +35,9 @@ WHERE scope_id = sqlc.arg(scope_id)
 -- rows filtered after the read (there are as many rows as processes, live
 -- or recently dead, so an expiry index would cost every renewal an index
 -- write for nothing). Senders cache the list and read it again rarely.
-SELECT endpoint_id, address, wake_key, expires_at
+-- Every column in table order: with a projection over the reader, TiDB
+-- placed it above or inside the reader from one run to the next.
+SELECT scope_id, endpoint_id, address, wake_key, registered_at, expires_at
 FROM wake_endpoint
 WHERE scope_id = sqlc.arg(scope_id)
   AND expires_at > NOW(6)
