@@ -95,8 +95,8 @@ type FailureClass interface{ FailureClass() string }
 
 // Worker runs one scope's work in this process.
 type Worker struct {
-	hub      atomic.Pointer[wake.Hub] // set while Run announces to other processes
-	wakeSub  atomic.Pointer[wake.Subscription]
+	hub      atomic.Pointer[wake.Hub]          // set while Run announces to other processes
+	wakeSub  atomic.Pointer[wake.Subscription] // the scope's endpoint while Run has one
 	cfg      Config
 	q        *workqueue.Queue
 	claimer  *workqueue.Claimer
