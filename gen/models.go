@@ -58,6 +58,8 @@ type IngressReceipt struct {
 	MaterializedAt   sql.NullTime
 	CreatedAt        time.Time
 	UpdatedAt        time.Time
+	RouteClass       string
+	EventIDs         []byte
 }
 
 type Scope struct {

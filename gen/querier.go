@@ -10,6 +10,19 @@ import (
 )
 
 type Querier interface {
+	// Ingress receipts (issue 11): durable admission of a provider delivery,
+	// then the receipt router's own claim, retry and terminal state on the same
+	// row until its events are materialized (seed 001, "Receipt Routing
+	// State": there is no second router queue). The router's claim path rides
+	// idx_ingress_receipt_claim (scope, route class, status, due, id); every
+	// other statement is a primary-key or delivery-key point read.
+	// Durable admission. A redelivery hits uk_ingress_receipt_delivery (scope,
+	// delivery id; NO PAD: ids differing by a trailing space are two
+	// deliveries) and fails with a duplicate-key error: the caller then reads
+	// the existing receipt and writes nothing. received_at is the database
+	// clock less the time the request has spent in the process, so no host
+	// clock or session time zone is written. Due at once.
+	AcceptReceipt(ctx context.Context, arg AcceptReceiptParams) (int64, error)
 	// The terminal handoff: in the transaction that terminalized the claimed
 	// generations of these projections (Finish, FinishBatch or FinishExpired
 	// cleared their active keys), their queued successors become active and
@@ -104,6 +117,12 @@ type Querier interface {
 	// (an index-only read, no per-candidate lookup); ClaimedByRef reads the
 	// rows the CAS won, so rows lost to another claimer are never read whole.
 	ClaimCandidates(ctx context.Context, arg ClaimCandidatesParams) ([]ClaimCandidatesRow, error)
+	// Row CAS by primary key on the candidates still due: each claim bumps the
+	// fencing token, counts an attempt (a receipt that kills its router is
+	// still counted) and moves next_attempt_at to the lease's end, where an
+	// abandoned claim becomes a candidate again. Runs in the claim
+	// transaction, before ClaimedReceipts reads the rows it now holds.
+	ClaimReceipts(ctx context.Context, arg ClaimReceiptsParams) (int64, error)
 	// The rows ClaimBatchCAS won, with the lease tokens it set and the events
 	// their executors run on: batch point gets on the primary keys, filtered by
 	// the claim turn's reference, and the scope's active generation read again.
@@ -114,6 +133,10 @@ type Querier interface {
 	// of this read runs it again with the same reference to learn what it owns.
 	// Reading the events here saves a claim turn its own event load.
 	ClaimedByRef(ctx context.Context, arg ClaimedByRefParams) ([]ClaimedByRefRow, error)
+	// The receipts this router's claim took (their tokens and bodies), read
+	// by primary key inside the claim transaction, which still holds their
+	// row locks: no other router can have moved them.
+	ClaimedReceipts(ctx context.Context, arg ClaimedReceiptsParams) ([]ClaimedReceiptsRow, error)
 	// One page of the safety pass over a scope's waiters of the active
 	// generation, on idx_work_item_due, in wait order (run_after is when the
 	// wait began): registrations older than a grace (a worker interrupted
@@ -133,6 +156,10 @@ type Querier interface {
 	// An event's admission ordinal: a primary-key point get that leaves the
 	// payload unread.
 	EventOrdinal(ctx context.Context, eventID int64) (int64, error)
+	// A terminal routing failure (the route refused the receipt, or its
+	// attempts ran out): recorded and left for operators; never claimed again
+	// (the claim ranges read only pending and routing). Fenced like RetryReceipt.
+	FailReceipt(ctx context.Context, arg FailReceiptParams) (int64, error)
 	// Terminal transition of the claimed row only: completed, skipped or dead.
 	// Clears the projection's active key so a successor may activate. The caller
 	// promotes lane followers in the same transaction.
@@ -189,6 +216,12 @@ type Querier interface {
 	// committed (its token plus one, in the state it wrote) or another owner
 	// moved the row on.
 	GetLeaseState(ctx context.Context, workID int64) (GetLeaseStateRow, error)
+	// One receipt's routing state by primary key (operators, readback). The
+	// body is left out: it is read only by the router that claimed it.
+	GetReceipt(ctx context.Context, receiptID int64) (GetReceiptRow, error)
+	// The receipt of one delivery: a point read of uk_ingress_receipt_delivery
+	// (the redelivery path, and the receipt a webhook answers with).
+	GetReceiptByDelivery(ctx context.Context, arg GetReceiptByDeliveryParams) (GetReceiptByDeliveryRow, error)
 	// Primary-key point read, once per claim turn and per generation probe. It
 	// also returns the database's clock: a claim turn bounds every scan by
 	// this instant, so scan windows are measured on one clock, never a host's.
@@ -292,6 +325,12 @@ type Querier interface {
 	// The queued successors of an enqueue batch's projections, as
 	// LockActiveProjections (batch point gets on uk_work_item_projection_queued).
 	LockQueuedProjections(ctx context.Context, projectionKeys []sql.NullString) ([]LockQueuedProjectionsRow, error)
+	// First statement of a materializing transaction: locks the batch's rows
+	// by primary key and returns their tokens, so the router enqueues only the
+	// receipts it still holds (a receipt whose lease another router took over
+	// is left out, and that router's enqueue finds the events if it was first).
+	// Lock order: receipts, then the scope row (Enqueue), then events and items.
+	LockReceiptFences(ctx context.Context, receiptIds []int64) ([]LockReceiptFencesRow, error)
 	// The candidate keys that are satisfied, read under locks: a batch point get
 	// on the primary key that waits for a producer holding one of them
 	// (inserted, not yet committed) and then sees its commit. Locks: the keys
@@ -314,6 +353,11 @@ type Querier interface {
 	// Existing work of duplicate events, read current and locked for the same
 	// reason as LockEventsByIdempotencyKeys. Rides uk_work_item_event_type.
 	LockWorkItemsByEvents(ctx context.Context, eventIds []int64) ([]LockWorkItemsByEventsRow, error)
+	// Last statement of the materializing transaction: the batch's receipts
+	// become materialized with the event ids they became, fenced per row by
+	// "id:token" pairs (FIND_IN_SET) and keyed by primary key. event_ids_by_receipt
+	// is a JSON object from receipt id to its event id array.
+	MarkReceiptsMaterialized(ctx context.Context, arg MarkReceiptsMaterializedParams) (int64, error)
 	// The projection's newest generation (Replay's safety check, under the
 	// scope lock that serializes it with every enqueue): the last entry of the
 	// projection's range on idx_work_item_projection, index only.
@@ -330,6 +374,13 @@ type Querier interface {
 	NextBlockedInSourceLane(ctx context.Context, arg NextBlockedInSourceLaneParams) ([]NextBlockedInSourceLaneRow, error)
 	// NextBlockedInSourceLane for the target lane, on idx_work_item_target_lane.
 	NextBlockedInTargetLane(ctx context.Context, arg NextBlockedInTargetLaneParams) ([]NextBlockedInTargetLaneRow, error)
+	// When the router's exact timer for one (scope, class) should fire: the
+	// microseconds from the database's now to the earliest due pending receipt
+	// and to the earliest routing lease end (negative: due already; no row:
+	// none); the caller takes the smaller. The same two ordered ranges as
+	// ReceiptCandidates, one entry each; measured on the database clock, so
+	// no host clock or session time zone enters.
+	NextReceiptDue(ctx context.Context, arg NextReceiptDueParams) ([]int64, error)
 	// The earliest due time in one span (now + from_micros, now + until_micros]
 	// of the scope: a pending row's run_after (a retry or delayed item coming
 	// due) or a processing row's lease expiry. Two ordered LIMIT 1 branches on
@@ -368,6 +419,16 @@ type Querier interface {
 	// sort after what claimers already consumed, or their scan floors would
 	// pass it (see ClaimCandidates).
 	PromoteBlockedBatch(ctx context.Context, workIds []int64) (int64, error)
+	// The router's scan for one (scope, class): due pending receipts and
+	// receipts whose routing lease expired (a router died or froze), each
+	// branch oldest due first. Two ordered, limited ranges of
+	// idx_ingress_receipt_claim joined by UNION ALL (one IN range would be read
+	// whole to be sorted): each branch stops at its limit, however many
+	// receipts are due, retrying or materialized; the caller merges the two by
+	// due time. An in-flight claim keeps next_attempt_at = lease_until, so the
+	// routing branch reads only expired leases; they are rare (a router died)
+	// and taken 16 per turn.
+	ReceiptCandidates(ctx context.Context, arg ReceiptCandidatesParams) ([]ReceiptCandidatesRow, error)
 	// Takes over an expired lease: a CAS on the token the candidate read saw.
 	// The new token fences the old holder: no call it makes matches any more.
 	// Only while attempts remain; an item at its attempt budget goes to dead
@@ -422,6 +483,10 @@ type Querier interface {
 	// A safe retry: pending again after a backoff computed from the consecutive
 	// safe-retry count, which this increments. Still its lanes' head.
 	RetryLater(ctx context.Context, arg RetryLaterParams) (int64, error)
+	// A transient routing failure: pending again after a backoff, with the
+	// failure's sanitized class and summary. Fenced by the claim token: a
+	// router whose lease was taken over changes nothing (0 rows).
+	RetryReceipt(ctx context.Context, arg RetryReceiptParams) (int64, error)
 	// Sets a scope row to its own values. workqueue.New runs it inside a
 	// rolled-back transaction to check the connection's clientFoundRows setting:
 	// every compare-and-swap needs RowsAffected to count matched rows, and

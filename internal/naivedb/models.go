@@ -58,6 +58,8 @@ type IngressReceipt struct {
 	MaterializedAt   sql.NullTime
 	CreatedAt        time.Time
 	UpdatedAt        time.Time
+	RouteClass       string
+	EventIds         []byte
 }
 
 type Scope struct {

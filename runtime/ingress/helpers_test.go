@@ -1,0 +1,168 @@
+package ingress_test
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/laneq/laneq/internal/queuetest"
+	"github.com/laneq/laneq/internal/tidbtest"
+	"github.com/laneq/laneq/runtime/ingress"
+	"github.com/laneq/laneq/runtime/workqueue"
+)
+
+func TestMain(m *testing.M) {
+	if os.Getenv(killHelperEnv) != "" {
+		os.Exit(runKilledRouter())
+	}
+	os.Exit(tidbtest.Main(m))
+}
+
+const scope = "tenant-a/pack-1"
+
+type fixture struct {
+	t   *testing.T
+	ctx context.Context
+	db  *sql.DB
+	dsn string
+	qu  *workqueue.Queue
+	in  *ingress.Inbox
+}
+
+func newFixture(t *testing.T) *fixture {
+	t.Helper()
+	qu, db, dsn := queuetest.New(t, workqueue.Config{}, scope)
+	in, err := ingress.New(db, ingress.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &fixture{t: t, ctx: context.Background(), db: db, dsn: dsn, qu: qu, in: in}
+}
+
+// delivery is a delivery of scope whose body lists fact keys, one event
+// each (see routeFacts).
+func delivery(id, class string, facts ...string) ingress.Delivery {
+	return ingress.Delivery{
+		Scope: scope, DeliveryID: id, Method: "POST", RouteKey: "/hooks/crm", ContentType: "text/plain",
+		EventKind: "changed", CorrelationID: "corr-" + id, Class: class, Body: []byte(strings.Join(facts, ",")),
+	}
+}
+
+// routeFacts is a RouteFunc: one event per comma-separated fact key of the
+// body, keyed by the fact (two deliveries of one fact are one event), each
+// with one "deliver" work item.
+func routeFacts(_ context.Context, c ingress.Claimed) ([]workqueue.Event, error) {
+	if len(c.Body) == 0 {
+		return nil, nil
+	}
+	var out []workqueue.Event
+	for _, fact := range strings.Split(string(c.Body), ",") {
+		out = append(out, workqueue.Event{
+			IdempotencyKey: "fact:" + fact, RouteID: "crm", RouteVersion: 1, EventKind: c.EventKind,
+			SourceKind: "object", SourceID: fact, Payload: []byte(fact),
+			Work: []workqueue.Work{{WorkType: "deliver", QueueClass: c.Class}},
+		})
+	}
+	return out, nil
+}
+
+func (f *fixture) accept(d ingress.Delivery) ingress.Accepted {
+	f.t.Helper()
+	a, err := f.in.Accept(f.ctx, d)
+	if err != nil {
+		f.t.Fatalf("accept %q: %v", d.DeliveryID, err)
+	}
+	return a
+}
+
+func (f *fixture) router(cfg ingress.RouterConfig) *ingress.Router {
+	f.t.Helper()
+	cfg.Scope = scope
+	if cfg.Route == nil {
+		cfg.Route = routeFacts
+	}
+	r, err := f.in.NewRouter(f.qu, cfg)
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	return r
+}
+
+// run starts r until the test ends.
+func (f *fixture) run(r *ingress.Router) {
+	ctx, cancel := context.WithCancel(f.ctx)
+	done := make(chan struct{})
+	go func() { defer close(done); _ = r.Run(ctx) }()
+	f.t.Cleanup(func() { cancel(); <-done })
+}
+
+func (f *fixture) receipt(id int64) ingress.Receipt {
+	f.t.Helper()
+	r, err := f.in.Receipt(f.ctx, id)
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	return r
+}
+
+// waitStatus waits (polling the row, up to a minute) until receipt id
+// reaches status, and returns it.
+func (f *fixture) waitStatus(id int64, status string) ingress.Receipt {
+	f.t.Helper()
+	deadline := time.Now().Add(time.Minute)
+	for {
+		r := f.receipt(id)
+		if r.Status == status {
+			return r
+		}
+		if time.Now().After(deadline) {
+			f.t.Fatalf("receipt %d: status %s (attempts %d, %s: %s), want %s", id, r.Status, r.Attempts, r.LastErrorClass, r.LastErrorSummary, status)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// eventsOf returns the ids of the events written with receipt id.
+func (f *fixture) eventsOf(id int64) []int64 {
+	f.t.Helper()
+	rows, err := f.db.QueryContext(f.ctx, "SELECT event_id FROM event WHERE receipt_id = ? ORDER BY enqueue_ordinal", id)
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	defer rows.Close()
+	var out []int64
+	for rows.Next() {
+		var e int64
+		if err := rows.Scan(&e); err != nil {
+			f.t.Fatal(err)
+		}
+		out = append(out, e)
+	}
+	if err := rows.Err(); err != nil {
+		f.t.Fatal(err)
+	}
+	return out
+}
+
+func (f *fixture) count(query string, args ...any) int {
+	f.t.Helper()
+	var n int
+	if err := f.db.QueryRowContext(f.ctx, query, args...).Scan(&n); err != nil {
+		f.t.Fatalf("%s: %v", query, err)
+	}
+	return n
+}
+
+func must[T any](t *testing.T, v T, err error) T {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return v
+}
+
+var _ = fmt.Sprint

@@ -1,0 +1,175 @@
+package ingress_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/laneq/laneq/runtime/ingress"
+	"github.com/laneq/laneq/runtime/workqueue"
+)
+
+// TestStaleRouterCannotMark: router A claims a receipt with a short lease
+// and stalls inside its RouteFunc (a GC pause, a slow provider call);
+// router B takes the receipt over when the lease ends and materializes it;
+// when A resumes, its materializing transaction finds the receipt no
+// longer its own and writes nothing. A second receipt shows the same for a
+// stale router's retry: its fenced write changes nothing.
+func TestStaleRouterCannotMark(t *testing.T) {
+	t.Parallel()
+	for _, stale := range []string{"materialize", "retry"} {
+		t.Run(stale, func(t *testing.T) {
+			t.Parallel()
+			f := newFixture(t)
+			acc := f.accept(delivery("stale-"+stale, "", "s1", "s2"))
+			entered, resume := make(chan struct{}), make(chan struct{})
+			a := f.router(ingress.RouterConfig{Owner: "a", Lease: 200 * time.Millisecond, Route: func(ctx context.Context, c ingress.Claimed) ([]workqueue.Event, error) {
+				close(entered)
+				<-resume
+				if stale == "retry" {
+					return nil, ingress.Transient("upstream", errors.New("timed out"))
+				}
+				return routeFacts(ctx, c)
+			}})
+			turnErr := make(chan error, 1)
+			go func() { _, err := a.Turn(f.ctx, ingress.DefaultClass); turnErr <- err }()
+			<-entered
+
+			b := f.router(ingress.RouterConfig{Owner: "b", Backstop: time.Hour})
+			f.run(b) // its exact timer fires when A's lease ends
+			got := f.waitStatus(acc.Receipt.ID, ingress.StatusMaterialized)
+			close(resume)
+			if err := <-turnErr; err != nil {
+				t.Fatalf("stale router's turn: %v", err)
+			}
+			if st := a.Stats(); st.LeaseLost != 1 || st.Materialized != 0 || st.Retried != 0 {
+				t.Fatalf("stale router stats %+v, want one lost lease and nothing written", st)
+			}
+			after := f.receipt(acc.Receipt.ID)
+			if after.Status != ingress.StatusMaterialized || after.ClaimToken != 2 || after.ClaimOwner != "b/default" || after.LastErrorClass != "" {
+				t.Fatalf("receipt after the stale router resumed: %+v", after)
+			}
+			if n := len(f.eventsOf(acc.Receipt.ID)); n != 2 || len(got.EventIDs) != 2 {
+				t.Fatalf("%d events (%d recorded), want 2", n, len(got.EventIDs))
+			}
+		})
+	}
+}
+
+// TestTransientFailureRetriesWithBackoff: a route that fails twice with a
+// transient error is retried after its backoff (the router's exact timer:
+// its backstop is an hour) and then materialized; the receipt keeps the
+// last failure's sanitized class and summary and counts three attempts.
+func TestTransientFailureRetriesWithBackoff(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	var calls atomic.Int32
+	var mu sync.Mutex
+	var backoffs []int32
+	r := f.router(ingress.RouterConfig{
+		Backstop: time.Hour,
+		Backoff: func(attempt int32) time.Duration {
+			mu.Lock()
+			defer mu.Unlock()
+			backoffs = append(backoffs, attempt)
+			return 300 * time.Millisecond
+		},
+		Route: func(ctx context.Context, c ingress.Claimed) ([]workqueue.Event, error) {
+			if calls.Add(1) <= 2 {
+				return nil, ingress.Transient("crm_unavailable", fmt.Errorf("upstream answered 503\r\nretry later"))
+			}
+			return routeFacts(ctx, c)
+		},
+	})
+	acc := f.accept(delivery("flaky", "", "f1"))
+	f.run(r)
+	got := f.waitStatus(acc.Receipt.ID, ingress.StatusMaterialized)
+	if got.Attempts != 3 || calls.Load() != 3 {
+		t.Fatalf("attempts %d, route calls %d, want 3 and 3", got.Attempts, calls.Load())
+	}
+	if got.LastErrorClass != "crm_unavailable" || got.LastErrorSummary != "upstream answered 503  retry later" {
+		t.Fatalf("last error %q: %q", got.LastErrorClass, got.LastErrorSummary)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(backoffs) != 2 || backoffs[0] != 1 || backoffs[1] != 2 {
+		t.Fatalf("backoffs asked for attempts %v, want [1 2]", backoffs)
+	}
+	if wait := got.MaterializedAt.Sub(got.AcceptedAt); wait < 600*time.Millisecond {
+		t.Fatalf("materialized %s after acceptance: the two 300ms backoffs were not kept", wait)
+	}
+	if st := r.Stats(); st.Retried != 2 || st.Materialized != 1 || st.Reclaimed != 2 {
+		t.Fatalf("stats %+v", st)
+	}
+}
+
+// TestTerminalFailureIsRecorded: a route's terminal error fails the
+// receipt at once with a sanitized summary (no control characters,
+// bounded); a route that stays transient fails once its attempts run out;
+// events the queue refuses fail only their own receipt, while the rest of
+// the batch materializes; failed receipts are never claimed again.
+func TestTerminalFailureIsRecorded(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	long := strings.Repeat("x", 3000)
+	r := f.router(ingress.RouterConfig{
+		MaxAttempts: 2,
+		Backoff:     func(int32) time.Duration { return 0 },
+		Route: func(ctx context.Context, c ingress.Claimed) ([]workqueue.Event, error) {
+			switch c.DeliveryID {
+			case "unparseable":
+				return nil, ingress.Terminal("bad_body", fmt.Errorf("parse: unexpected \x00 at byte 3\n%s", long))
+			case "always-busy":
+				return nil, errors.New("busy")
+			case "bad-events":
+				return []workqueue.Event{{IdempotencyKey: "k", RouteID: "r", SourceKind: "s", SourceID: "1", Work: []workqueue.Work{{WorkType: ""}}}}, nil
+			}
+			return routeFacts(ctx, c)
+		},
+	})
+	ids := map[string]int64{}
+	for _, d := range []string{"unparseable", "always-busy", "bad-events", "fine"} {
+		ids[d] = f.accept(delivery(d, "", "fact-of-"+d)).Receipt.ID
+	}
+	for range 3 { // the busy one needs a second claim to run out
+		if _, err := r.Turn(f.ctx, ingress.DefaultClass); err != nil {
+			t.Fatal(err)
+		}
+	}
+	check := func(d, status, class, summaryPrefix string) ingress.Receipt {
+		t.Helper()
+		got := f.receipt(ids[d])
+		if got.Status != status || got.LastErrorClass != class || !strings.HasPrefix(got.LastErrorSummary, summaryPrefix) {
+			t.Fatalf("%s: %s %q %q, want %s %q %q...", d, got.Status, got.LastErrorClass, got.LastErrorSummary, status, class, summaryPrefix)
+		}
+		return got
+	}
+	bad := check("unparseable", ingress.StatusFailed, "bad_body", "parse: unexpected   at byte 3 xxx")
+	if n := len(bad.LastErrorSummary); n > 1024 || !strings.HasSuffix(bad.LastErrorSummary, "…") {
+		t.Fatalf("summary of %d bytes not bounded with an ellipsis", n)
+	}
+	if bad.Attempts != 1 {
+		t.Fatalf("terminal failure after %d attempts, want 1", bad.Attempts)
+	}
+	check("always-busy", ingress.StatusFailed, "route_failed", "attempt 2 of 2: busy")
+	check("bad-events", ingress.StatusFailed, "invalid_events", "workqueue: invalid input")
+	check("fine", ingress.StatusMaterialized, "", "")
+	if n := f.count("SELECT COUNT(*) FROM event"); n != 1 {
+		t.Fatalf("%d events, want only the fine receipt's", n)
+	}
+	before := r.Stats()
+	if _, err := r.Turn(f.ctx, ingress.DefaultClass); err != nil {
+		t.Fatal(err)
+	}
+	if after := r.Stats(); after.Claimed != before.Claimed {
+		t.Fatalf("a failed receipt was claimed again: %+v -> %+v", before, after)
+	}
+	if before.Failed != 3 || before.Retried != 1 {
+		t.Fatalf("stats %+v, want 3 failed, 1 retried", before)
+	}
+}
