@@ -96,7 +96,9 @@ func (e *RouteError) Unwrap() error { return e.Err }
 
 // Terminal marks a failure no retry can mend (a body that does not parse,
 // an unknown route): the receipt becomes failed at once.
-func Terminal(class string, err error) error { return &RouteError{Class: class, Err: err, terminal: true} }
+func Terminal(class string, err error) error {
+	return &RouteError{Class: class, Err: err, terminal: true}
+}
 
 // Transient marks a failure worth retrying after a backoff, with a class.
 func Transient(class string, err error) error { return &RouteError{Class: class, Err: err} }
