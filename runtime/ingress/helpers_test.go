@@ -3,7 +3,6 @@ package ingress_test
 import (
 	"context"
 	"database/sql"
-	"fmt"
 	"os"
 	"strings"
 	"testing"
@@ -157,12 +156,3 @@ func (f *fixture) count(query string, args ...any) int {
 	return n
 }
 
-func must[T any](t *testing.T, v T, err error) T {
-	t.Helper()
-	if err != nil {
-		t.Fatal(err)
-	}
-	return v
-}
-
-var _ = fmt.Sprint

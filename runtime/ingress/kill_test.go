@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
-	"strconv"
 	"syscall"
 	"testing"
 	"time"
@@ -102,5 +101,4 @@ func TestReceiptSurvivesRouterKill(t *testing.T) {
 		t.Fatalf("stats %+v, want one reclaim materialized", st)
 	}
 	t.Logf("killed after %s lease: taken over %s after acceptance", lease, got.MaterializedAt.Sub(got.AcceptedAt).Round(time.Millisecond))
-	_ = strconv.Itoa
 }
