@@ -53,9 +53,11 @@ type RouteFunc func(ctx context.Context, r Claimed) ([]workqueue.Event, error)
 type RouterConfig struct {
 	Scope string
 	// Classes are the route classes this router claims, each by its own
-	// loop from its own index range: a bulk class's batches never delay
-	// an interactive class's receipts by more than the scope-row lock
-	// that one bulk batch holds while it commits. Default: [DefaultClass].
+	// loop from its own index range, in priority order: while a class's
+	// loop is in a turn, the loops of the classes after it hold their next
+	// transaction back (at most BatchTime), so an interactive class listed
+	// before a bulk one waits for at most the one bulk transaction already
+	// in flight, however large the bulk backlog. Default: [DefaultClass].
 	Classes []string
 	Route   RouteFunc
 	// Owner names this router in claim_owner; unique per router instance
@@ -180,6 +182,8 @@ type Router struct {
 	cfg RouterConfig
 
 	wake map[string]chan struct{} // per class, buffered 1
+	rank map[string]int           // a class's place in Classes
+	prio *priority
 
 	turns, claimed, reclaimed, materialized, events, transactions atomic.Int64
 	retried, failed, leaseLost, errs                              atomic.Int64
@@ -196,9 +200,13 @@ func (in *Inbox) NewRouter(qu *workqueue.Queue, cfg RouterConfig) (*Router, erro
 	if err != nil {
 		return nil, err
 	}
-	r := &Router{in: in, qu: qu, q: in.q, cfg: cfg, wake: map[string]chan struct{}{}}
-	for _, cl := range cfg.Classes {
+	r := &Router{
+		in: in, qu: qu, q: in.q, cfg: cfg, wake: map[string]chan struct{}{}, rank: map[string]int{},
+		prio: newPriority(len(cfg.Classes), max(cfg.BatchTime, 100*time.Millisecond)),
+	}
+	for i, cl := range cfg.Classes {
 		r.wake[cl] = make(chan struct{}, 1)
+		r.rank[cl] = i
 	}
 	return r, nil
 }
@@ -252,8 +260,24 @@ func (r *Router) loop(ctx context.Context, class string) {
 	timer := time.NewTimer(0)
 	defer timer.Stop()
 	failures := int32(0)
+	// While its turns come back full (a backlog), the class stays ahead of
+	// later classes between turns too, not only during them.
+	rank, ahead := r.rank[class], false
+	defer func() {
+		if ahead {
+			r.prio.leave(rank)
+		}
+	}()
 	for ctx.Err() == nil {
 		full, err := r.Turn(ctx, class)
+		if full != ahead {
+			if full {
+				r.prio.enter(rank)
+			} else {
+				r.prio.leave(rank)
+			}
+			ahead = full
+		}
 		if err != nil && ctx.Err() == nil {
 			r.errs.Add(1)
 			failures++
@@ -311,17 +335,24 @@ func (r *Router) nextDue(ctx context.Context, class string) (time.Duration, erro
 // Run calls it in a loop; it is exported for tests and for callers that
 // drive routing themselves.
 func (r *Router) Turn(ctx context.Context, class string) (full bool, err error) {
+	if _, ok := r.rank[class]; !ok {
+		return false, &InvalidError{Field: "class", Reason: fmt.Sprintf("%q is not one of the router's classes %q", class, r.cfg.Classes)}
+	}
 	claimed, err := r.claim(ctx, class)
 	if err != nil || len(claimed) == 0 {
 		return false, err
 	}
 	r.turns.Add(1)
 	full = len(claimed) >= r.cfg.BatchReceipts
+	rank := r.rank[class]
+	r.prio.enter(rank)
+	defer r.prio.leave(rank)
 	for len(claimed) > 0 {
 		batch, rest, err := r.routeBatch(ctx, claimed)
 		if err != nil {
 			return full, err
 		}
+		r.prio.wait(ctx, rank)
 		if err := r.materialize(ctx, batch); err != nil {
 			return full, err
 		}
