@@ -20,7 +20,7 @@ type fairnessRun struct {
 	// interactive transaction before its own: the bulk work that delayed
 	// it beyond the interactive work ahead of it.
 	bulkTxWaited, bulkTxAhead []int
-	accepting    time.Duration
+	accepting                 time.Duration
 }
 
 // runSC400 accepts seed 004's SC400 shape, 400 bulk receipts of 10 events

@@ -155,4 +155,3 @@ func (f *fixture) count(query string, args ...any) int {
 	}
 	return n
 }
-
