@@ -475,6 +475,8 @@ const nextReceiptDue = `-- name: NextReceiptDue :many
  WHERE p.scope_id = ?
    AND p.route_class = ?
    AND p.router_status = 'pending'
+   AND p.next_attempt_at > NOW(6)
+   AND p.next_attempt_at <= DATE_ADD(NOW(6), INTERVAL CAST(? AS SIGNED) MICROSECOND)
  ORDER BY p.next_attempt_at
  LIMIT 1)
 UNION ALL
@@ -483,27 +485,37 @@ UNION ALL
  WHERE r.scope_id = ?
    AND r.route_class = ?
    AND r.router_status = 'routing'
+   AND r.next_attempt_at > NOW(6)
+   AND r.next_attempt_at <= DATE_ADD(NOW(6), INTERVAL CAST(? AS SIGNED) MICROSECOND)
  ORDER BY r.next_attempt_at
  LIMIT 1)
 `
 
 type NextReceiptDueParams struct {
-	ScopeID    string
-	RouteClass string
+	ScopeID      string
+	RouteClass   string
+	WithinMicros int64
 }
 
-// When the router's exact timer for one (scope, class) should fire: the
-// microseconds from the database's now to the earliest due pending receipt
-// and to the earliest routing lease end (negative: due already; no row:
-// none); the caller takes the smaller. The same two ordered ranges as
-// ReceiptCandidates, one entry each; measured on the database clock, so
-// no host clock or session time zone enters.
+// When the router's exact timer for one (scope, class) should fire, once a
+// turn found nothing due: the microseconds from the database's now to the
+// earliest pending receipt due later (a retry's backoff) and to the
+// earliest live routing lease's end (where an abandoned claim becomes
+// claimable), within within_micros (the router's backstop); no row: none
+// within it. The caller takes the smaller. Each branch's range is
+// (now, now + within]: the due backlog and expired leases before it (which
+// the turn's scan handles) and the retries and leases due later are never
+// read (on the embedded engine a scan costs time for every entry in its
+// range, LIMIT or not); at most one entry each. Measured on the database
+// clock, so no host clock or session time zone enters.
 func (q *Queries) NextReceiptDue(ctx context.Context, arg NextReceiptDueParams) ([]int64, error) {
 	rows, err := q.db.QueryContext(ctx, nextReceiptDue,
 		arg.ScopeID,
 		arg.RouteClass,
+		arg.WithinMicros,
 		arg.ScopeID,
 		arg.RouteClass,
+		arg.WithinMicros,
 	)
 	if err != nil {
 		return nil, err
@@ -532,6 +544,7 @@ const receiptCandidates = `-- name: ReceiptCandidates :many
  WHERE p.scope_id = ?
    AND p.route_class = ?
    AND p.router_status = 'pending'
+   AND p.next_attempt_at >= ?
    AND p.next_attempt_at <= NOW(6)
  ORDER BY p.next_attempt_at, p.receipt_id
  LIMIT ?)
@@ -549,6 +562,7 @@ UNION ALL
 type ReceiptCandidatesParams struct {
 	ScopeID    string
 	RouteClass string
+	FromTime   time.Time
 	Limit      int32
 }
 
@@ -561,15 +575,22 @@ type ReceiptCandidatesRow struct {
 // receipts whose routing lease expired (a router died or froze), each
 // branch oldest due first. Two ordered, limited ranges of
 // idx_ingress_receipt_claim joined by UNION ALL (one IN range would be read
-// whole to be sorted): each branch stops at its limit, however many
-// receipts are due, retrying or materialized; the caller merges the two by
-// due time. An in-flight claim keeps next_attempt_at = lease_until, so the
-// routing branch reads only expired leases; they are rare (a router died)
-// and taken 16 per turn.
+// whole to be sorted); the caller merges the two by due time.
+//
+// The pending range starts at from_time, the router's floor: every
+// transition into pending (an accept, a retry) sets next_attempt_at to at
+// least the database's now, so what becomes due later sorts after what the
+// router consumed, and the entries its earlier claims moved away lie before
+// the floor (on the embedded engine a scan costs time for every entry in its
+// range, LIMIT or not; TiKV stops at the limit). Retries not yet due lie past
+// now and are never read. An in-flight claim keeps next_attempt_at =
+// lease_until, so the routing branch reads only expired leases; they are
+// rare (a router died) and taken 16 per turn.
 func (q *Queries) ReceiptCandidates(ctx context.Context, arg ReceiptCandidatesParams) ([]ReceiptCandidatesRow, error) {
 	rows, err := q.db.QueryContext(ctx, receiptCandidates,
 		arg.ScopeID,
 		arg.RouteClass,
+		arg.FromTime,
 		arg.Limit,
 		arg.ScopeID,
 		arg.RouteClass,

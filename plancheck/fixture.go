@@ -71,6 +71,41 @@ func Values() map[string]any {
 		"projection_key":      ProjectionHistoryKey,        // a projection with `scale` terminal generations
 		"projection_event_10": int64(17*noise + 10),        // the admission ordinal of its 11th event
 		"projection_event_20": int64(17*noise + 20),        // ... and of its 21st
+		"receipt_id":          int64(receiptBase),          // the first due bulk receipt (see receiptDistributions)
+		"expired_receipt_id":  int64(receiptBase + 100),    // a bulk receipt whose routing lease expired
+	}
+}
+
+// receiptBase is the id block of the target scope's known receipts: the
+// first due bulk receipts (KnownReceipts of them), then the expired leases.
+const (
+	receiptBase   = 3 * knownBase
+	KnownReceipts = 32
+)
+
+// receiptDistribution is one kind of seeded ingress receipt.
+type receiptDistribution struct {
+	what, scope, class, status string
+	at                         when // next_attempt_at (a routing row's lease end)
+	idBase, count              int64
+}
+
+// receiptDistributions: the target scope's bulk class holds, around its
+// KnownReceipts due pending receipts and 10 expired leases, `scale` more due
+// receipts behind them, 5 × scale not-due retries, scale live leases,
+// scale materialized and scale/10 failed receipts; its interactive class a
+// few due receipts; the other scope `scale` due bulk receipts.
+func receiptDistributions(scale int64) []receiptDistribution {
+	return []receiptDistribution{
+		{"known-due", TargetScope, "bulk", "pending", when{offset: 0, spread: time.Minute}, receiptBase, KnownReceipts},
+		{"expired-lease", TargetScope, "bulk", "routing", when{offset: 30 * time.Second, spread: time.Minute}, receiptBase + 100, 10},
+		{"due", TargetScope, "bulk", "pending", when{offset: time.Hour, spread: time.Hour}, 20 * noise, scale},
+		{"retry", TargetScope, "bulk", "pending", when{future: true, offset: 0, spread: time.Hour}, 21 * noise, 5 * scale},
+		{"leased", TargetScope, "bulk", "routing", when{future: true, offset: 0, spread: time.Hour}, 22 * noise, scale},
+		{"materialized", TargetScope, "bulk", "materialized", when{offset: 0, spread: time.Hour}, 23 * noise, scale},
+		{"failed", TargetScope, "bulk", "failed", when{offset: 0, spread: time.Hour}, 24 * noise, max(scale/10, 1)},
+		{"interactive", TargetScope, "interactive", "pending", when{offset: 0, spread: time.Minute}, receiptBase + 200, 5},
+		{"other-scope", OtherScope, "bulk", "pending", when{offset: 0, spread: time.Hour}, 25 * noise, scale},
 	}
 }
 
@@ -271,10 +306,23 @@ func Seed(ctx context.Context, db *sql.DB, scale int64, progress io.Writer) erro
 			return fmt.Errorf("plancheck: seed wake endpoints of %s: %w", s.scope, err)
 		}
 	}
+	for _, r := range receiptDistributions(scale) {
+		base := pastBase
+		if r.at.future {
+			base = futureBase
+		}
+		if _, err := execSeed(ctx, conn, "SeedReceipts", map[string]any{
+			"id_base": r.idBase, "scope_id": r.scope, "delivery_prefix": r.what + ":", "route_class": r.class,
+			"router_status": r.status, "time_base": base.Add(r.at.offset), "spacing_micros": r.at.spread.Microseconds() / r.count,
+			"count": r.count,
+		}); err != nil {
+			return fmt.Errorf("plancheck: seed receipts (%s): %w", r.what, err)
+		}
+	}
 	if _, err := execSeed(ctx, conn, "AdmitSeededOrdinals", map[string]any{"next_ordinal": int64(maxSeededOrdinal + 1)}); err != nil {
 		return fmt.Errorf("plancheck: set the scopes' next ordinal: %w", err)
 	}
-	for _, table := range []string{"scope", "event", "work_item", "dependency_satisfied", "wake_endpoint"} {
+	for _, table := range []string{"scope", "event", "work_item", "dependency_satisfied", "wake_endpoint", "ingress_receipt"} {
 		if _, err := db.ExecContext(ctx, "ANALYZE TABLE "+table); err != nil {
 			return fmt.Errorf("plancheck: analyze %s: %w", table, err)
 		}

@@ -159,6 +159,7 @@ func TestRequiredKeys(t *testing.T) {
 		"event.idx_event_projection":                  {false, "projection_key,enqueue_ordinal"},
 		"event.uk_event_idempotency":                  {true, "scope_id,idempotency_key"},
 		"ingress_receipt.uk_ingress_receipt_delivery": {true, "scope_id,delivery_id"},
+		"ingress_receipt.idx_ingress_receipt_claim":   {false, "scope_id,route_class,router_status,next_attempt_at,receipt_id"},
 	}
 	for key, w := range want {
 		if diff := cmp.Diff(w, got[key]); diff != "" {

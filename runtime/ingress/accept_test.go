@@ -1,13 +1,16 @@
 package ingress_test
 
 import (
+	"database/sql"
 	"errors"
 	"strings"
 	"testing"
 
+	"github.com/go-sql-driver/mysql"
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/laneq/laneq/runtime/ingress"
+	"github.com/laneq/laneq/runtime/workqueue"
 )
 
 // TestDuplicateReceiptsMakeOneReceiptAndOneSetOfEvents: a redelivery (same
@@ -67,8 +70,8 @@ func TestDuplicateReceiptsMakeOneReceiptAndOneSetOfEvents(t *testing.T) {
 		t.Fatalf("stats %+v, want 2 receipts with 6 events (3 duplicates) in two transactions (a batch never repeats a fact)", st)
 	}
 	// Nothing is left to claim.
-	if full, err := r.Turn(f.ctx, ingress.DefaultClass); err != nil || full || r.Stats().Turns != 1 {
-		t.Fatalf("second turn: full %v, err %v, stats %+v", full, err, r.Stats())
+	if n, err := r.Turn(f.ctx, ingress.DefaultClass); err != nil || n != 0 || r.Stats().Turns != 1 {
+		t.Fatalf("second turn: claimed %d, err %v, stats %+v", n, err, r.Stats())
 	}
 }
 
@@ -121,5 +124,29 @@ func TestAcceptRefusesBadInput(t *testing.T) {
 	}
 	if _, err := ingress.New(f.db, ingress.Config{MaxBody: ingress.MaxMaxBody + 1}); !errors.Is(err, ingress.ErrInvalid) {
 		t.Fatalf("MaxBody over the bound: %v", err)
+	}
+}
+
+// TestInboxRefusesASessionInAnotherTimeZone: receipts are due at NOW(6);
+// an Inbox whose sessions run in UTC+8 would write every receipt eight
+// hours off for a router in UTC, so New refuses the pool.
+func TestInboxRefusesASessionInAnotherTimeZone(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	cfg, err := mysql.ParseDSN(f.dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.Params == nil {
+		cfg.Params = map[string]string{}
+	}
+	cfg.ParseTime, cfg.ClientFoundRows, cfg.Params["time_zone"] = true, true, "'+08:00'"
+	db, err := sql.Open("mysql", cfg.FormatDSN())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	if _, err := ingress.New(db, ingress.Config{}); !errors.Is(err, workqueue.ErrSessionSettings) {
+		t.Fatalf("an Inbox on a UTC+8 session: %v, want workqueue.ErrSessionSettings", err)
 	}
 }

@@ -138,15 +138,15 @@ func TestHandlerAnswersAfterTheDurableWrite(t *testing.T) {
 	}
 
 	// A database that fails: 503 with Retry-After, nothing acknowledged.
-	broken, err := workqueue.OpenDB("root@tcp(127.0.0.1:1)/nowhere?timeout=200ms")
+	pool, err := workqueue.OpenDB(f.dsn)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer broken.Close()
-	down, err := ingress.New(broken, ingress.Config{})
+	down, err := ingress.New(pool, ingress.Config{})
 	if err != nil {
 		t.Fatal(err)
 	}
+	pool.Close() // every statement now fails
 	dh, err := down.Handler(ingress.HandlerConfig{Verify: ingress.NoVerification, Resolve: resolveHeaders, Logger: quiet})
 	if err != nil {
 		t.Fatal(err)

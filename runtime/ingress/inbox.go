@@ -25,6 +25,7 @@ import (
 	"github.com/go-sql-driver/mysql"
 
 	"github.com/laneq/laneq/gen"
+	"github.com/laneq/laneq/runtime/workqueue"
 )
 
 // DefaultClass is the route class of a delivery that names none.
@@ -67,8 +68,9 @@ type Delivery struct {
 	ReceivedAt time.Time
 }
 
-// Receipt is a receipt row's admission envelope and routing state.
-type Receipt struct {
+// Admitted is what a receipt recorded at admission: its identity and the
+// verified request envelope, enough to route it after any restart.
+type Admitted struct {
 	ID            int64
 	Scope         string
 	DeliveryID    string
@@ -81,6 +83,11 @@ type Receipt struct {
 	PayloadHash   [32]byte
 	ReceivedAt    time.Time
 	AcceptedAt    time.Time
+}
+
+// Receipt is a receipt row's admission envelope and routing state.
+type Receipt struct {
+	Admitted
 
 	Status           string
 	Attempts         int32
@@ -124,14 +131,19 @@ type Inbox struct {
 }
 
 // New returns an Inbox writing through db, which must be opened with
-// workqueue.OpenDB (UTC session, parseTime): receipt times are read back
-// as UTC.
+// workqueue.OpenDB: New refuses a pool whose sessions workqueue.New would
+// refuse (errors.Is workqueue.ErrSessionSettings), because receipt due
+// times are NOW(6) and a session in another time zone would make every
+// receipt it accepts due hours early or late for the router.
 func New(db *sql.DB, cfg Config) (*Inbox, error) {
 	switch {
 	case cfg.MaxBody == 0:
 		cfg.MaxBody = DefaultMaxBody
 	case cfg.MaxBody < 0 || cfg.MaxBody > MaxMaxBody:
-		return nil, fmt.Errorf("%w: MaxBody %d out of range (1..%d)", ErrInvalid, cfg.MaxBody, MaxMaxBody)
+		return nil, &InvalidError{Field: "MaxBody", Reason: fmt.Sprintf("%d out of range 1..%d", cfg.MaxBody, MaxMaxBody)}
+	}
+	if _, err := workqueue.New(db, workqueue.Config{}); err != nil { // its session check
+		return nil, fmt.Errorf("ingress: %w", err)
 	}
 	return &Inbox{q: gen.New(db), cfg: cfg, listeners: map[int]func(string, string){}}, nil
 }
@@ -242,10 +254,12 @@ func (in *Inbox) notify(scope, class string) {
 
 func receiptFromRow(r gen.GetReceiptByDeliveryRow) (Receipt, error) {
 	out := Receipt{
-		ID: r.ReceiptID, Scope: r.ScopeID, DeliveryID: r.DeliveryID, Method: r.HTTPMethod,
-		RouteKey: r.RouteKey, ContentType: r.ContentType, EventKind: r.EventKind.String,
-		CorrelationID: r.CorrelationID.String, Class: r.RouteClass,
-		ReceivedAt: r.ReceivedAt, AcceptedAt: r.AcceptedAt,
+		Admitted: Admitted{
+			ID: r.ReceiptID, Scope: r.ScopeID, DeliveryID: r.DeliveryID, Method: r.HTTPMethod,
+			RouteKey: r.RouteKey, ContentType: r.ContentType, EventKind: r.EventKind.String,
+			CorrelationID: r.CorrelationID.String, Class: r.RouteClass,
+			ReceivedAt: r.ReceivedAt, AcceptedAt: r.AcceptedAt,
+		},
 		Status: r.RouterStatus, Attempts: r.AttemptCount, NextAttemptAt: r.NextAttemptAt,
 		ClaimOwner: r.ClaimOwner.String, ClaimToken: r.ClaimToken, LeaseUntil: r.LeaseUntil.Time,
 		LastErrorClass: r.LastErrorClass.String, LastErrorSummary: r.LastErrorSummary.String,

@@ -22,21 +22,10 @@ import (
 
 // Claimed is a receipt a router holds: what a RouteFunc turns into events.
 type Claimed struct {
-	ID            int64
-	Scope         string
-	DeliveryID    string
-	Method        string
-	RouteKey      string
-	ContentType   string
-	EventKind     string
-	CorrelationID string
-	Class         string
-	PayloadHash   [32]byte
-	Body          []byte
-	ReceivedAt    time.Time
-	AcceptedAt    time.Time
-	Attempt       int32 // 1 on the first claim; counts claims that died with their router too
-	Token         int64 // the claim's fencing token
+	Admitted
+	Body    []byte
+	Attempt int32 // 1 on the first claim; counts claims that died with their router too
+	Token   int64 // the claim's fencing token
 }
 
 // RouteFunc turns a claimed receipt into the events (and their work) to
@@ -185,6 +174,9 @@ type Router struct {
 	rank map[string]int           // a class's place in Classes
 	prio *priority
 
+	floorMu sync.Mutex
+	floor   map[string]time.Time // per class: where its pending scan starts (see ReceiptCandidates)
+
 	turns, claimed, reclaimed, materialized, events, transactions atomic.Int64
 	retried, failed, leaseLost, errs                              atomic.Int64
 
@@ -201,7 +193,7 @@ func (in *Inbox) NewRouter(qu *workqueue.Queue, cfg RouterConfig) (*Router, erro
 		return nil, err
 	}
 	r := &Router{
-		in: in, qu: qu, q: in.q, cfg: cfg, wake: map[string]chan struct{}{}, rank: map[string]int{},
+		in: in, qu: qu, q: in.q, cfg: cfg, wake: map[string]chan struct{}{}, rank: map[string]int{}, floor: map[string]time.Time{},
 		prio: newPriority(len(cfg.Classes), max(cfg.BatchTime, 100*time.Millisecond)),
 	}
 	for i, cl := range cfg.Classes {
@@ -257,8 +249,8 @@ func (r *Router) Run(ctx context.Context) error {
 }
 
 func (r *Router) loop(ctx context.Context, class string) {
-	timer := time.NewTimer(0)
-	defer timer.Stop()
+	timer := time.NewTimer(time.Hour)
+	timer.Stop()
 	failures := int32(0)
 	// While its turns come back full (a backlog), the class stays ahead of
 	// later classes between turns too, not only during them.
@@ -268,8 +260,17 @@ func (r *Router) loop(ctx context.Context, class string) {
 			r.prio.leave(rank)
 		}
 	}()
+	lastFront := time.Now()
 	for ctx.Err() == nil {
-		full, err := r.Turn(ctx, class)
+		if time.Since(lastFront) >= r.cfg.Backstop {
+			// Once per Backstop the scan starts from the front: it finds
+			// a receipt that committed later than the straggler window
+			// behind one already consumed (however busy the class is).
+			r.resetFloor(class)
+			lastFront = time.Now()
+		}
+		n, err := r.Turn(ctx, class)
+		full := n >= r.cfg.BatchReceipts
 		if full != ahead {
 			if full {
 				r.prio.enter(rank)
@@ -285,8 +286,8 @@ func (r *Router) loop(ctx context.Context, class string) {
 			continue
 		}
 		failures = 0
-		if full {
-			continue // a full claim: more may be due
+		if n > 0 {
+			continue // more may be due: a backlog, or a retry whose backoff is over
 		}
 		wait, err := r.nextDue(ctx, class)
 		if err != nil {
@@ -295,9 +296,7 @@ func (r *Router) loop(ctx context.Context, class string) {
 			}
 			wait = time.Second
 		}
-		if wait > 0 {
-			r.sleep(ctx, timer, wait, class)
-		}
+		r.sleep(ctx, timer, wait, class)
 	}
 }
 
@@ -307,18 +306,18 @@ func (r *Router) sleep(ctx context.Context, timer *time.Timer, d time.Duration, 
 	select {
 	case <-timer.C:
 	case <-r.wake[class]:
-		if !timer.Stop() {
-			<-timer.C
-		}
 	case <-ctx.Done():
 	}
+	timer.Stop() // Go 1.23+: Reset discards a value it did not deliver
 }
 
-// nextDue is how long the loop of class may sleep: until its earliest due
-// receipt or abandoned lease (measured on the database clock), at most
-// Backstop; 0 when something is due now.
+// nextDue is how long the loop of class may sleep after a turn that found
+// nothing: until its earliest retry or live lease's end (measured on the
+// database clock), at most Backstop.
 func (r *Router) nextDue(ctx context.Context, class string) (time.Duration, error) {
-	heads, err := r.q.NextReceiptDue(ctx, gen.NextReceiptDueParams{ScopeID: r.cfg.Scope, RouteClass: class})
+	heads, err := r.q.NextReceiptDue(ctx, gen.NextReceiptDueParams{
+		ScopeID: r.cfg.Scope, RouteClass: class, WithinMicros: r.cfg.Backstop.Microseconds(),
+	})
 	if err != nil {
 		return 0, fmt.Errorf("ingress: next due receipt of %s/%s: %w", r.cfg.Scope, class, err)
 	}
@@ -330,42 +329,78 @@ func (r *Router) nextDue(ctx context.Context, class string) (time.Duration, erro
 }
 
 // Turn runs one claim turn for class: claims up to BatchReceipts due
-// receipts, routes them and materializes them in bounded transactions.
-// full reports a claim that took BatchReceipts receipts (more may be due).
-// Run calls it in a loop; it is exported for tests and for callers that
-// drive routing themselves.
-func (r *Router) Turn(ctx context.Context, class string) (full bool, err error) {
+// receipts, routes them and materializes them in bounded transactions,
+// and returns how many it claimed (BatchReceipts: more may be due). Run
+// calls it in a loop; it is exported for tests and for callers that drive
+// routing themselves.
+func (r *Router) Turn(ctx context.Context, class string) (claimed int, err error) {
 	if _, ok := r.rank[class]; !ok {
-		return false, &InvalidError{Field: "class", Reason: fmt.Sprintf("%q is not one of the router's classes %q", class, r.cfg.Classes)}
+		return 0, &InvalidError{Field: "class", Reason: fmt.Sprintf("%q is not one of the router's classes %q", class, r.cfg.Classes)}
 	}
-	claimed, err := r.claim(ctx, class)
-	if err != nil || len(claimed) == 0 {
-		return false, err
+	held, err := r.claim(ctx, class)
+	if err != nil || len(held) == 0 {
+		return 0, err
 	}
 	r.turns.Add(1)
-	full = len(claimed) >= r.cfg.BatchReceipts
+	claimed = len(held)
 	rank := r.rank[class]
 	r.prio.enter(rank)
 	defer r.prio.leave(rank)
-	for len(claimed) > 0 {
-		batch, rest, err := r.routeBatch(ctx, claimed)
+	for len(held) > 0 {
+		batch, rest, err := r.routeBatch(ctx, held)
 		if err != nil {
-			return full, err
+			return claimed, err
 		}
 		r.prio.wait(ctx, rank)
 		if err := r.materialize(ctx, batch); err != nil {
-			return full, err
+			return claimed, err
 		}
-		claimed = rest
+		held = rest
 	}
-	return full, nil
+	return claimed, nil
+}
+
+// StragglerWindow is how far behind the newest due time a router consumed
+// its next scan starts: an accept or retry whose statement began before
+// that receipt's but committed after it is still found. One committing
+// later than this is found at the class's next Backstop, whose scan starts
+// from the front.
+const StragglerWindow = 2 * time.Second
+
+// scanFrom is the oldest due time class's pending scan reads from: the
+// zero floor (a new router, or one reset) reads from the front.
+var scanFromFront = time.Date(1970, 1, 1, 0, 0, 0, 0, time.UTC)
+
+func (r *Router) scanFrom(class string) time.Time {
+	r.floorMu.Lock()
+	defer r.floorMu.Unlock()
+	if f, ok := r.floor[class]; ok {
+		return f
+	}
+	return scanFromFront
+}
+
+// consumed moves class's floor to StragglerWindow before the newest due
+// time a claim took from the pending range.
+func (r *Router) consumed(class string, due time.Time) {
+	r.floorMu.Lock()
+	defer r.floorMu.Unlock()
+	if f := due.Add(-StragglerWindow); f.After(r.floor[class]) {
+		r.floor[class] = f
+	}
+}
+
+func (r *Router) resetFloor(class string) {
+	r.floorMu.Lock()
+	defer r.floorMu.Unlock()
+	delete(r.floor, class)
 }
 
 // claim takes due receipts of class: a scan of the class's two ranges,
 // the row CAS, and a read of what the CAS took (ClaimedReceipts).
 func (r *Router) claim(ctx context.Context, class string) ([]Claimed, error) {
 	cands, err := r.q.ReceiptCandidates(ctx, gen.ReceiptCandidatesParams{
-		ScopeID: r.cfg.Scope, RouteClass: class, Limit: int32(r.cfg.BatchReceipts),
+		ScopeID: r.cfg.Scope, RouteClass: class, FromTime: r.scanFrom(class), Limit: int32(r.cfg.BatchReceipts),
 	})
 	if err != nil {
 		return nil, fmt.Errorf("ingress: scan due receipts of %s/%s: %w", r.cfg.Scope, class, err)
@@ -381,6 +416,10 @@ func (r *Router) claim(ctx context.Context, class string) ([]Claimed, error) {
 		return cmp.Compare(a.ReceiptID, b.ReceiptID)
 	})
 	cands = cands[:min(len(cands), r.cfg.BatchReceipts)]
+	// The newest due time taken sets the floor: the routing branch's
+	// entries (expired leases) lie before now too, and a floor past them
+	// changes nothing for that branch, which has none.
+	r.consumed(class, cands[len(cands)-1].NextAttemptAt)
 	ids := make([]int64, len(cands))
 	for i, c := range cands {
 		ids[i] = c.ReceiptID
@@ -401,10 +440,13 @@ func (r *Router) claim(ctx context.Context, class string) ([]Claimed, error) {
 	out := make([]Claimed, len(rows))
 	for i, row := range rows {
 		out[i] = Claimed{
-			ID: row.ReceiptID, Scope: r.cfg.Scope, DeliveryID: row.DeliveryID, Method: row.HTTPMethod,
-			RouteKey: row.RouteKey, ContentType: row.ContentType, EventKind: row.EventKind.String,
-			CorrelationID: row.CorrelationID.String, Class: row.RouteClass, Body: row.Body,
-			ReceivedAt: row.ReceivedAt, AcceptedAt: row.AcceptedAt, Attempt: row.AttemptCount, Token: row.ClaimToken,
+			Admitted: Admitted{
+				ID: row.ReceiptID, Scope: r.cfg.Scope, DeliveryID: row.DeliveryID, Method: row.HTTPMethod,
+				RouteKey: row.RouteKey, ContentType: row.ContentType, EventKind: row.EventKind.String,
+				CorrelationID: row.CorrelationID.String, Class: row.RouteClass,
+				ReceivedAt: row.ReceivedAt, AcceptedAt: row.AcceptedAt,
+			},
+			Body: row.Body, Attempt: row.AttemptCount, Token: row.ClaimToken,
 		}
 		copy(out[i].PayloadHash[:], row.PayloadHash)
 		if row.AttemptCount > 1 {
