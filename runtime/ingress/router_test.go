@@ -233,3 +233,40 @@ func TestTwoRoutersShareAClass(t *testing.T) {
 	}
 	t.Logf("router a materialized %d, router b %d", sa.Materialized, sb.Materialized)
 }
+
+// TestBatchesAreBoundedByEvents: receipts go into one materializing
+// transaction until the next would cross BatchEvents; a receipt with more
+// events than the bound goes alone; order is acceptance order.
+func TestBatchesAreBoundedByEvents(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	facts := func(prefix string, n int) []string {
+		out := make([]string, n)
+		for i := range out {
+			out[i] = fmt.Sprintf("%s-%d", prefix, i)
+		}
+		return out
+	}
+	var ids []int64
+	for _, d := range []struct {
+		id     string
+		events int
+	}{{"r1", 3}, {"r2", 3}, {"big", 12}, {"r4", 3}, {"r5", 2}} {
+		ids = append(ids, f.accept(delivery(d.id, "", facts(d.id, d.events)...)).Receipt.ID)
+	}
+	r := f.router(ingress.RouterConfig{BatchEvents: 6})
+	if n, err := r.Turn(f.ctx, ingress.DefaultClass); err != nil || n != len(ids) {
+		t.Fatalf("turn: claimed %d, %v", n, err)
+	}
+	// [r1 r2] (6), [big] (12, alone), [r4 r5] (5): three transactions.
+	if st := r.Stats(); st.Transactions != 3 || st.Materialized != 5 || st.Events != 23 {
+		t.Fatalf("stats %+v, want 5 receipts with 23 events in 3 transactions", st)
+	}
+	var at []time.Time
+	for _, id := range ids {
+		at = append(at, f.receipt(id).MaterializedAt)
+	}
+	if !at[0].Equal(at[1]) || at[1].Equal(at[2]) || at[2].Equal(at[3]) || !at[3].Equal(at[4]) || !at[1].Before(at[2]) || !at[2].Before(at[3]) {
+		t.Fatalf("materialized at %v: want [r1 r2] then [big] then [r4 r5]", at)
+	}
+}
