@@ -25,6 +25,7 @@ import (
 	"github.com/go-sql-driver/mysql"
 
 	"github.com/laneq/laneq/gen"
+	"github.com/laneq/laneq/runtime/wake"
 	"github.com/laneq/laneq/runtime/workqueue"
 )
 
@@ -224,6 +225,13 @@ func (in *Inbox) ReceiptByDelivery(ctx context.Context, scope, deliveryID string
 		return Receipt{}, fmt.Errorf("ingress: read the receipt of delivery %q: %w", deliveryID, err)
 	}
 	return receiptFromRow(row)
+}
+
+// AnnounceTo announces every receipt this Inbox commits to the scope's
+// routers in other processes through hub (see RouterConfig.Wakes), until
+// stop is called. Routers in this process are woken without it.
+func (in *Inbox) AnnounceTo(hub *wake.Hub) (stop func()) {
+	return in.onAccepted(func(scope, _ string) { hub.Publish(scope) })
 }
 
 // onAccepted registers fn to hear of every receipt this Inbox commits.

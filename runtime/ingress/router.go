@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/laneq/laneq/gen"
+	"github.com/laneq/laneq/runtime/wake"
 	"github.com/laneq/laneq/runtime/workqueue"
 )
 
@@ -75,6 +76,16 @@ type RouterConfig struct {
 	// this process, Accept wakes the loops at once, and a backoff or an
 	// abandoned lease arms an exact timer.
 	Backstop time.Duration
+	// Wakes, when set, subscribes the router to the scope on this wake
+	// hub: a process whose Inbox announces accepts to its own hub
+	// (Inbox.AnnounceTo) wakes this router within milliseconds. While the
+	// subscription is healthy the loops look on their own only every
+	// QuietBackstop; a look that finds receipts no wake announced (an
+	// accepting process that does not announce) drops back to Backstop
+	// until the next wake arrives.
+	Wakes *wake.Hub
+	// QuietBackstop replaces Backstop while wakes are healthy (default 20m).
+	QuietBackstop time.Duration
 }
 
 // Defaults of RouterConfig.
@@ -85,6 +96,7 @@ const (
 	DefaultBatchTime      = 2 * time.Second
 	DefaultMaxAttempts    = 10
 	DefaultRouterBackstop = 15 * time.Second
+	DefaultQuietBackstop  = 20 * time.Minute
 )
 
 func (c RouterConfig) withDefaults() (RouterConfig, error) {
@@ -120,6 +132,7 @@ func (c RouterConfig) withDefaults() (RouterConfig, error) {
 	setDefault(&c.BatchTime, DefaultBatchTime)
 	setDefault(&c.MaxAttempts, DefaultMaxAttempts)
 	setDefault(&c.Backstop, DefaultRouterBackstop)
+	setDefault(&c.QuietBackstop, DefaultQuietBackstop)
 	if c.Backoff == nil {
 		c.Backoff = defaultBackoff
 	}
@@ -130,7 +143,7 @@ func (c RouterConfig) withDefaults() (RouterConfig, error) {
 		return c, &InvalidError{Field: "BatchReceipts", Reason: "out of range 1..1024"}
 	case c.BatchEvents < 1 || c.BatchEvents > 100_000:
 		return c, &InvalidError{Field: "BatchEvents", Reason: "out of range 1..100000"}
-	case c.BatchTime < 0 || c.Backstop < 0 || c.MaxAttempts < 0:
+	case c.BatchTime < 0 || c.Backstop < 0 || c.QuietBackstop < 0 || c.MaxAttempts < 0:
 		return c, &InvalidError{Field: "RouterConfig", Reason: "a negative bound"}
 	}
 	return c, nil
@@ -161,6 +174,9 @@ type RouterStats struct {
 	Failed       int64 // terminal failures recorded
 	LeaseLost    int64 // receipts this router held when another took them over
 	Errors       int64 // turns that ended in a database error
+	Wakes        int64 // wakes from other processes (Wakes)
+	MissedWakes  int64 // looks on its own that found receipts no wake announced
+	Quiet        bool  // wakes are healthy: the loops look every QuietBackstop
 }
 
 // Router claims due receipts of one scope and materializes them.
@@ -178,7 +194,12 @@ type Router struct {
 	floor   map[string]time.Time // per class: where its pending scan starts (see ReceiptCandidates)
 
 	turns, claimed, reclaimed, materialized, events, transactions atomic.Int64
-	retried, failed, leaseLost, errs                              atomic.Int64
+	retried, failed, leaseLost, errs, wakes, missedWakes          atomic.Int64
+
+	// Cross-process wakes (RouterConfig.Wakes): healthy is the
+	// subscription's health; trusted is cleared by a missed wake and set
+	// again by the next wake. Quiet while both hold.
+	healthy, trusted atomic.Bool
 
 	// beforeCommit, when set (tests), runs inside a materializing
 	// transaction after its last statement and before its commit.
@@ -209,6 +230,7 @@ func (r *Router) Stats() RouterStats {
 		Turns: r.turns.Load(), Claimed: r.claimed.Load(), Reclaimed: r.reclaimed.Load(),
 		Materialized: r.materialized.Load(), Events: r.events.Load(), Transactions: r.transactions.Load(),
 		Retried: r.retried.Load(), Failed: r.failed.Load(), LeaseLost: r.leaseLost.Load(), Errors: r.errs.Load(),
+		Wakes: r.wakes.Load(), MissedWakes: r.missedWakes.Load(), Quiet: r.quiet(),
 	}
 }
 
@@ -236,6 +258,21 @@ func (r *Router) Run(ctx context.Context) error {
 		}
 	})
 	defer stop()
+	if r.cfg.Wakes != nil {
+		r.trusted.Store(true)
+		sub, err := r.cfg.Wakes.Subscribe(ctx, r.cfg.Scope, wake.Handlers{
+			Wake: func(bool) {
+				r.wakes.Add(1)
+				r.trusted.Store(true)
+				r.Notify("")
+			},
+			Health: func(healthy bool) { r.healthy.Store(healthy) },
+		})
+		if err != nil {
+			return fmt.Errorf("ingress: subscribe router of %s to wakes: %w", r.cfg.Scope, err)
+		}
+		defer sub.Close() //nolint:errcheck // best effort: the row expires with its TTL
+	}
 	var wg sync.WaitGroup
 	for _, cl := range r.cfg.Classes {
 		wg.Add(1)
@@ -261,8 +298,9 @@ func (r *Router) loop(ctx context.Context, class string) {
 		}
 	}()
 	lastFront := time.Now()
+	lookedAlone := false // the last sleep ended at the backstop, not by a wake
 	for ctx.Err() == nil {
-		if time.Since(lastFront) >= r.cfg.Backstop {
+		if time.Since(lastFront) >= r.backstop() {
 			// Once per Backstop the scan starts from the front: it finds
 			// a receipt that committed later than the straggler window
 			// behind one already consumed (however busy the class is).
@@ -286,42 +324,65 @@ func (r *Router) loop(ctx context.Context, class string) {
 			continue
 		}
 		failures = 0
+		if n > 0 && lookedAlone && r.quiet() {
+			// Quiet, and the backstop's look found receipts no wake
+			// announced: an accepting process does not announce. Look
+			// every Backstop again until a wake proves the path.
+			r.missedWakes.Add(1)
+			r.trusted.Store(false)
+		}
+		lookedAlone = false
 		if n > 0 {
 			continue // more may be due: a backlog, or a retry whose backoff is over
 		}
-		wait, err := r.nextDue(ctx, class)
+		backstop := r.backstop()
+		wait, err := r.nextDue(ctx, class, backstop)
 		if err != nil {
 			if ctx.Err() == nil {
 				r.errs.Add(1)
 			}
 			wait = time.Second
 		}
-		r.sleep(ctx, timer, wait, class)
+		lookedAlone = !r.sleep(ctx, timer, wait, class) && wait == backstop
 	}
 }
 
-// sleep waits for d, a wake of class, or ctx's end.
-func (r *Router) sleep(ctx context.Context, timer *time.Timer, d time.Duration, class string) {
+// sleep waits for d, a wake of class (woken), or ctx's end.
+func (r *Router) sleep(ctx context.Context, timer *time.Timer, d time.Duration, class string) (woken bool) {
 	timer.Reset(d)
 	select {
 	case <-timer.C:
 	case <-r.wake[class]:
+		woken = true
 	case <-ctx.Done():
+		woken = true // not a look of its own
 	}
 	timer.Stop() // Go 1.23+: Reset discards a value it did not deliver
+	return woken
+}
+
+// quiet: wakes from other processes are healthy and trusted.
+func (r *Router) quiet() bool { return r.healthy.Load() && r.trusted.Load() }
+
+// backstop is how long an idle loop waits before looking on its own.
+func (r *Router) backstop() time.Duration {
+	if r.quiet() {
+		return r.cfg.QuietBackstop
+	}
+	return r.cfg.Backstop
 }
 
 // nextDue is how long the loop of class may sleep after a turn that found
 // nothing: until its earliest retry or live lease's end (measured on the
 // database clock), at most Backstop.
-func (r *Router) nextDue(ctx context.Context, class string) (time.Duration, error) {
+func (r *Router) nextDue(ctx context.Context, class string, backstop time.Duration) (time.Duration, error) {
 	heads, err := r.q.NextReceiptDue(ctx, gen.NextReceiptDueParams{
-		ScopeID: r.cfg.Scope, RouteClass: class, WithinMicros: r.cfg.Backstop.Microseconds(),
+		ScopeID: r.cfg.Scope, RouteClass: class, WithinMicros: backstop.Microseconds(),
 	})
 	if err != nil {
 		return 0, fmt.Errorf("ingress: next due receipt of %s/%s: %w", r.cfg.Scope, class, err)
 	}
-	wait := r.cfg.Backstop
+	wait := backstop
 	for _, micros := range heads {
 		wait = min(wait, max(time.Duration(micros)*time.Microsecond, 0))
 	}
