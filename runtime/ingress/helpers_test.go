@@ -3,6 +3,8 @@ package ingress_test
 import (
 	"context"
 	"database/sql"
+	"io"
+	"log/slog"
 	"os"
 	"strings"
 	"testing"
@@ -81,6 +83,9 @@ func (f *fixture) accept(d ingress.Delivery) ingress.Accepted {
 func (f *fixture) router(cfg ingress.RouterConfig) *ingress.Router {
 	f.t.Helper()
 	cfg.Scope = scope
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
 	if cfg.Route == nil {
 		cfg.Route = routeFacts
 	}

@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"math/rand/v2"
 	"os"
 	"slices"
@@ -86,6 +87,9 @@ type RouterConfig struct {
 	Wakes *wake.Hub
 	// QuietBackstop replaces Backstop while wakes are healthy (default 20m).
 	QuietBackstop time.Duration
+	// Logger receives database errors the loops retry past, and missed
+	// wakes (never a body); nil: slog.Default().
+	Logger *slog.Logger
 }
 
 // Defaults of RouterConfig.
@@ -135,6 +139,9 @@ func (c RouterConfig) withDefaults() (RouterConfig, error) {
 	setDefault(&c.QuietBackstop, DefaultQuietBackstop)
 	if c.Backoff == nil {
 		c.Backoff = defaultBackoff
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
 	}
 	switch {
 	case c.Lease < time.Millisecond:
@@ -248,9 +255,9 @@ func (r *Router) Notify(class string) {
 }
 
 // Run routes until ctx ends, one loop per class, and returns ctx's error.
-// Database errors do not end it: the loop logs them in Stats().Errors and
-// tries again after a backoff (a claim it could not finish is taken over
-// once its lease ends).
+// Database errors do not end it: the loop logs and counts them
+// (Stats().Errors) and tries again after a backoff (a claim it could not
+// finish is taken over once its lease ends).
 func (r *Router) Run(ctx context.Context) error {
 	stop := r.in.onAccepted(func(scope, class string) {
 		if scope == r.cfg.Scope {
@@ -320,6 +327,7 @@ func (r *Router) loop(ctx context.Context, class string) {
 		if err != nil && ctx.Err() == nil {
 			r.errs.Add(1)
 			failures++
+			r.cfg.Logger.Warn("ingress: router turn failed; retrying", "scope", r.cfg.Scope, "class", class, "err", err)
 			r.sleep(ctx, timer, min(time.Duration(failures)*100*time.Millisecond, 5*time.Second), class)
 			continue
 		}
@@ -330,6 +338,8 @@ func (r *Router) loop(ctx context.Context, class string) {
 			// every Backstop again until a wake proves the path.
 			r.missedWakes.Add(1)
 			r.trusted.Store(false)
+			r.cfg.Logger.Info("ingress: router found receipts no wake announced; looking every Backstop until the next wake",
+				"scope", r.cfg.Scope, "class", class, "backstop", r.cfg.Backstop)
 		}
 		lookedAlone = false
 		if n > 0 {
@@ -340,6 +350,7 @@ func (r *Router) loop(ctx context.Context, class string) {
 		if err != nil {
 			if ctx.Err() == nil {
 				r.errs.Add(1)
+				r.cfg.Logger.Warn("ingress: router could not read its next due time; looking again in a second", "scope", r.cfg.Scope, "class", class, "err", err)
 			}
 			wait = time.Second
 		}
