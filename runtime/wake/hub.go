@@ -40,6 +40,7 @@ import (
 	"log/slog"
 	"net"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -341,12 +342,12 @@ func (h *Hub) Close() error {
 	return errors.Join(errs...)
 }
 
-// owns reports whether id is one of this hub's endpoints (a sender skips
-// them: the in-process worker heard of the commit already).
+// owns reports whether id is one of this hub's endpoints, live or already
+// closed (a sender skips them: the in-process worker heard of the commit
+// already). It goes by the id's prefix, not by h.subs, so a subscription
+// closed while a send is under way is not mistaken for another process.
 func (h *Hub) owns(id string) bool {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	return h.subs[id] != nil
+	return strings.HasPrefix(id, h.idPrefix+"-")
 }
 
 func (h *Hub) now() time.Time { return h.cfg.Clock.Now() }

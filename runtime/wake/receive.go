@@ -33,8 +33,8 @@ func (h *Hub) receiveLoop() {
 			}
 			continue // a transient socket error (an ICMP report): keep reading
 		}
-		h.st.received.Add(1)
 		h.accept(buf[:n])
+		h.st.received.Add(1) // after its verdict: whoever sees it counted sees that too
 	}
 }
 

@@ -201,8 +201,10 @@ func (s *Subscription) renew(ctx context.Context) error {
 	h.st.renewals.Add(1)
 	found, err := h.q.RenewWakeEndpoint(ctx, s.scope, s.ep.ID, h.cfg.TTL)
 	if err == nil && !found {
-		h.st.reregistrations.Add(1)
 		err = h.q.RegisterWakeEndpoint(ctx, s.scope, s.ep, h.cfg.TTL)
+		if err == nil { // counted once the row is back, not before
+			h.st.reregistrations.Add(1)
+		}
 	}
 	if err != nil {
 		h.st.renewalErrors.Add(1)
