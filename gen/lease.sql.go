@@ -15,6 +15,7 @@ const finish = `-- name: Finish :execrows
 UPDATE work_item
 SET state = ?,
     terminal_at = NOW(6),
+    run_after = NOW(6),
     failure_class = ?,
     failure_summary = ?,
     projection_active_key = NULL,
@@ -36,7 +37,12 @@ type FinishParams struct {
 
 // Terminal transition of the claimed row only: completed, skipped or dead.
 // Clears the projection's active key so a successor may activate. The caller
-// promotes lane followers in the same transaction.
+// promotes lane followers in the same transaction. run_after becomes the
+// terminal time (every terminal transition sets it): the row's entries in
+// idx_work_item_claim and idx_work_item_due are rewritten for the state
+// change anyway, and a terminal state's range of idx_work_item_due is then in
+// terminal order, which the dead-letter read path pages through
+// (deadletter.sql).
 func (q *Queries) Finish(ctx context.Context, arg FinishParams) (int64, error) {
 	result, err := q.db.ExecContext(ctx, finish,
 		arg.TerminalState,
@@ -55,6 +61,7 @@ const finishBatch = `-- name: FinishBatch :execrows
 UPDATE work_item
 SET state = ?,
     terminal_at = NOW(6),
+    run_after = NOW(6),
     failure_class = NULL,
     failure_summary = NULL,
     projection_active_key = NULL,
@@ -110,6 +117,7 @@ const finishExpired = `-- name: FinishExpired :execrows
 UPDATE work_item
 SET state = 'dead',
     terminal_at = NOW(6),
+    run_after = NOW(6),
     failure_class = ?,
     failure_summary = ?,
     projection_active_key = NULL,

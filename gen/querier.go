@@ -50,6 +50,11 @@ type Querier interface {
 	// condition is a guard: the caller holds these rows locked and read them in
 	// these states; it checks that every row matched.
 	AdvanceProjections(ctx context.Context, arg AdvanceProjectionsParams) (int64, error)
+	// "Is this scope drained?": at most one live row of the active generation,
+	// any class and work type. idx_work_item_due (scope_id, generation, state,
+	// ...) gives one range per live state, so LIMIT 1 stops at the first entry
+	// and terminal history is never read.
+	AnyLiveWork(ctx context.Context, arg AnyLiveWorkParams) ([]AnyLiveWorkRow, error)
 	// Dependency waits (seed 002). A work item whose durable prerequisite is
 	// missing waits instead of retrying: it is invisible to claims and due
 	// times, counts no retries, and as its lanes' head keeps its followers
@@ -137,6 +142,62 @@ type Querier interface {
 	// by primary key inside the claim transaction, which still holds their
 	// row locks: no other router can have moved them.
 	ClaimedReceipts(ctx context.Context, arg ClaimedReceiptsParams) ([]ClaimedReceiptsRow, error)
+	// Not-due pending rows that were claimed before (attempt_count > 0): retries
+	// in backoff, told apart from delayed enqueues. attempt_count is not an
+	// index column, so each not-due row is looked up: the cost is the class's
+	// not-due backlog. Exact statistics only. The index is forced: costing a
+	// lookup per row, TiDB chose a full table scan (every scope, class and
+	// terminal row) once the not-due range was a large part of the table.
+	ClassRetryingExact(ctx context.Context, arg ClassRetryingExactParams) (int64, error)
+	// Cheap per-bucket counts of one class, each arm counting at most 1,001
+	// entries of one index range (1,001: the runtime reports "more than 1,000",
+	// stats.CapCount), so a call costs the same at any backlog and is safe to
+	// make often. (TiDB's paging reads pages of growing size, so an arm past
+	// its cap reads up to 2,048 entries, never more.) Each arm's
+	// MIN(run_after) is the range's first entry (the index is in run_after
+	// order), so the oldest due row and the oldest expired lease are exact even
+	// when the count is capped (not for the two-state dependency arm, whose
+	// entries are not in one order).
+	ClassStatsCapped(ctx context.Context, arg ClassStatsCappedParams) ([]ClassStatsCappedRow, error)
+	// Statistics (runtime/stats): what a claimer of one scope, generation and
+	// queue class would see, counted with the claim path's own filter (the
+	// work-type list) and clock (db_now from GetScope, the instant a claim turn
+	// bounds its scans by). Every statement reads idx_work_item_claim
+	// (scope_id, generation, queue_class, state, run_after, ..., work_type) one
+	// state range at a time: terminal history (completed, skipped) is other
+	// ranges and is never read, and the work-type filter runs on the index.
+	//
+	// The buckets, as claim decides them: pending rows are lane heads (their
+	// followers are blocked), claimable once run_after <= db_now; processing
+	// rows hold a lease until run_after and are reclaimable after it;
+	// dependency_registration and waiting_dependency rows wait on a dependency;
+	// inactive rows are projection successors waiting for the active
+	// generation to finish; dead rows are terminal failures (replayable).
+	// Exact per-state counts of one class: every live and dead row of the
+	// class's ranges is read, so its cost is the class's backlog (a
+	// diagnostic, not something to call in a loop; ClassStatsCapped is). Index
+	// only: state, run_after and work_type are index columns, so the due and
+	// expired splits and the first run_after need no row lookup.
+	// first_run_after_micros is the state's earliest run_after relative to
+	// db_now (negative: that long overdue; 0 when the state has no row): a
+	// duration, so no session time zone can shift it.
+	ClassStatsExact(ctx context.Context, arg ClassStatsExactParams) ([]ClassStatsExactRow, error)
+	// Operator reads (runtime/inspect): the dead-letter read path and one item's
+	// state and history. Context only, never a payload or a receipt body: an
+	// event's payload and a delivery's body can hold personal data and
+	// credentials, and failure summaries are sanitized when they are written.
+	// One page of a scope generation's dead items, newest first, with their
+	// event's and receipt's context. The page is cut on the index before any
+	// row is read: the inner select reads at most LIMIT entries of the
+	// (scope, generation, 'dead') range of idx_work_item_due backwards from the
+	// cursor (terminal transitions set run_after to the terminal time, so the
+	// range is in terminal order; rows that died before that rule carry their
+	// last lease end instead), and only those entries are point-read with their
+	// event and receipt. The filters are reported per row (matches) instead of
+	// applied in WHERE, so the caller learns where the scan stopped even when
+	// nothing on the page matched: a page costs LIMIT lookups, however selective
+	// the filters are.
+	DeadLetterPage(ctx context.Context, arg DeadLetterPageParams) ([]DeadLetterPageRow, error)
 	// One page of the safety pass over a scope's waiters of the active
 	// generation, on idx_work_item_due, in wait order (run_after is when the
 	// wait began): registrations older than a grace (a worker interrupted
@@ -162,7 +223,12 @@ type Querier interface {
 	FailReceipt(ctx context.Context, arg FailReceiptParams) (int64, error)
 	// Terminal transition of the claimed row only: completed, skipped or dead.
 	// Clears the projection's active key so a successor may activate. The caller
-	// promotes lane followers in the same transaction.
+	// promotes lane followers in the same transaction. run_after becomes the
+	// terminal time (every terminal transition sets it): the row's entries in
+	// idx_work_item_claim and idx_work_item_due are rewritten for the state
+	// change anyway, and a terminal state's range of idx_work_item_due is then in
+	// terminal order, which the dead-letter read path pages through
+	// (deadletter.sql).
 	Finish(ctx context.Context, arg FinishParams) (int64, error)
 	// Finish for many claimed rows in one statement: a batch point get on the
 	// primary key, each row still fenced by its own token: "id:token" must be
@@ -283,6 +349,9 @@ type Querier interface {
 	// dependency declared at enqueue is stored, not checked: the item is
 	// claimable and the worker checks it before any work (see dependency.sql).
 	InsertWorkItem(ctx context.Context, arg InsertWorkItemParams) (int64, error)
+	// One work item with its event's and receipt's context and the database's
+	// clock (for due and lease times relative to now): primary-key point gets.
+	ItemDetail(ctx context.Context, workID int64) (ItemDetailRow, error)
 	// GetLeaseState for a batch (one batch point get): after FinishLanelessBatch
 	// changed fewer rows than it was given, or a run's reply was lost, which
 	// entries committed (their token plus one, in the state written).
@@ -481,6 +550,10 @@ type Querier interface {
 	// Moves this endpoint's expiry; 0 rows means the row is gone (swept as
 	// expired while the process was paused): the caller registers again.
 	RenewWakeEndpoint(ctx context.Context, arg RenewWakeEndpointParams) (int64, error)
+	// An item's history across replays: every work item of its event and work
+	// type (the original at depth 0, each replay one deeper), in depth order.
+	// A prefix range of uk_work_item_event_type, as long as the replay count.
+	ReplayChain(ctx context.Context, arg ReplayChainParams) ([]ReplayChainRow, error)
 	// The child a replay of (event, work type) at a depth made: a point get on
 	// uk_work_item_event_type, for reporting it to a replay that lost the
 	// reservation.

@@ -224,6 +224,10 @@ func distributions(scale int64) []distribution {
 		// One projection's history: `scale` terminal generations, each with
 		// its event, all of one projection key (the input and boundary
 		// reads must not grow with it).
+		// Issue 13: dead letters of the target scope, in the due backlog's
+		// hour (their run_after is their terminal time), for the
+		// dead-letter pages; the statistics count them.
+		d(distribution{what: "dead letters", state: "dead", at: backlog, source: "failed:", lanes: 1000, idBase: 19 * noise, ordinalBase: 9 * knownBase, per: 1, skew: true}),
 		d(distribution{what: "one projection with `scale` terminal generations", state: "completed", at: backlog, source: "hist:", lanes: 1, proj: ProjectionHistoryKey, projSame: true, idBase: 17 * noise, ordinalBase: 14*knownBase + 2*MaxScale, per: 1, skew: true}),
 	}
 }

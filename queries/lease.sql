@@ -66,10 +66,16 @@ WHERE work_id = sqlc.arg(work_id)
 -- name: Finish :execrows
 -- Terminal transition of the claimed row only: completed, skipped or dead.
 -- Clears the projection's active key so a successor may activate. The caller
--- promotes lane followers in the same transaction.
+-- promotes lane followers in the same transaction. run_after becomes the
+-- terminal time (every terminal transition sets it): the row's entries in
+-- idx_work_item_claim and idx_work_item_due are rewritten for the state
+-- change anyway, and a terminal state's range of idx_work_item_due is then in
+-- terminal order, which the dead-letter read path pages through
+-- (deadletter.sql).
 UPDATE work_item
 SET state = sqlc.arg(terminal_state),
     terminal_at = NOW(6),
+    run_after = NOW(6),
     failure_class = sqlc.narg(failure_class),
     failure_summary = sqlc.narg(failure_summary),
     projection_active_key = NULL,
@@ -95,6 +101,7 @@ WHERE work_id = sqlc.arg(work_id)
 UPDATE work_item
 SET state = sqlc.arg(terminal_state),
     terminal_at = NOW(6),
+    run_after = NOW(6),
     failure_class = NULL,
     failure_summary = NULL,
     projection_active_key = NULL,
@@ -115,6 +122,7 @@ WHERE work_id IN (sqlc.slice(work_ids))
 UPDATE work_item
 SET state = 'dead',
     terminal_at = NOW(6),
+    run_after = NOW(6),
     failure_class = sqlc.arg(failure_class),
     failure_summary = sqlc.arg(failure_summary),
     projection_active_key = NULL,

@@ -1,0 +1,69 @@
+-- Operator reads (runtime/inspect): the dead-letter read path and one item's
+-- state and history. Context only, never a payload or a receipt body: an
+-- event's payload and a delivery's body can hold personal data and
+-- credentials, and failure summaries are sanitized when they are written.
+
+-- name: DeadLetterPage :many
+-- One page of a scope generation's dead items, newest first, with their
+-- event's and receipt's context. The page is cut on the index before any
+-- row is read: the inner select reads at most LIMIT entries of the
+-- (scope, generation, 'dead') range of idx_work_item_due backwards from the
+-- cursor (terminal transitions set run_after to the terminal time, so the
+-- range is in terminal order; rows that died before that rule carry their
+-- last lease end instead), and only those entries are point-read with their
+-- event and receipt. The filters are reported per row (matches) instead of
+-- applied in WHERE, so the caller learns where the scan stopped even when
+-- nothing on the page matched: a page costs LIMIT lookups, however selective
+-- the filters are.
+SELECT w.work_id, w.event_id, w.work_type, w.queue_class, w.attempt_count,
+       w.failure_class, w.failure_summary, k.run_after AS dead_at, w.terminal_at,
+       w.replayed_at, w.replay_depth, w.replay_of_work_id,
+       w.source_lane_key, w.target_lane_key, w.projection_key,
+       e.route_id, e.route_version, e.event_kind, e.source_kind, e.source_id,
+       e.idempotency_key, e.receipt_id, r.delivery_id, r.route_key, r.correlation_id,
+       CAST((sqlc.arg(work_type) = '' OR w.work_type = sqlc.arg(work_type))
+            AND (sqlc.arg(failure_class) = '' OR w.failure_class = sqlc.arg(failure_class)) AS SIGNED) AS matches
+FROM (SELECT d.work_id, d.run_after
+      FROM work_item d
+      WHERE d.scope_id = sqlc.arg(scope_id)
+        AND d.generation = sqlc.arg(generation)
+        AND d.state = 'dead'
+        AND d.run_after >= sqlc.arg(from_time)
+        AND (d.run_after < sqlc.arg(before_time)
+             OR (d.run_after = sqlc.arg(before_time) AND d.work_id < sqlc.arg(before_work_id)))
+      ORDER BY d.run_after DESC, d.work_id DESC
+      LIMIT ?) k
+JOIN work_item w ON w.work_id = k.work_id
+JOIN event e ON e.event_id = w.event_id
+LEFT JOIN ingress_receipt r ON r.receipt_id = e.receipt_id
+ORDER BY k.run_after DESC, k.work_id DESC;
+
+-- name: ItemDetail :one
+-- One work item with its event's and receipt's context and the database's
+-- clock (for due and lease times relative to now): primary-key point gets.
+SELECT w.work_id, w.event_id, w.scope_id, w.generation, w.work_type, w.queue_class,
+       w.state, w.run_after, w.priority, w.attempt_count, w.safe_retry_count,
+       w.lease_owner, w.lease_token, w.source_lane_key, w.target_lane_key, w.lane_ordinal,
+       w.projection_key, w.projection_active_key, w.projection_queued_key,
+       w.dependency_wake_key, w.terminal_at, w.failure_class, w.failure_summary,
+       w.replay_of_work_id, w.replayed_at, w.replay_depth, w.created_at, w.updated_at,
+       e.route_id, e.route_version, e.event_kind, e.source_kind, e.source_id,
+       e.idempotency_key, e.receipt_id, e.created_at AS event_created_at,
+       r.delivery_id, r.route_key, r.correlation_id, r.accepted_at AS receipt_accepted_at,
+       s.active_generation, CAST(NOW(6) AS DATETIME(6)) AS db_now
+FROM work_item w
+JOIN event e ON e.event_id = w.event_id
+JOIN scope s ON s.scope_id = w.scope_id
+LEFT JOIN ingress_receipt r ON r.receipt_id = e.receipt_id
+WHERE w.work_id = sqlc.arg(work_id);
+
+-- name: ReplayChain :many
+-- An item's history across replays: every work item of its event and work
+-- type (the original at depth 0, each replay one deeper), in depth order.
+-- A prefix range of uk_work_item_event_type, as long as the replay count.
+SELECT work_id, state, replay_depth, attempt_count, failure_class, failure_summary,
+       terminal_at, replayed_at, created_at
+FROM work_item
+WHERE event_id = sqlc.arg(event_id)
+  AND work_type = sqlc.arg(work_type)
+ORDER BY replay_depth;
