@@ -1,0 +1,228 @@
+// Command laneq is the operator's command line: migrate a database, read a
+// scope's statistics, dead letters, items and receipts, replay a dead item,
+// move a scope's generation.
+//
+//	laneq <command> [flags]
+//
+// Every command takes --dsn (default $LANEQ_TIDB_DSN), --json (machine
+// output instead of tables) and --timeout. Exit codes: 0 done, 1 failed
+// (database unreachable, a statement failed), 2 usage (bad flags or
+// arguments), 3 not found (scope, item, receipt), 4 refused (a write
+// without --yes, a replay the item does not allow).
+package main
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/laneq/laneq/runtime/ingress"
+	"github.com/laneq/laneq/runtime/inspect"
+	"github.com/laneq/laneq/runtime/stats"
+	"github.com/laneq/laneq/runtime/workqueue"
+)
+
+// Exit codes.
+const (
+	exitOK       = 0
+	exitFailed   = 1
+	exitUsage    = 2
+	exitNotFound = 3
+	exitRefused  = 4
+)
+
+const usage = `laneq: operate a laneq queue on TiDB
+
+usage: laneq <command> [flags]
+
+commands:
+  migrate                  apply pending schema migrations
+  stats                    a scope's statistics per queue class (--exact for exact counts)
+  dlq list                 a scope's dead letters, newest first
+  item show                one work item: state, context, replay history
+  replay                   give a dead item a new attempt (needs --yes)
+  receipt show             one ingress receipt, by delivery id or receipt id
+  scope set-generation     move a scope's active generation (needs --yes)
+
+every command takes:
+  --dsn DSN        TiDB DSN (go-sql-driver syntax); default $LANEQ_TIDB_DSN
+  --json           JSON instead of tables
+  --timeout D      give up after D (default 30s)
+
+exit codes: 0 done, 1 failed, 2 usage, 3 not found, 4 refused
+run 'laneq <command> -h' for a command's flags
+`
+
+func main() {
+	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
+}
+
+// usageError is a bad command line: exit 2.
+type usageError struct{ msg string }
+
+func (e *usageError) Error() string { return e.msg }
+
+// refusedError is a write refused: exit 4.
+type refusedError struct{ msg string }
+
+func (e *refusedError) Error() string { return e.msg }
+
+type command struct {
+	name string
+	run  func(c *cli, args []string) error
+}
+
+var commands = []command{
+	{"migrate", runMigrate},
+	{"stats", runStats},
+	{"dlq list", runDLQList},
+	{"item show", runItemShow},
+	{"replay", runReplay},
+	{"receipt show", runReceiptShow},
+	{"scope set-generation", runSetGeneration},
+}
+
+// run is main without the process: testable, and the exit code it returns
+// is the process's.
+func run(args []string, stdout, stderr io.Writer) int {
+	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
+		fmt.Fprint(stderr, usage)
+		if len(args) == 0 {
+			return exitUsage
+		}
+		return exitOK
+	}
+	var cmd *command
+	var rest []string
+	for i := range commands {
+		words := strings.Fields(commands[i].name)
+		if len(args) >= len(words) && slicesEqual(args[:len(words)], words) {
+			cmd, rest = &commands[i], args[len(words):]
+			break
+		}
+	}
+	if cmd == nil {
+		fmt.Fprintf(stderr, "laneq: unknown command %q (run 'laneq help')\n", strings.Join(args[:min(len(args), 2)], " "))
+		return exitUsage
+	}
+	c := &cli{name: cmd.name, stdout: stdout, stderr: stderr}
+	err := cmd.run(c, rest)
+	if c.db != nil {
+		c.db.Close()
+	}
+	if err == nil {
+		return exitOK
+	}
+	if errors.Is(err, flag.ErrHelp) {
+		return exitOK
+	}
+	fmt.Fprintf(stderr, "laneq %s: %s\n", cmd.name, oneLine(err.Error()))
+	return exitCode(err)
+}
+
+func exitCode(err error) int {
+	var ue *usageError
+	var re *refusedError
+	switch {
+	case errors.As(err, &ue),
+		errors.Is(err, stats.ErrInvalid), errors.Is(err, inspect.ErrInvalid),
+		errors.Is(err, workqueue.ErrInvalid), errors.Is(err, ingress.ErrInvalid):
+		return exitUsage
+	case errors.Is(err, workqueue.ErrUnknownScope), errors.Is(err, inspect.ErrNotFound), errors.Is(err, ingress.ErrNotFound):
+		return exitNotFound
+	case errors.As(err, &re), errors.Is(err, workqueue.ErrNotReplayable), errors.Is(err, workqueue.ErrAlreadyReplayed):
+		return exitRefused
+	default:
+		return exitFailed
+	}
+}
+
+func oneLine(s string) string { return strings.Join(strings.Fields(s), " ") }
+
+func slicesEqual(a, b []string) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i] != b[i] {
+			return false
+		}
+	}
+	return true
+}
+
+// cli is one command's run: its flags, output and database.
+type cli struct {
+	name           string
+	stdout, stderr io.Writer
+	fs             *flag.FlagSet
+	dsn            string
+	json           bool
+	timeout        time.Duration
+	db             *sql.DB
+}
+
+// flags starts the command's flag set with the common flags.
+func (c *cli) flags() *flag.FlagSet {
+	c.fs = flag.NewFlagSet("laneq "+c.name, flag.ContinueOnError)
+	c.fs.SetOutput(io.Discard) // a bad flag is one line (run prints it); -h prints the flags
+	c.fs.StringVar(&c.dsn, "dsn", os.Getenv("LANEQ_TIDB_DSN"), "TiDB DSN (default $LANEQ_TIDB_DSN)")
+	c.fs.BoolVar(&c.json, "json", false, "JSON instead of tables")
+	c.fs.DurationVar(&c.timeout, "timeout", 30*time.Second, "give up after this long")
+	return c.fs
+}
+
+// parse parses args; flag errors become usage errors.
+func (c *cli) parse(args []string) error {
+	if err := c.fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			fmt.Fprintf(c.stderr, "usage: laneq %s [flags]\n", c.name)
+			c.fs.SetOutput(c.stderr)
+			c.fs.PrintDefaults()
+			return err
+		}
+		return &usageError{err.Error()}
+	}
+	if c.fs.NArg() > 0 {
+		return &usageError{fmt.Sprintf("unexpected argument %q", c.fs.Arg(0))}
+	}
+	if c.timeout <= 0 {
+		return &usageError{"--timeout must be positive"}
+	}
+	return nil
+}
+
+// open connects to the database and checks the connection, within the
+// command's timeout.
+func (c *cli) open(ctx context.Context) error {
+	if c.dsn == "" {
+		return &usageError{"no database: pass --dsn or set LANEQ_TIDB_DSN"}
+	}
+	db, err := workqueue.OpenDB(c.dsn)
+	if err != nil {
+		return &usageError{fmt.Sprintf("bad DSN: %v", err)}
+	}
+	c.db = db
+	if err := db.PingContext(ctx); err != nil {
+		return fmt.Errorf("cannot reach the database: %w", err)
+	}
+	return nil
+}
+
+func (c *cli) context() (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.Background(), c.timeout)
+}
+
+// need reports a missing required flag.
+func need(name string, set bool) error {
+	if !set {
+		return &usageError{"missing --" + name}
+	}
+	return nil
+}
