@@ -269,6 +269,56 @@ func (q *Queries) ItemDetail(ctx context.Context, workID int64) (ItemDetailRow, 
 	return i, err
 }
 
+const listScopes = `-- name: ListScopes :many
+SELECT scope_id, active_generation, admitted_at, created_at
+FROM scope
+WHERE scope_id > ?
+ORDER BY scope_id
+LIMIT ?
+`
+
+type ListScopesParams struct {
+	AfterScopeID string
+	Limit        int32
+}
+
+type ListScopesRow struct {
+	ScopeID          string
+	ActiveGeneration int64
+	AdmittedAt       time.Time
+	CreatedAt        time.Time
+}
+
+// The scopes, a page at a time in key order after a cursor (the dashboard's
+// first page): a range of the clustered primary key, LIMIT rows.
+func (q *Queries) ListScopes(ctx context.Context, arg ListScopesParams) ([]ListScopesRow, error) {
+	rows, err := q.db.QueryContext(ctx, listScopes, arg.AfterScopeID, arg.Limit)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []ListScopesRow{}
+	for rows.Next() {
+		var i ListScopesRow
+		if err := rows.Scan(
+			&i.ScopeID,
+			&i.ActiveGeneration,
+			&i.AdmittedAt,
+			&i.CreatedAt,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Close(); err != nil {
+		return nil, err
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
 const replayChain = `-- name: ReplayChain :many
 SELECT work_id, state, replay_depth, attempt_count, failure_class, failure_summary,
        terminal_at, replayed_at, created_at

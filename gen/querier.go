@@ -356,6 +356,9 @@ type Querier interface {
 	// changed fewer rows than it was given, or a run's reply was lost, which
 	// entries committed (their token plus one, in the state written).
 	LeaseStates(ctx context.Context, workIds []int64) ([]LeaseStatesRow, error)
+	// The scopes, a page at a time in key order after a cursor (the dashboard's
+	// first page): a range of the clustered primary key, LIMIT rows.
+	ListScopes(ctx context.Context, arg ListScopesParams) ([]ListScopesRow, error)
 	// The live endpoints a sender wakes: the scope's primary-key range, expired
 	// rows filtered after the read (there are as many rows as processes, live
 	// or recently dead, so an expiry index would cost every renewal an index

@@ -67,3 +67,12 @@ FROM work_item
 WHERE event_id = sqlc.arg(event_id)
   AND work_type = sqlc.arg(work_type)
 ORDER BY replay_depth;
+
+-- name: ListScopes :many
+-- The scopes, a page at a time in key order after a cursor (the dashboard's
+-- first page): a range of the clustered primary key, LIMIT rows.
+SELECT scope_id, active_generation, admitted_at, created_at
+FROM scope
+WHERE scope_id > sqlc.arg(after_scope_id)
+ORDER BY scope_id
+LIMIT ?;

@@ -49,6 +49,7 @@ commands:
   replay                   give a dead item a new attempt (needs --yes)
   receipt show             one ingress receipt, by delivery id or receipt id
   scope set-generation     move a scope's active generation (needs --yes)
+  ui                       the web dashboard (--listen 127.0.0.1:8080; read-only unless --allow-replay)
 
 every command takes:
   --dsn DSN        TiDB DSN (go-sql-driver syntax); default $LANEQ_TIDB_DSN
@@ -86,6 +87,7 @@ var commands = []command{
 	{"replay", runReplay},
 	{"receipt show", runReceiptShow},
 	{"scope set-generation", runSetGeneration},
+	{"ui", runUI},
 }
 
 // run is main without the process: testable, and the exit code it returns

@@ -1,14 +1,18 @@
 package main_test
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 
@@ -229,5 +233,52 @@ func TestErrors(t *testing.T) {
 	}
 	if r := laneq(t, dsn).want(t, 2); !strings.Contains(r.stderr, "exit codes") {
 		t.Fatalf("no command: %+v", r)
+	}
+}
+
+// laneq ui serves the dashboard on the address it prints and stops on
+// SIGINT with exit 0; a bad listen address is a usage error.
+func TestUI(t *testing.T) {
+	_, dsn := tidbtest.NewDBWithDSN(t)
+	laneq(t, dsn, "ui", "--listen", "not-an-address").oneLine(t, 2, "--listen")
+	cmd := exec.Command(binary, "ui", "--listen", "127.0.0.1:0")
+	cmd.Env = append(os.Environ(), "LANEQ_TIDB_DSN="+dsn)
+	stderr, err := cmd.StderrPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer cmd.Process.Kill()
+	lines := bufio.NewScanner(stderr)
+	var addr string
+	for lines.Scan() {
+		if m := regexp.MustCompile(`serving (http://\S+/) \(read-only\)`).FindStringSubmatch(lines.Text()); m != nil {
+			addr = m[1]
+			break
+		}
+	}
+	if addr == "" {
+		t.Fatal("laneq ui never said where it serves")
+	}
+	go func() { // keep the pipe drained
+		for lines.Scan() {
+		}
+	}()
+	res, err := http.Get(addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(res.Body)
+	res.Body.Close()
+	if res.StatusCode != 200 || !strings.Contains(string(body), "Scopes") {
+		t.Fatalf("GET /: %d\n%s", res.StatusCode, body)
+	}
+	if err := cmd.Process.Signal(os.Interrupt); err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Wait(); err != nil {
+		t.Fatalf("laneq ui after SIGINT: %v", err)
 	}
 }

@@ -327,3 +327,31 @@ func decodeCursor(s string) (time.Time, int64, error) {
 	}
 	return at, id, nil
 }
+
+// ScopeInfo is one scope row.
+type ScopeInfo struct {
+	Scope        string
+	Generation   int64     // the active generation
+	LastAdmitted time.Time // the last enqueue's commit (zero: none yet)
+	Created      time.Time
+}
+
+// Scopes lists up to limit scopes in key order after the scope named after
+// ("" from the first).
+func (r *Reader) Scopes(ctx context.Context, after string, limit int) ([]ScopeInfo, error) {
+	if limit < 1 || limit > MaxPageSize {
+		return nil, &InvalidError{Field: "limit", Reason: fmt.Sprintf("%d out of range 1..%d", limit, MaxPageSize)}
+	}
+	rows, err := r.q.ListScopes(ctx, gen.ListScopesParams{AfterScopeID: after, Limit: int32(limit)})
+	if err != nil {
+		return nil, fmt.Errorf("inspect: list scopes: %w", err)
+	}
+	out := make([]ScopeInfo, len(rows))
+	for i, s := range rows {
+		out[i] = ScopeInfo{Scope: s.ScopeID, Generation: s.ActiveGeneration, Created: s.CreatedAt}
+		if s.AdmittedAt.After(time.Unix(0, 0)) {
+			out[i].LastAdmitted = s.AdmittedAt
+		}
+	}
+	return out, nil
+}

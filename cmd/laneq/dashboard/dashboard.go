@@ -1,0 +1,355 @@
+// Package dashboard is laneq's web dashboard: server-rendered pages
+// (net/http, html/template, embedded assets, no JavaScript) over the same
+// reads as the laneq command: scopes, per-class statistics, dead letters
+// with filters, one item's history, and, only when enabled, a replay guarded
+// by a confirmation page, a CSRF token and cross-origin protection.
+package dashboard
+
+import (
+	"context"
+	"crypto/hmac"
+	"crypto/rand"
+	"crypto/sha256"
+	"database/sql"
+	"embed"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"html/template"
+	"log/slog"
+	"net/http"
+	"net/url"
+	"strconv"
+	"time"
+
+	"github.com/laneq/laneq/runtime/inspect"
+	"github.com/laneq/laneq/runtime/stats"
+	"github.com/laneq/laneq/runtime/workqueue"
+)
+
+//go:embed templates/*.html static/*
+var assets embed.FS
+
+// Config configures a dashboard.
+type Config struct {
+	// AllowReplay enables the replay button and POST /replay; without it
+	// the dashboard is read-only and refuses every POST.
+	AllowReplay bool
+	// Timeout bounds each request's database work (default 10s).
+	Timeout time.Duration
+	Logger  *slog.Logger
+}
+
+// Server serves the dashboard.
+type Server struct {
+	cfg   Config
+	qu    *workqueue.Queue
+	st    *stats.Reader
+	in    *inspect.Reader
+	pages *template.Template
+	key   []byte // signs CSRF tokens; fresh per process
+	mux   *http.ServeMux
+}
+
+// New returns a dashboard on db.
+func New(db *sql.DB, cfg Config) (*Server, error) {
+	if cfg.Timeout <= 0 {
+		cfg.Timeout = 10 * time.Second
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	qu, err := workqueue.New(db, workqueue.Config{})
+	if err != nil {
+		return nil, fmt.Errorf("dashboard: %w", err)
+	}
+	st, err := stats.New(db)
+	if err != nil {
+		return nil, fmt.Errorf("dashboard: %w", err)
+	}
+	in, err := inspect.New(db)
+	if err != nil {
+		return nil, fmt.Errorf("dashboard: %w", err)
+	}
+	pages, err := template.New("").Funcs(template.FuncMap{
+		"count": countCell,
+		"age":   ageCell,
+		"when":  func(t time.Time) string { return whenCell(t) },
+		"query": func(v url.Values) template.URL { return template.URL(v.Encode()) },
+	}).ParseFS(assets, "templates/*.html")
+	if err != nil {
+		return nil, fmt.Errorf("dashboard: templates: %w", err)
+	}
+	key := make([]byte, 32)
+	if _, err := rand.Read(key); err != nil {
+		return nil, fmt.Errorf("dashboard: CSRF key: %w", err)
+	}
+	s := &Server{cfg: cfg, qu: qu, st: st, in: in, pages: pages, key: key, mux: http.NewServeMux()}
+	s.mux.Handle("GET /static/", http.FileServerFS(assets))
+	s.mux.HandleFunc("GET /{$}", s.scopes)
+	s.mux.HandleFunc("GET /scope", s.scope)
+	s.mux.HandleFunc("GET /dlq", s.deadLetters)
+	s.mux.HandleFunc("GET /item", s.item)
+	s.mux.HandleFunc("GET /replay", s.confirmReplay)
+	s.mux.HandleFunc("POST /replay", s.replay)
+	return s, nil
+}
+
+// ServeHTTP serves the dashboard behind cross-origin protection (a POST
+// from another site is refused before any handler runs) and a session
+// cookie that CSRF tokens are bound to.
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	w.Header().Set("X-Frame-Options", "DENY")
+	w.Header().Set("Content-Security-Policy", "default-src 'self'; form-action 'self'; frame-ancestors 'none'")
+	w.Header().Set("Referrer-Policy", "no-referrer")
+	http.NewCrossOriginProtection().Handler(s.mux).ServeHTTP(w, r)
+}
+
+const sessionCookie = "laneq_session"
+
+// session returns the request's session id, setting a fresh one when the
+// request has none.
+func (s *Server) session(w http.ResponseWriter, r *http.Request) string {
+	if c, err := r.Cookie(sessionCookie); err == nil && len(c.Value) == 32 {
+		return c.Value
+	}
+	b := make([]byte, 16)
+	_, _ = rand.Read(b) // crypto/rand.Read never fails (Go 1.24+)
+	id := hex.EncodeToString(b)
+	http.SetCookie(w, &http.Cookie{Name: sessionCookie, Value: id, Path: "/", HttpOnly: true, SameSite: http.SameSiteStrictMode})
+	return id
+}
+
+// csrfToken binds an action on one item to the session.
+func (s *Server) csrfToken(session string, workID int64) string {
+	m := hmac.New(sha256.New, s.key)
+	fmt.Fprintf(m, "replay:%s:%d", session, workID)
+	return hex.EncodeToString(m.Sum(nil))
+}
+
+type page struct {
+	Title       string
+	AllowReplay bool
+	Error       string
+	Data        any
+}
+
+func (s *Server) render(w http.ResponseWriter, status int, name string, p page) {
+	p.AllowReplay = s.cfg.AllowReplay
+	w.Header().Set("Content-Type", "text/html; charset=utf-8")
+	w.WriteHeader(status)
+	if err := s.pages.ExecuteTemplate(w, name, p); err != nil {
+		s.cfg.Logger.Error("dashboard: render", "page", name, "err", err)
+	}
+}
+
+// fail renders an error page with the status the error means.
+func (s *Server) fail(w http.ResponseWriter, err error) {
+	status := http.StatusInternalServerError
+	switch {
+	case errors.Is(err, stats.ErrInvalid), errors.Is(err, inspect.ErrInvalid), errors.Is(err, workqueue.ErrInvalid):
+		status = http.StatusBadRequest
+	case errors.Is(err, workqueue.ErrUnknownScope), errors.Is(err, inspect.ErrNotFound):
+		status = http.StatusNotFound
+	case errors.Is(err, workqueue.ErrNotReplayable), errors.Is(err, workqueue.ErrAlreadyReplayed):
+		status = http.StatusConflict
+	default:
+		s.cfg.Logger.Error("dashboard", "err", err)
+	}
+	s.render(w, status, "error.html", page{Title: http.StatusText(status), Error: err.Error()})
+}
+
+func (s *Server) ctx(r *http.Request) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(r.Context(), s.cfg.Timeout)
+}
+
+func (s *Server) scopes(w http.ResponseWriter, r *http.Request) {
+	ctx, cancel := s.ctx(r)
+	defer cancel()
+	after := r.URL.Query().Get("after")
+	list, err := s.in.Scopes(ctx, after, 100)
+	if err != nil {
+		s.fail(w, err)
+		return
+	}
+	next := ""
+	if len(list) == 100 {
+		next = list[len(list)-1].Scope
+	}
+	s.render(w, http.StatusOK, "scopes.html", page{Title: "Scopes", Data: map[string]any{"Scopes": list, "Next": next}})
+}
+
+func (s *Server) scope(w http.ResponseWriter, r *http.Request) {
+	ctx, cancel := s.ctx(r)
+	defer cancel()
+	q := r.URL.Query()
+	read := s.st.Cheap
+	if q.Get("exact") == "1" {
+		read = s.st.Exact
+	}
+	st, err := read(ctx, q.Get("s"), stats.Filter{})
+	if err != nil {
+		s.fail(w, err)
+		return
+	}
+	s.render(w, http.StatusOK, "scope.html", page{Title: st.Scope, Data: map[string]any{"Stats": st, "CapCount": stats.CapCount}})
+}
+
+func (s *Server) deadLetters(w http.ResponseWriter, r *http.Request) {
+	ctx, cancel := s.ctx(r)
+	defer cancel()
+	q := r.URL.Query()
+	dq := inspect.DeadLetterQuery{WorkType: q.Get("work_type"), FailureClass: q.Get("failure_class"), Cursor: q.Get("cursor")}
+	var err error
+	if dq.From, err = parseTime("since", q.Get("since")); err != nil {
+		s.fail(w, err)
+		return
+	}
+	if dq.To, err = parseTime("until", q.Get("until")); err != nil {
+		s.fail(w, err)
+		return
+	}
+	p, err := s.in.DeadLetters(ctx, q.Get("s"), dq)
+	if err != nil {
+		s.fail(w, err)
+		return
+	}
+	next := url.Values{}
+	if p.Next != "" {
+		for k, v := range q {
+			next[k] = v
+		}
+		next.Set("cursor", p.Next)
+	}
+	s.render(w, http.StatusOK, "dlq.html", page{Title: "Dead letters of " + p.Scope, Data: map[string]any{
+		"Page": p, "Filter": dq, "Since": q.Get("since"), "Until": q.Get("until"), "Next": next,
+	}})
+}
+
+func parseTime(field, s string) (time.Time, error) {
+	if s == "" {
+		return time.Time{}, nil
+	}
+	for _, layout := range []string{time.RFC3339, "2006-01-02T15:04", "2006-01-02"} {
+		if t, err := time.Parse(layout, s); err == nil {
+			return t.UTC(), nil
+		}
+	}
+	return time.Time{}, &inspect.InvalidError{Field: field, Reason: fmt.Sprintf("%q is not a time (RFC 3339 or 2006-01-02T15:04 UTC)", s)}
+}
+
+func (s *Server) workID(r *http.Request, value string) (int64, error) {
+	id, err := strconv.ParseInt(value, 10, 64)
+	if err != nil || id <= 0 {
+		return 0, &inspect.InvalidError{Field: "id", Reason: fmt.Sprintf("%q is not a work id", value)}
+	}
+	return id, nil
+}
+
+func (s *Server) item(w http.ResponseWriter, r *http.Request) {
+	ctx, cancel := s.ctx(r)
+	defer cancel()
+	id, err := s.workID(r, r.URL.Query().Get("id"))
+	if err != nil {
+		s.fail(w, err)
+		return
+	}
+	it, err := s.in.Item(ctx, id)
+	if err != nil {
+		s.fail(w, err)
+		return
+	}
+	replayable := it.State == workqueue.StateDead && it.ReplayedAt.IsZero()
+	s.render(w, http.StatusOK, "item.html", page{Title: fmt.Sprintf("Work item %d", it.WorkID), Data: map[string]any{
+		"Item": it, "Replayable": replayable,
+	}})
+}
+
+// confirmReplay is the confirmation page: the only place a replay form is
+// rendered, with a token for this session and item.
+func (s *Server) confirmReplay(w http.ResponseWriter, r *http.Request) {
+	if !s.cfg.AllowReplay {
+		s.render(w, http.StatusForbidden, "error.html", page{Title: "Read-only", Error: "this dashboard is read-only: start it with --allow-replay to replay"})
+		return
+	}
+	ctx, cancel := s.ctx(r)
+	defer cancel()
+	id, err := s.workID(r, r.URL.Query().Get("id"))
+	if err != nil {
+		s.fail(w, err)
+		return
+	}
+	it, err := s.in.Item(ctx, id)
+	if err != nil {
+		s.fail(w, err)
+		return
+	}
+	session := s.session(w, r)
+	s.render(w, http.StatusOK, "confirm.html", page{Title: "Replay?", Data: map[string]any{
+		"Item": it, "Token": s.csrfToken(session, it.WorkID),
+	}})
+}
+
+// replay replays a dead item: POST only, read-only servers refuse it, and
+// the form must carry the token confirmReplay issued for this session and
+// item (cross-origin POSTs were refused before this handler).
+func (s *Server) replay(w http.ResponseWriter, r *http.Request) {
+	if !s.cfg.AllowReplay {
+		s.render(w, http.StatusForbidden, "error.html", page{Title: "Read-only", Error: "this dashboard is read-only"})
+		return
+	}
+	r.Body = http.MaxBytesReader(w, r.Body, 4096)
+	if err := r.ParseForm(); err != nil {
+		s.fail(w, &inspect.InvalidError{Field: "form", Reason: err.Error()})
+		return
+	}
+	id, err := s.workID(r, r.PostForm.Get("id"))
+	if err != nil {
+		s.fail(w, err)
+		return
+	}
+	c, err := r.Cookie(sessionCookie)
+	token := r.PostForm.Get("csrf")
+	if err != nil || token == "" || !hmac.Equal([]byte(token), []byte(s.csrfToken(c.Value, id))) {
+		s.render(w, http.StatusForbidden, "error.html", page{Title: "Refused", Error: "missing or invalid CSRF token: open the item's replay page and confirm there"})
+		return
+	}
+	ctx, cancel := s.ctx(r)
+	defer cancel()
+	it, err := s.in.Item(ctx, id)
+	if err != nil {
+		s.fail(w, err)
+		return
+	}
+	child, err := s.qu.Replay(ctx, it.Scope, id)
+	if err != nil {
+		s.fail(w, err)
+		return
+	}
+	s.cfg.Logger.Info("dashboard: replayed", "scope", it.Scope, "work_id", id, "child", child.WorkID)
+	http.Redirect(w, r, "/item?id="+strconv.FormatInt(child.WorkID, 10), http.StatusSeeOther)
+}
+
+func countCell(n int64) string {
+	switch {
+	case n < 0:
+		return "–"
+	case n > stats.CapCount:
+		return fmt.Sprintf("%d+", stats.CapCount)
+	}
+	return strconv.FormatInt(n, 10)
+}
+
+func ageCell(d time.Duration) string {
+	if d <= 0 {
+		return "–"
+	}
+	return d.Round(time.Second).String()
+}
+
+func whenCell(t time.Time) string {
+	if t.IsZero() {
+		return "–"
+	}
+	return t.UTC().Format("2006-01-02 15:04:05.000")
+}
