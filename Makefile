@@ -99,11 +99,28 @@ check-generate: $(SQLC_BIN) ## Fail when gen/ differs from a fresh sqlc generati
 # --- quality --------------------------------------------------------------------
 
 .PHONY: lint
-lint: ## go vet and a gofmt check (the tool modules hold no Go code).
+lint: ## go vet (the root module and tools/uitest) and a gofmt check.
 	$(GO) vet ./...
+	cd tools/uitest && $(GO) vet ./...
 	@out=$$(gofmt -l $$(git ls-files --cached --others --exclude-standard '*.go')); \
 		if [ -n "$$out" ]; then echo "gofmt needed on:"; echo "$$out"; exit 1; fi
 	@echo "lint: ok"
+
+# --- headless Chromium (tools/uitest drives the dashboard in it) -------------------
+.PHONY: chromium
+chromium: ## Install Chromium (Debian package) when no chromium is on PATH.
+	@if command -v chromium >/dev/null || command -v chromium-browser >/dev/null || [ -n "$${LANEQ_CHROMIUM:-}" ]; then \
+		echo "chromium: $$(command -v chromium || command -v chromium-browser || echo $$LANEQ_CHROMIUM)"; \
+	else \
+		echo "chromium: installing the Debian package"; \
+		SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
+		$$SUDO apt-get install -y -q chromium >/dev/null 2>&1 || { $$SUDO apt-get update -q >/dev/null && $$SUDO apt-get install -y -q chromium >/dev/null; }; \
+		command -v chromium; \
+	fi
+
+.PHONY: screenshots
+screenshots: tidb chromium ## Retake the dashboard screenshots in cmd/laneq/dashboard/screenshots.
+	cd tools/uitest && LANEQ_SCREENSHOTS=$(ROOT)/cmd/laneq/dashboard/screenshots $(GO) test -count=1 -run Chromium ./...
 
 # --- the two jobs in README -----------------------------------------------------
 
@@ -111,8 +128,9 @@ lint: ## go vet and a gofmt check (the tool modules hold no Go code).
 # The controller, scheduler and crash-matrix suites are deterministic call
 # budgets; they also run 50 times plain and 20 times under -race.
 BUDGET_PKGS = ./runtime/controller/ ./runtime/scheduler/ ./runtime/crashmatrix/ ./runtime/clock/
-test: check-generate lint tidb tidb-image-if-docker ## Run every test (race detector on) against real TiDB.
+test: check-generate lint tidb tidb-image-if-docker chromium ## Run every test (race detector on) against real TiDB.
 	$(GO) test -race -count=1 -timeout 30m $(TEST_FLAGS) ./...
+	cd tools/uitest && $(GO) test -race -count=1 -timeout 10m $(TEST_FLAGS) ./...
 	$(GO) test -count=50 -timeout 10m $(BUDGET_PKGS)
 	$(GO) test -race -count=20 -timeout 10m $(BUDGET_PKGS)
 

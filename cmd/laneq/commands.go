@@ -9,7 +9,6 @@ import (
 	"github.com/laneq/laneq/runtime/ingress"
 	"github.com/laneq/laneq/runtime/inspect"
 	"github.com/laneq/laneq/runtime/stats"
-	"github.com/laneq/laneq/runtime/workqueue"
 	"github.com/laneq/laneq/schema"
 )
 
@@ -288,10 +287,7 @@ func runReplay(c *cli, args []string) error {
 	}
 	ctx, cancel := c.context()
 	defer cancel()
-	if err := c.open(ctx); err != nil {
-		return err
-	}
-	qu, err := workqueue.New(c.db, workqueue.Config{})
+	qu, err := c.queue(ctx)
 	if err != nil {
 		return err
 	}
@@ -371,10 +367,7 @@ func runSetGeneration(c *cli, args []string) error {
 	}
 	ctx, cancel := c.context()
 	defer cancel()
-	if err := c.open(ctx); err != nil {
-		return err
-	}
-	qu, err := workqueue.New(c.db, workqueue.Config{})
+	qu, err := c.queue(ctx)
 	if err != nil {
 		return err
 	}

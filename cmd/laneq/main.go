@@ -217,6 +217,15 @@ func (c *cli) open(ctx context.Context) error {
 	return nil
 }
 
+// queue opens the database and a work queue on it (for the commands that
+// write through the runtime).
+func (c *cli) queue(ctx context.Context) (*workqueue.Queue, error) {
+	if err := c.open(ctx); err != nil {
+		return nil, err
+	}
+	return workqueue.New(c.db, workqueue.Config{})
+}
+
 func (c *cli) context() (context.Context, context.CancelFunc) {
 	return context.WithTimeout(context.Background(), c.timeout)
 }

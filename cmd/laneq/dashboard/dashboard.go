@@ -238,7 +238,7 @@ func parseTime(field, s string) (time.Time, error) {
 	return time.Time{}, &inspect.InvalidError{Field: field, Reason: fmt.Sprintf("%q is not a time (RFC 3339 or 2006-01-02T15:04 UTC)", s)}
 }
 
-func (s *Server) workID(r *http.Request, value string) (int64, error) {
+func workID(value string) (int64, error) {
 	id, err := strconv.ParseInt(value, 10, 64)
 	if err != nil || id <= 0 {
 		return 0, &inspect.InvalidError{Field: "id", Reason: fmt.Sprintf("%q is not a work id", value)}
@@ -246,17 +246,25 @@ func (s *Server) workID(r *http.Request, value string) (int64, error) {
 	return id, nil
 }
 
-func (s *Server) item(w http.ResponseWriter, r *http.Request) {
+// readItem reads the item the request's id names; on failure it has
+// rendered the error page and reports false.
+func (s *Server) readItem(w http.ResponseWriter, r *http.Request, value string) (inspect.Item, bool) {
 	ctx, cancel := s.ctx(r)
 	defer cancel()
-	id, err := s.workID(r, r.URL.Query().Get("id"))
-	if err != nil {
-		s.fail(w, err)
-		return
+	id, err := workID(value)
+	if err == nil {
+		var it inspect.Item
+		if it, err = s.in.Item(ctx, id); err == nil {
+			return it, true
+		}
 	}
-	it, err := s.in.Item(ctx, id)
-	if err != nil {
-		s.fail(w, err)
+	s.fail(w, err)
+	return inspect.Item{}, false
+}
+
+func (s *Server) item(w http.ResponseWriter, r *http.Request) {
+	it, ok := s.readItem(w, r, r.URL.Query().Get("id"))
+	if !ok {
 		return
 	}
 	replayable := it.State == workqueue.StateDead && it.ReplayedAt.IsZero()
@@ -272,16 +280,8 @@ func (s *Server) confirmReplay(w http.ResponseWriter, r *http.Request) {
 		s.render(w, http.StatusForbidden, "error.html", page{Title: "Read-only", Error: "this dashboard is read-only: start it with --allow-replay to replay"})
 		return
 	}
-	ctx, cancel := s.ctx(r)
-	defer cancel()
-	id, err := s.workID(r, r.URL.Query().Get("id"))
-	if err != nil {
-		s.fail(w, err)
-		return
-	}
-	it, err := s.in.Item(ctx, id)
-	if err != nil {
-		s.fail(w, err)
+	it, ok := s.readItem(w, r, r.URL.Query().Get("id"))
+	if !ok {
 		return
 	}
 	session := s.session(w, r)
@@ -303,7 +303,7 @@ func (s *Server) replay(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, &inspect.InvalidError{Field: "form", Reason: err.Error()})
 		return
 	}
-	id, err := s.workID(r, r.PostForm.Get("id"))
+	id, err := workID(r.PostForm.Get("id"))
 	if err != nil {
 		s.fail(w, err)
 		return
@@ -314,13 +314,12 @@ func (s *Server) replay(w http.ResponseWriter, r *http.Request) {
 		s.render(w, http.StatusForbidden, "error.html", page{Title: "Refused", Error: "missing or invalid CSRF token: open the item's replay page and confirm there"})
 		return
 	}
-	ctx, cancel := s.ctx(r)
-	defer cancel()
-	it, err := s.in.Item(ctx, id)
-	if err != nil {
-		s.fail(w, err)
+	it, ok := s.readItem(w, r, r.PostForm.Get("id"))
+	if !ok {
 		return
 	}
+	ctx, cancel := s.ctx(r)
+	defer cancel()
 	child, err := s.qu.Replay(ctx, it.Scope, id)
 	if err != nil {
 		s.fail(w, err)
