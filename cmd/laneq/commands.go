@@ -84,24 +84,27 @@ func runStats(c *cli, args []string) error {
 		t.line("scope %s, generation %d, at %s (%s)", s.Scope, s.Generation, s.At.Format(time.RFC3339), kind)
 		t.row("CLASS", "DUE", "OLDEST DUE", "NOT DUE", "RETRYING", "LEASED", "EXPIRED", "LANE-BLOCKED", "WAITING", "INACTIVE", "DEAD")
 		for _, cl := range s.Classes {
-			t.row(countsRow(cl.Class, cl.Counts)...)
+			t.row(countsRow(cl.Class, cl.Counts, s.Exact)...)
 		}
 		if len(s.Classes) > 1 {
-			t.row(countsRow("(all)", s.Total)...)
+			t.row(countsRow("(all)", s.Total, s.Exact)...)
 		}
 	})
 }
 
-func countsRow(name string, n stats.Counts) []string {
+func countsRow(name string, n stats.Counts, exact bool) []string {
+	count := func(n int64) string { return countCell(n, exact) }
 	return []string{name, count(n.Due), age(n.OldestDue), count(n.NotDue), count(n.Retrying), count(n.Leased),
 		count(n.ExpiredLeases), count(n.LaneBlocked), count(n.WaitingDependency), count(n.InactiveSuccessors), count(n.Dead)}
 }
 
-func count(n int64) string {
+// countCell shows a count; a capped count of CapCount+1 (exact false)
+// means "more than CapCount".
+func countCell(n int64, exact bool) string {
 	switch {
 	case n < 0:
 		return "-"
-	case n > stats.CapCount:
+	case !exact && n > stats.CapCount:
 		return fmt.Sprintf(">%d", stats.CapCount)
 	}
 	return strconv.FormatInt(n, 10)

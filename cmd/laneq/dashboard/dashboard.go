@@ -329,11 +329,13 @@ func (s *Server) replay(w http.ResponseWriter, r *http.Request) {
 	http.Redirect(w, r, "/item?id="+strconv.FormatInt(child.WorkID, 10), http.StatusSeeOther)
 }
 
-func countCell(n int64) string {
+// countCell shows a count; exact says it was not capped (a capped count
+// of CapCount+1 means "more than CapCount").
+func countCell(n int64, exact bool) string {
 	switch {
 	case n < 0:
 		return "–"
-	case n > stats.CapCount:
+	case !exact && n > stats.CapCount:
 		return fmt.Sprintf("%d+", stats.CapCount)
 	}
 	return strconv.FormatInt(n, 10)

@@ -1,0 +1,27 @@
+package main
+
+import (
+	"testing"
+
+	"github.com/laneq/laneq/runtime/stats"
+)
+
+// A capped count says "more than"; an exact one above the cap is shown
+// as it is; Cheap's uncounted Retrying is a dash.
+func TestCountCell(t *testing.T) {
+	for _, c := range []struct {
+		n     int64
+		exact bool
+		want  string
+	}{
+		{stats.CapCount + 1, false, ">1000"},
+		{stats.CapCount + 1, true, "1001"},
+		{123456, true, "123456"},
+		{stats.CapCount, false, "1000"},
+		{-1, false, "-"},
+	} {
+		if got := countCell(c.n, c.exact); got != c.want {
+			t.Errorf("countCell(%d, %t) = %q, want %q", c.n, c.exact, got, c.want)
+		}
+	}
+}
