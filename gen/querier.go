@@ -197,6 +197,7 @@ type Querier interface {
 	// applied in WHERE, so the caller learns where the scan stopped even when
 	// nothing on the page matched: a page costs LIMIT lookups, however selective
 	// the filters are.
+	// The joins are index joins by hint, as in ItemDetail.
 	DeadLetterPage(ctx context.Context, arg DeadLetterPageParams) ([]DeadLetterPageRow, error)
 	// One page of the safety pass over a scope's waiters of the active
 	// generation, on idx_work_item_due, in wait order (run_after is when the
@@ -350,7 +351,11 @@ type Querier interface {
 	// claimable and the worker checks it before any work (see dependency.sql).
 	InsertWorkItem(ctx context.Context, arg InsertWorkItemParams) (int64, error)
 	// One work item with its event's and receipt's context and the database's
-	// clock (for due and lease times relative to now): primary-key point gets.
+	// clock (for due and lease times relative to now): primary-key point gets,
+	// index joins by hint (with a two-row table beside it, TiDB once chose a
+	// full scan and a hash join). The scope's active generation is a separate
+	// point read (GetScope): joined here, the tiny scope table drew the same
+	// full scan.
 	ItemDetail(ctx context.Context, workID int64) (ItemDetailRow, error)
 	// GetLeaseState for a batch (one batch point get): after FinishLanelessBatch
 	// changed fewer rows than it was given, or a run's reply was lost, which

@@ -134,8 +134,12 @@ func (r *Reader) Item(ctx context.Context, workID int64) (Item, error) {
 	if err != nil {
 		return Item{}, fmt.Errorf("inspect: read work item %d: %w", workID, err)
 	}
+	sc, err := r.q.GetScope(ctx, d.ScopeID)
+	if err != nil {
+		return Item{}, fmt.Errorf("inspect: scope of work item %d: %w", workID, err)
+	}
 	it := Item{
-		WorkID: d.WorkID, Scope: d.ScopeID, Generation: d.Generation, Stale: d.Generation != d.ActiveGeneration,
+		WorkID: d.WorkID, Scope: d.ScopeID, Generation: d.Generation, Stale: d.Generation != sc.ActiveGeneration,
 		WorkType: d.WorkType, QueueClass: d.QueueClass, State: d.State, RunAfter: d.RunAfter, At: d.DbNow,
 		Attempts: int(d.AttemptCount), SafeRetries: int(d.SafeRetryCount), LeaseOwner: d.LeaseOwner.String,
 		LeaseToken: d.LeaseToken, SourceLane: d.SourceLaneKey.String, TargetLane: d.TargetLaneKey.String,
