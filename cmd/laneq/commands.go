@@ -56,7 +56,7 @@ func runStats(c *cli, args []string) error {
 	if err := c.parse(args); err != nil {
 		return err
 	}
-	if err := need("scope", *scope != ""); err != nil {
+	if err := need(flagSet{"scope", *scope != ""}); err != nil {
 		return err
 	}
 	ctx, cancel := c.context()
@@ -93,21 +93,9 @@ func runStats(c *cli, args []string) error {
 }
 
 func countsRow(name string, n stats.Counts, exact bool) []string {
-	count := func(n int64) string { return countCell(n, exact) }
+	count := func(n int64) string { return stats.FormatCount(n, exact) }
 	return []string{name, count(n.Due), age(n.OldestDue), count(n.NotDue), count(n.Retrying), count(n.Leased),
 		count(n.ExpiredLeases), count(n.LaneBlocked), count(n.WaitingDependency), count(n.InactiveSuccessors), count(n.Dead)}
-}
-
-// countCell shows a count; a capped count of CapCount+1 (exact false)
-// means "more than CapCount".
-func countCell(n int64, exact bool) string {
-	switch {
-	case n < 0:
-		return "-"
-	case !exact && n > stats.CapCount:
-		return fmt.Sprintf(">%d", stats.CapCount)
-	}
-	return strconv.FormatInt(n, 10)
 }
 
 func age(d time.Duration) string {
@@ -132,7 +120,7 @@ func runDLQList(c *cli, args []string) error {
 	if err := c.parse(args); err != nil {
 		return err
 	}
-	if err := need("scope", *scope != ""); err != nil {
+	if err := need(flagSet{"scope", *scope != ""}); err != nil {
 		return err
 	}
 	var err error
@@ -210,7 +198,7 @@ func runItemShow(c *cli, args []string) error {
 	if err := c.parse(args); err != nil {
 		return err
 	}
-	if err := need("work-id", *id != 0); err != nil {
+	if err := need(flagSet{"work-id", *id != 0}); err != nil {
 		return err
 	}
 	ctx, cancel := c.context()
@@ -279,10 +267,7 @@ func runReplay(c *cli, args []string) error {
 	if err := c.parse(args); err != nil {
 		return err
 	}
-	if err := need("scope", *scope != ""); err != nil {
-		return err
-	}
-	if err := need("work-id", *id != 0); err != nil {
+	if err := need(flagSet{"scope", *scope != ""}, flagSet{"work-id", *id != 0}); err != nil {
 		return err
 	}
 	if !*yes {
@@ -359,10 +344,7 @@ func runSetGeneration(c *cli, args []string) error {
 	if err := c.parse(args); err != nil {
 		return err
 	}
-	if err := need("scope", *scope != ""); err != nil {
-		return err
-	}
-	if err := need("generation", *generation != 0); err != nil {
+	if err := need(flagSet{"scope", *scope != ""}, flagSet{"generation", *generation != 0}); err != nil {
 		return err
 	}
 	if !*yes {

@@ -230,10 +230,18 @@ func (c *cli) context() (context.Context, context.CancelFunc) {
 	return context.WithTimeout(context.Background(), c.timeout)
 }
 
-// need reports a missing required flag.
-func need(name string, set bool) error {
-	if !set {
-		return &usageError{"missing --" + name}
+// flagSet names a required flag and whether the command line set it.
+type flagSet struct {
+	name string
+	set  bool
+}
+
+// need reports the first required flag not set.
+func need(flags ...flagSet) error {
+	for _, f := range flags {
+		if !f.set {
+			return &usageError{"missing --" + f.name}
+		}
 	}
 	return nil
 }

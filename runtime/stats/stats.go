@@ -16,6 +16,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strconv"
 	"time"
 
 	"github.com/laneq/laneq/gen"
@@ -341,6 +342,19 @@ func (r *Reader) cappedClass(ctx context.Context, sc gen.GetScopeRow, c Class) (
 		}
 	}
 	return n, capped, nil
+}
+
+// FormatCount shows a count for people: "-" for a count that was not
+// taken (Cheap's Retrying), ">1000" for a capped count that stopped at
+// CapCount+1 (exact false), the number otherwise.
+func FormatCount(n int64, exact bool) string {
+	switch {
+	case n < 0:
+		return "-"
+	case !exact && n > CapCount:
+		return ">" + strconv.Itoa(CapCount)
+	}
+	return strconv.FormatInt(n, 10)
 }
 
 func micros(us int64) time.Duration { return time.Duration(us) * time.Microsecond }

@@ -72,7 +72,7 @@ func New(db *sql.DB, cfg Config) (*Server, error) {
 		return nil, fmt.Errorf("dashboard: %w", err)
 	}
 	pages, err := template.New("").Funcs(template.FuncMap{
-		"count": countCell,
+		"count": stats.FormatCount,
 		"age":   ageCell,
 		"when":  func(t time.Time) string { return whenCell(t) },
 		"query": func(v url.Values) template.URL { return template.URL(v.Encode()) },
@@ -327,18 +327,6 @@ func (s *Server) replay(w http.ResponseWriter, r *http.Request) {
 	}
 	s.cfg.Logger.Info("dashboard: replayed", "scope", it.Scope, "work_id", id, "child", child.WorkID)
 	http.Redirect(w, r, "/item?id="+strconv.FormatInt(child.WorkID, 10), http.StatusSeeOther)
-}
-
-// countCell shows a count; exact says it was not capped (a capped count
-// of CapCount+1 means "more than CapCount").
-func countCell(n int64, exact bool) string {
-	switch {
-	case n < 0:
-		return "–"
-	case !exact && n > stats.CapCount:
-		return fmt.Sprintf("%d+", stats.CapCount)
-	}
-	return strconv.FormatInt(n, 10)
 }
 
 func ageCell(d time.Duration) string {

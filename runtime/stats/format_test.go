@@ -1,4 +1,4 @@
-package main
+package stats_test
 
 import (
 	"testing"
@@ -8,7 +8,7 @@ import (
 
 // A capped count says "more than"; an exact one above the cap is shown
 // as it is; Cheap's uncounted Retrying is a dash.
-func TestCountCell(t *testing.T) {
+func TestFormatCount(t *testing.T) {
 	for _, c := range []struct {
 		n     int64
 		exact bool
@@ -20,8 +20,8 @@ func TestCountCell(t *testing.T) {
 		{stats.CapCount, false, "1000"},
 		{-1, false, "-"},
 	} {
-		if got := countCell(c.n, c.exact); got != c.want {
-			t.Errorf("countCell(%d, %t) = %q, want %q", c.n, c.exact, got, c.want)
+		if got := stats.FormatCount(c.n, c.exact); got != c.want {
+			t.Errorf("FormatCount(%d, %t) = %q, want %q", c.n, c.exact, got, c.want)
 		}
 	}
 }
