@@ -8,6 +8,7 @@ import (
 	"context"
 	"database/sql"
 	"database/sql/driver"
+	"errors"
 	"fmt"
 	"strings"
 	"sync/atomic"
@@ -97,11 +98,14 @@ type conn struct {
 // run wraps one round trip.
 func (c *conn) run(ctx context.Context, query string, args []driver.NamedValue, do func() error) error {
 	note, err := c.hook.Before(ctx, query, args)
-	if err != nil {
-		return err
+	if err == nil {
+		err = c.hook.After(ctx, query, note, do())
 	}
-	err = c.hook.After(ctx, query, note, do())
-	if err == mysql.ErrInvalidConn || err == driver.ErrBadConn {
+	// Wrapped too (faultdb wraps the error it injects): a connection whose
+	// round trip failed is never handed out again, or the next caller's
+	// statements would run inside whatever transaction the server still
+	// holds open on it.
+	if errors.Is(err, mysql.ErrInvalidConn) || errors.Is(err, driver.ErrBadConn) {
 		c.bad.Store(true)
 	}
 	return err
