@@ -16,6 +16,13 @@ import (
 //go:embed *.sql
 var files embed.FS
 
+// BenchSchema creates the bench's own tables (bench/schema.sql) in a bench
+// database; `laneq bench` runs it after laneq's migrations. Never part of
+// laneq's schema.
+//
+//go:embed bench/schema.sql
+var BenchSchema string
+
 // PlanCases is queries/plancheck.json: a plan-check case for every named
 // statement (see package plancheck). It lives beside the SQL so a statement
 // and its case change together.

@@ -22,6 +22,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/laneq/laneq/cmd/laneq/bench"
 	"github.com/laneq/laneq/runtime/ingress"
 	"github.com/laneq/laneq/runtime/inspect"
 	"github.com/laneq/laneq/runtime/stats"
@@ -61,6 +62,9 @@ run 'laneq <command> -h' for a command's flags
 `
 
 func main() {
+	if bench.IsWorker() { // re-executed by `laneq bench` as a worker process
+		os.Exit(bench.WorkerMain())
+	}
 	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
 }
 
@@ -88,6 +92,7 @@ var commands = []command{
 	{"receipt show", runReceiptShow},
 	{"scope set-generation", runSetGeneration},
 	{"ui", runUI},
+	{"bench", runBench},
 }
 
 // run is main without the process: testable, and the exit code it returns

@@ -90,6 +90,18 @@ func startDocker(ctx context.Context, opts Options) (*Server, error) {
 		Detail: opts.Image + " (container " + res.Container.ID[:12] + ")",
 		base:   loopbackConfig(res.GetPort("4000/tcp")),
 		stop:   stop,
+		pause: func() error {
+			if err := pool.Client.PauseContainer(res.Container.ID); err != nil {
+				return fmt.Errorf("tidbenv: docker pause %s: %w", res.Container.ID[:12], err)
+			}
+			return nil
+		},
+		resume: func() error {
+			if err := pool.Client.UnpauseContainer(res.Container.ID); err != nil {
+				return fmt.Errorf("tidbenv: docker unpause %s: %w", res.Container.ID[:12], err)
+			}
+			return nil
+		},
 	}
 	if err := srv.waitSQL(ctx); err != nil {
 		_ = stop()

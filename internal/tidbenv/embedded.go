@@ -210,6 +210,18 @@ func startEmbeddedOnce(ctx context.Context, bin string, opts Options) (*Server, 
 		Detail: bin,
 		base:   loopbackConfig(strconv.Itoa(port)),
 		stop:   stop,
+		pause: func() error {
+			if err := cmd.Process.Signal(syscall.SIGSTOP); err != nil {
+				return fmt.Errorf("tidbenv: pause embedded tidb-server (SIGSTOP): %w", err)
+			}
+			return nil
+		},
+		resume: func() error {
+			if err := cmd.Process.Signal(syscall.SIGCONT); err != nil {
+				return fmt.Errorf("tidbenv: resume embedded tidb-server (SIGCONT): %w", err)
+			}
+			return nil
+		},
 	}
 	if err := srv.waitSQL(ctx); err != nil {
 		_ = stop()

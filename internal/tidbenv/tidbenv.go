@@ -23,6 +23,7 @@ import (
 	"io"
 	"net/http"
 	"os"
+	"os/exec"
 	"strings"
 	"time"
 
@@ -56,6 +57,11 @@ const (
 	EnvServerBinary = "LANEQ_TIDB_SERVER"
 	EnvImage        = "LANEQ_TIDB_IMAGE"
 	EnvStartTimeout = "LANEQ_TIDB_START_TIMEOUT"
+	// EnvPause and EnvResume are shell commands that pause and resume a
+	// server reached by DSN (for example `docker pause tidb` and `docker
+	// unpause tidb` for a cluster in containers); fault runs use them.
+	EnvPause  = "LANEQ_TIDB_PAUSE"
+	EnvResume = "LANEQ_TIDB_RESUME"
 )
 
 // DefaultImage is the image the Docker branch runs; users' CI pulls the
@@ -87,15 +93,23 @@ type Options struct {
 	StartTimeout time.Duration
 	// Progress receives one line per start step; nil discards them.
 	Progress io.Writer
+	// PauseCommand and ResumeCommand (sh -c) pause and resume a DSN
+	// server; both or neither.
+	PauseCommand, ResumeCommand string
 }
 
 // OptionsFromEnv reads the LANEQ_TIDB* variables.
 func OptionsFromEnv() (Options, error) {
 	opts := Options{
-		Mode:         Mode(strings.ToLower(strings.TrimSpace(os.Getenv(EnvMode)))),
-		DSN:          strings.TrimSpace(os.Getenv(EnvDSN)),
-		ServerBinary: strings.TrimSpace(os.Getenv(EnvServerBinary)),
-		Image:        strings.TrimSpace(os.Getenv(EnvImage)),
+		Mode:          Mode(strings.ToLower(strings.TrimSpace(os.Getenv(EnvMode)))),
+		DSN:           strings.TrimSpace(os.Getenv(EnvDSN)),
+		ServerBinary:  strings.TrimSpace(os.Getenv(EnvServerBinary)),
+		Image:         strings.TrimSpace(os.Getenv(EnvImage)),
+		PauseCommand:  strings.TrimSpace(os.Getenv(EnvPause)),
+		ResumeCommand: strings.TrimSpace(os.Getenv(EnvResume)),
+	}
+	if (opts.PauseCommand == "") != (opts.ResumeCommand == "") {
+		return Options{}, fmt.Errorf("tidbenv: set both %s and %s, or neither", EnvPause, EnvResume)
 	}
 	if opts.Mode == "" {
 		opts.Mode = ModeAuto
@@ -140,6 +154,9 @@ type Server struct {
 	Detail string
 	base   *mysql.Config
 	stop   func() error
+	// pause and resume stop and continue the server without losing its
+	// state (nil: this branch cannot, see Pause).
+	pause, resume func() error
 }
 
 // Start returns a reachable TiDB according to opts, or an error that says
@@ -185,6 +202,9 @@ func startDSN(ctx context.Context, opts Options) (*Server, error) {
 	}
 	cfg.DBName = ""
 	srv := &Server{Kind: KindDSN, Detail: cfg.Addr, base: normalize(cfg), stop: func() error { return nil }}
+	if opts.PauseCommand != "" && opts.ResumeCommand != "" {
+		srv.pause, srv.resume = shellStep(EnvPause, opts.PauseCommand), shellStep(EnvResume, opts.ResumeCommand)
+	}
 	if err := srv.waitSQL(ctx); err != nil {
 		return nil, fmt.Errorf("tidbenv: server at %s (from %s): %w", cfg.Addr, EnvDSN, err)
 	}
@@ -271,6 +291,42 @@ func (s *Server) Close() error {
 	s.stop = nil
 	return stop()
 }
+
+// shellStep runs a pause or resume command.
+func shellStep(name, command string) func() error {
+	return func() error {
+		out, err := exec.Command("sh", "-c", command).CombinedOutput()
+		if err != nil {
+			return fmt.Errorf("tidbenv: %s (%s): %w: %s", name, command, err, strings.TrimSpace(string(out)))
+		}
+		return nil
+	}
+}
+
+// ErrCannotPause reports a server Pause cannot stop: one reached by DSN.
+var ErrCannotPause = errors.New("tidbenv: this server cannot be paused (reached by DSN, with no " + EnvPause + " and " + EnvResume + " commands)")
+
+// Pause freezes the server as a stop-the-world pause would: the embedded
+// process gets SIGSTOP, a Docker container is paused (cgroup freezer).
+// Connections stay open and every statement waits; Resume continues it.
+// Fault runs use it to stop TiDB for longer than a lease.
+func (s *Server) Pause() error {
+	if s.pause == nil {
+		return ErrCannotPause
+	}
+	return s.pause()
+}
+
+// Resume continues a paused server.
+func (s *Server) Resume() error {
+	if s.resume == nil {
+		return ErrCannotPause
+	}
+	return s.resume()
+}
+
+// CanPause reports whether Pause works on this server.
+func (s *Server) CanPause() bool { return s.pause != nil }
 
 // Addr is the server's SQL address.
 func (s *Server) Addr() string { return s.base.Addr }

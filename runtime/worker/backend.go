@@ -38,6 +38,9 @@ func (b backend) Claim(ctx context.Context, reqs []scheduler.Request) []schedule
 				h.AfterClaim(c)
 			}
 		}
+		if h := w.cfg.Hooks; h != nil && h.AfterClaimTurn != nil && len(r.Items) > 0 {
+			h.AfterClaimTurn(took, r.Items)
+		}
 		items := make([]*workqueue.Claimed, len(r.Items))
 		for k := range r.Items {
 			items[k] = &r.Items[k]

@@ -117,6 +117,10 @@ type Hooks struct {
 	// AfterClaim runs once the claim committed, before the item is handed
 	// to an executor.
 	AfterClaim func(workqueue.Claimed)
+	// AfterClaimTurn runs once per claim result that took items, with how
+	// long the claim turn (scope read, scans, CAS, read-back) took; load
+	// and fault runs (laneq bench) record claim latency with it.
+	AfterClaimTurn func(took time.Duration, claimed []workqueue.Claimed)
 	// BeforeFinish runs after the handler returned, before its outcome is
 	// made durable.
 	BeforeFinish func(c workqueue.Claimed, outcome error)

@@ -1,0 +1,198 @@
+package bench
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"syscall"
+	"time"
+
+	"github.com/laneq/laneq/internal/benchdb"
+)
+
+// Fault kinds, as recorded in bench_fault.
+const (
+	faultKill   = "kill"
+	faultFreeze = "freeze"
+	faultPause  = "tidb-pause"
+	faultDrop   = "drop-connections"
+)
+
+// schedule interleaves the planned faults: kill, freeze, TiDB pause,
+// dropped connections, kill, ... until every count is spent.
+func (f FaultPlan) schedule() []string {
+	left := map[string]int{faultKill: f.Kills, faultFreeze: f.Freezes, faultPause: f.TiDBPauses, faultDrop: f.Drops}
+	var out []string
+	for len(out) < f.Total() {
+		for _, k := range []string{faultKill, faultFreeze, faultPause, faultDrop} {
+			if left[k] > 0 {
+				left[k]--
+				out = append(out, k)
+			}
+		}
+	}
+	return out
+}
+
+// injectFaults runs the schedule, one fault every Faults.Every.
+func (p *phase) injectFaults(ctx context.Context) error {
+	for i, kind := range p.spec.Faults.schedule() {
+		select {
+		case <-time.After(p.spec.Faults.Every):
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+		p.mu.Lock()
+		p.lastFault = fmt.Sprintf(" (now: %s)", kind)
+		p.mu.Unlock()
+		summary, err := p.inject(ctx, kind, i)
+		if errors.Is(err, errSkipped) {
+			p.mu.Lock()
+			p.skipped = append(p.skipped, kind+": "+summary)
+			p.mu.Unlock()
+		} else if err != nil {
+			return fmt.Errorf("bench: fault %d (%s): %w", i+1, kind, err)
+		}
+		p.mu.Lock()
+		p.faults++
+		p.lastFault = "; last: " + kind + " " + summary
+		p.mu.Unlock()
+	}
+	return nil
+}
+
+var errSkipped = errors.New("bench: fault skipped")
+
+// inject carries out one fault and records it in bench_fault, timed by
+// the database clock.
+func (p *phase) inject(ctx context.Context, kind string, n int) (string, error) {
+	if kind == faultPause {
+		if !p.opts.Server.CanPause() {
+			return "the server was reached by DSN and LANEQ_TIDB_PAUSE / LANEQ_TIDB_RESUME are not set", errSkipped
+		}
+		id, err := p.beginFault(ctx, kind, "", fmt.Sprintf("TiDB stopped for %s", p.spec.Faults.Pause))
+		if err != nil {
+			return "", err
+		}
+		if err := p.opts.Server.Pause(); err != nil {
+			return "", err
+		}
+		select {
+		case <-time.After(p.spec.Faults.Pause):
+		case <-ctx.Done():
+		}
+		if err := p.opts.Server.Resume(); err != nil {
+			return "", err
+		}
+		return fmt.Sprintf("for %s", p.spec.Faults.Pause), p.endFault(ctx, id, fmt.Sprintf("TiDB stopped for %s", p.spec.Faults.Pause))
+	}
+	victim, running, err := p.busiest(ctx)
+	if err != nil {
+		return "", err
+	}
+	detail := fmt.Sprintf("%d attempts running", running)
+	// The fault is recorded once it hit, so the attempts it caught are
+	// the ones running at its recorded start.
+	switch kind {
+	case faultKill:
+		victim.kill()
+	case faultFreeze:
+		err = victim.signal(syscall.SIGSTOP)
+	case faultDrop:
+		err = victim.signal(syscall.SIGUSR1)
+		detail += ", connections dropped under its next claims, renewals, finishes and commits"
+	}
+	if err != nil {
+		return "", err
+	}
+	id, err := p.beginFault(ctx, kind, victim.name, detail)
+	if err != nil {
+		return "", err
+	}
+	switch kind {
+	case faultKill:
+		select {
+		case <-time.After(p.spec.Faults.Restart):
+		case <-ctx.Done():
+			return "", ctx.Err()
+		}
+		next, err := p.startProcess(ctx, fmt.Sprintf("%s.%d", victim.name, n+1))
+		if err != nil {
+			return "", err
+		}
+		detail += ", restarted as " + next.name
+	case faultFreeze:
+		select {
+		case <-time.After(p.spec.Faults.Freeze):
+		case <-ctx.Done():
+		}
+		if err := victim.signal(syscall.SIGCONT); err != nil {
+			return "", err
+		}
+		detail += fmt.Sprintf(", frozen for %s", p.spec.Faults.Freeze)
+	}
+	return victim.name + ": " + detail, p.endFault(ctx, id, detail)
+}
+
+// busiest is the live worker process with the most attempts running. It
+// waits up to 10s for one to be running something, so that a fault lands
+// mid-execution whenever there is work at all.
+func (p *phase) busiest(ctx context.Context) (*proc, int64, error) {
+	give := time.Now().Add(10 * time.Second)
+	for {
+		best, running, err := p.busiestNow(ctx)
+		if err != nil || running > 0 || time.Now().After(give) {
+			return best, running, err
+		}
+		select {
+		case <-time.After(20 * time.Millisecond):
+		case <-ctx.Done():
+			return nil, 0, ctx.Err()
+		}
+	}
+}
+
+func (p *phase) busiestNow(ctx context.Context) (*proc, int64, error) {
+	rows, err := p.bq.CountInFlight(ctx)
+	if err != nil {
+		return nil, 0, fmt.Errorf("read running attempts: %w", err)
+	}
+	running := map[string]int64{}
+	for _, r := range rows {
+		running[r.Process] = r.Running
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	var best *proc
+	for _, pr := range p.procs {
+		if pr.alive() && (best == nil || running[pr.name] > running[best.name]) {
+			best = pr
+		}
+	}
+	if best == nil {
+		return nil, 0, errNoProcess
+	}
+	return best, running[best.name], nil
+}
+
+func (p *phase) beginFault(ctx context.Context, kind, process, detail string) (int64, error) {
+	res, err := p.bq.BeginFault(ctx, benchdb.BeginFaultParams{Kind: kind, Process: process, Detail: detail})
+	if err != nil {
+		return 0, fmt.Errorf("record fault: %w", err)
+	}
+	return res, nil
+}
+
+// endFault records the fault's end; after a TiDB pause the statement waits
+// for the server to answer again, and a connection the pause broke is
+// tried again.
+func (p *phase) endFault(ctx context.Context, id int64, detail string) error {
+	var err error
+	for range 60 {
+		if err = p.bq.EndFault(ctx, benchdb.EndFaultParams{FaultID: id, Detail: detail}); err == nil || ctx.Err() != nil {
+			return err
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
+	return fmt.Errorf("record fault end: %w", err)
+}

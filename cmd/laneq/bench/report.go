@@ -1,0 +1,369 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"slices"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/laneq/laneq/internal/benchdb"
+)
+
+// Report is a bench run's result.
+type Report struct {
+	Spec Spec   `json:"spec"`
+	TiDB string `json:"tidb"`
+	// Laneq is the whole workload under the fault plan.
+	Laneq PhaseReport `json:"laneq"`
+	// LaneqFree and Naive are the baseline pair (Spec.Baseline): the same
+	// laneless events without faults, through laneq and the naive loop;
+	// Ratios divides the first's figures by the second's.
+	LaneqFree *PhaseReport `json:"laneq_free,omitempty"`
+	Naive     *PhaseReport `json:"naive,omitempty"`
+	Ratios    *Ratios      `json:"ratios,omitempty"`
+}
+
+// OK is true when every phase verified clean.
+func (r *Report) OK() bool {
+	for _, p := range r.phases() {
+		if !p.Verification.OK {
+			return false
+		}
+	}
+	return true
+}
+
+func (r *Report) phases() []*PhaseReport {
+	out := []*PhaseReport{&r.Laneq}
+	if r.LaneqFree != nil {
+		out = append(out, r.LaneqFree)
+	}
+	if r.Naive != nil {
+		out = append(out, r.Naive)
+	}
+	return out
+}
+
+// PhaseReport is one phase: its figures, faults and verification.
+type PhaseReport struct {
+	Name     string `json:"name"`
+	Database string `json:"database"`
+	Events   int64  `json:"events"`
+	Items    int    `json:"items"`
+	// Completed, Skipped and Dead count items by terminal state.
+	Completed int `json:"completed"`
+	Skipped   int `json:"skipped"`
+	Dead      int `json:"dead"`
+	// Attempts is every handler execution; Retries those that failed on
+	// purpose; Reclaims those that took over an expired lease; Rejected
+	// those whose outcome the queue refused (their lease was gone).
+	Attempts int `json:"attempts"`
+	Retries  int `json:"retries"`
+	Reclaims int `json:"reclaims"`
+	Rejected int `json:"rejected"`
+	// Duration is the first attempt's start to the last item's finish,
+	// in database time; Throughput is terminal items per second of it.
+	Duration   time.Duration `json:"duration_ns"`
+	Throughput float64       `json:"throughput_per_s"`
+	// ClaimP50/P99: the claim turn that handed each attempt its item.
+	ClaimP50 time.Duration `json:"claim_p50_ns"`
+	ClaimP99 time.Duration `json:"claim_p99_ns"`
+	// EndToEndP50/P99: enqueue commit to finish, per completed item.
+	EndToEndP50   time.Duration `json:"end_to_end_p50_ns"`
+	EndToEndP99   time.Duration `json:"end_to_end_p99_ns"`
+	Faults        []FaultReport `json:"faults"`
+	SkippedFaults []string      `json:"skipped_faults,omitempty"`
+	Verification  Verification  `json:"verification"`
+}
+
+// FaultReport is one injected fault and how the run recovered.
+type FaultReport struct {
+	Kind    string        `json:"kind"`
+	Process string        `json:"process,omitempty"`
+	Detail  string        `json:"detail"`
+	At      time.Duration `json:"at_ns"`     // after the run's first attempt
+	Lasted  time.Duration `json:"lasted_ns"` // fault start to end (kill: to the restart)
+	// Caught is the attempts the fault caught running (its process's, or
+	// every one for a TiDB pause); Rejected how many of those had their
+	// finalization refused.
+	Caught   int `json:"caught"`
+	Rejected int `json:"rejected"`
+	// Recovery: kill and freeze, until the last caught item ran again
+	// elsewhere; TiDB pause, from the resume to the first attempt that
+	// started after it; dropped connections, until the process started its
+	// next attempt.
+	Recovery time.Duration `json:"recovery_ns"`
+}
+
+// Ratios are laneq's figures divided by the naive loop's, measured in the
+// same run.
+type Ratios struct {
+	Throughput  float64 `json:"throughput"`
+	ClaimP50    float64 `json:"claim_p50"`
+	ClaimP99    float64 `json:"claim_p99"`
+	EndToEndP50 float64 `json:"end_to_end_p50"`
+	EndToEndP99 float64 `json:"end_to_end_p99"`
+}
+
+func ratio(a, b float64) float64 {
+	if b == 0 {
+		return 0
+	}
+	return a / b
+}
+
+func ratiosOf(l, n PhaseReport) *Ratios {
+	return &Ratios{
+		Throughput:  ratio(l.Throughput, n.Throughput),
+		ClaimP50:    ratio(float64(l.ClaimP50), float64(n.ClaimP50)),
+		ClaimP99:    ratio(float64(l.ClaimP99), float64(n.ClaimP99)),
+		EndToEndP50: ratio(float64(l.EndToEndP50), float64(n.EndToEndP50)),
+		EndToEndP99: ratio(float64(l.EndToEndP99), float64(n.EndToEndP99)),
+	}
+}
+
+// report reads the finished phase back and computes its figures.
+func (p *phase) report(ctx context.Context) (PhaseReport, error) {
+	d, err := readRun(ctx, p.bq)
+	if err != nil {
+		return PhaseReport{}, err
+	}
+	rep := summarize(d, p.name)
+	rep.Verification = verify(d, p.wl, p.spec.Lease, p.naive)
+	return rep, nil
+}
+
+func summarize(d runData, name string) PhaseReport {
+	rep := PhaseReport{Name: name, Events: d.events, Items: len(d.items), Attempts: len(d.attempts)}
+	var first, last time.Time
+	var claims, e2e []time.Duration
+	for _, a := range d.attempts {
+		if first.IsZero() || a.StartedAt.Before(first) {
+			first = a.StartedAt
+		}
+		claims = append(claims, time.Duration(a.ClaimUs)*time.Microsecond)
+		if a.Outcome.String == "error" {
+			rep.Retries++
+		}
+		if a.Reclaimed {
+			rep.Reclaims++
+		}
+		if a.Finish.String == "rejected" {
+			rep.Rejected++
+		}
+	}
+	for _, it := range d.items {
+		switch it.State {
+		case "completed":
+			rep.Completed++
+			e2e = append(e2e, it.TerminalAt.Time.Sub(it.CreatedAt))
+		case "skipped":
+			rep.Skipped++
+		case "dead":
+			rep.Dead++
+		}
+		if it.TerminalAt.Valid && it.TerminalAt.Time.After(last) {
+			last = it.TerminalAt.Time
+		}
+	}
+	if !first.IsZero() && last.After(first) {
+		rep.Duration = last.Sub(first)
+		rep.Throughput = float64(rep.Completed+rep.Skipped+rep.Dead) / rep.Duration.Seconds()
+	}
+	rep.ClaimP50, rep.ClaimP99 = percentile(claims, 50), percentile(claims, 99)
+	rep.EndToEndP50, rep.EndToEndP99 = percentile(e2e, 50), percentile(e2e, 99)
+	rep.Faults = faultReports(d, first)
+	return rep
+}
+
+func percentile(ds []time.Duration, p int) time.Duration {
+	if len(ds) == 0 {
+		return 0
+	}
+	s := slices.Clone(ds)
+	slices.Sort(s)
+	i := (len(s)*p + 99) / 100
+	return s[min(max(i-1, 0), len(s)-1)]
+}
+
+func faultReports(d runData, first time.Time) []FaultReport {
+	byItem := map[int64][]benchdb.BenchAttempt{}
+	for _, a := range d.attempts {
+		byItem[a.WorkID] = append(byItem[a.WorkID], a)
+	}
+	var out []FaultReport
+	for _, f := range d.faults {
+		fr := FaultReport{Kind: f.Kind, Process: f.Process, Detail: f.Detail, At: f.StartedAt.Sub(first)}
+		end := f.StartedAt
+		if f.EndedAt.Valid {
+			end = f.EndedAt.Time
+			fr.Lasted = end.Sub(f.StartedAt)
+		}
+		runningAt := func(a benchdb.BenchAttempt) bool {
+			return !a.StartedAt.After(f.StartedAt) && (!a.EndedAt.Valid || a.EndedAt.Time.After(f.StartedAt))
+		}
+		switch f.Kind {
+		case faultKill, faultFreeze:
+			for _, a := range d.attempts {
+				if a.Process != f.Process || !runningAt(a) {
+					continue
+				}
+				fr.Caught++
+				if a.Finish.String == "rejected" {
+					fr.Rejected++
+				}
+				for _, b := range byItem[a.WorkID] {
+					if b.Process != f.Process && b.StartedAt.After(f.StartedAt) {
+						fr.Recovery = max(fr.Recovery, b.StartedAt.Sub(f.StartedAt))
+						break
+					}
+				}
+			}
+		case faultPause:
+			var next time.Time
+			for _, a := range d.attempts {
+				if runningAt(a) {
+					fr.Caught++
+					if a.Finish.String == "rejected" {
+						fr.Rejected++
+					}
+				}
+				if a.StartedAt.After(end) && (next.IsZero() || a.StartedAt.Before(next)) {
+					next = a.StartedAt
+				}
+			}
+			if !next.IsZero() {
+				fr.Recovery = next.Sub(end)
+			}
+		case faultDrop:
+			var next time.Time
+			for _, a := range d.attempts {
+				if a.Process == f.Process && runningAt(a) {
+					fr.Caught++
+				}
+				if a.Process == f.Process && a.StartedAt.After(f.StartedAt) && (next.IsZero() || a.StartedAt.Before(next)) {
+					next = a.StartedAt
+				}
+			}
+			if !next.IsZero() {
+				fr.Recovery = next.Sub(f.StartedAt)
+			}
+		}
+		out = append(out, fr)
+	}
+	return out
+}
+
+// WriteText writes the summary tables.
+func (r *Report) WriteText(w io.Writer) {
+	s := r.Spec
+	fmt.Fprintf(w, "laneq bench on %s\n", r.TiDB)
+	fmt.Fprintf(w, "workload: %d events over %d scope(s), %d source lanes, %d target lanes (bursts of %d), classes %s; %d processes × %d executors; lease %s; handler %s ±50%%; designed failure rate %.1f%%\n\n",
+		s.Items, s.Scopes, s.SourceLanes, s.TargetLanes, s.BurstSize, strings.Join(s.Classes, ","),
+		s.Processes, s.Executors, s.Lease, s.HandlerLatency, max(s.FailureRate, 0)*100)
+	phases := r.phases()
+	tw := tabwriter.NewWriter(w, 2, 4, 2, ' ', tabwriter.AlignRight)
+	head := "\t"
+	for _, p := range phases {
+		head += p.Name + "\t"
+	}
+	if r.Ratios != nil {
+		head += "laneq-free/naive\t"
+	}
+	fmt.Fprintln(tw, head)
+	var rt Ratios
+	if r.Ratios != nil {
+		rt = *r.Ratios
+	}
+	row := func(name string, cell func(p *PhaseReport) string, ratio float64) {
+		line := name + "\t"
+		for _, p := range phases {
+			line += cell(p) + "\t"
+		}
+		if r.Ratios != nil {
+			if ratio != 0 {
+				line += fmt.Sprintf("%.2f×", ratio)
+			}
+			line += "\t"
+		}
+		fmt.Fprintln(tw, line)
+	}
+	row("throughput (items/s)", func(p *PhaseReport) string { return fmt.Sprintf("%.0f", p.Throughput) }, rt.Throughput)
+	row("claim latency p50", func(p *PhaseReport) string { return dur(p.ClaimP50) }, rt.ClaimP50)
+	row("claim latency p99", func(p *PhaseReport) string { return dur(p.ClaimP99) }, rt.ClaimP99)
+	row("end-to-end p50", func(p *PhaseReport) string { return dur(p.EndToEndP50) }, rt.EndToEndP50)
+	row("end-to-end p99", func(p *PhaseReport) string { return dur(p.EndToEndP99) }, rt.EndToEndP99)
+	row("duration", func(p *PhaseReport) string { return dur(p.Duration) }, 0)
+	row("events / items", func(p *PhaseReport) string { return fmt.Sprintf("%d / %d", p.Events, p.Items) }, 0)
+	row("completed / skipped / dead", func(p *PhaseReport) string { return fmt.Sprintf("%d / %d / %d", p.Completed, p.Skipped, p.Dead) }, 0)
+	row("attempts", func(p *PhaseReport) string { return fmt.Sprint(p.Attempts) }, 0)
+	row("retries (designed failures)", func(p *PhaseReport) string { return fmt.Sprint(p.Retries) }, 0)
+	row("reclaims (expired leases)", func(p *PhaseReport) string { return fmt.Sprint(p.Reclaims) }, 0)
+	row("finalizations rejected", func(p *PhaseReport) string { return fmt.Sprint(p.Rejected) }, 0)
+	tw.Flush()
+	if r.Naive != nil {
+		fmt.Fprintln(w, "\nlaneq is the whole workload under the fault plan. laneq-free and naive are the baseline pair: the same number of events, laneless (the naive claim, SELECT … FOR UPDATE of the first due row, knows no lanes, projections or dependencies), without faults or designed failures (it has no lease recovery or retry path), through laneq's worker and through the naive loop, with the same processes, executors and handler.")
+	}
+	fmt.Fprintln(w)
+	r.Laneq.writeFaults(w)
+	for _, p := range phases {
+		p.Verification.write(w, p.Name)
+	}
+}
+
+func (p PhaseReport) writeFaults(w io.Writer) {
+	if len(p.Faults) == 0 && len(p.SkippedFaults) == 0 {
+		fmt.Fprintln(w, "faults: none")
+		return
+	}
+	fmt.Fprintln(w, "faults:")
+	tw := tabwriter.NewWriter(w, 2, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "  #\tkind\tat\tprocess\tlasted\tcaught\trejected\trecovery\tdetail")
+	for i, f := range p.Faults {
+		fmt.Fprintf(tw, "  %d\t%s\t%s\t%s\t%s\t%d\t%d\t%s\t%s\n", i+1, f.Kind, dur(f.At), or(f.Process, "-"), dur(f.Lasted), f.Caught, f.Rejected, dur(f.Recovery), f.Detail)
+	}
+	tw.Flush()
+	for _, s := range p.SkippedFaults {
+		fmt.Fprintf(w, "  skipped: %s\n", s)
+	}
+}
+
+func (v Verification) write(w io.Writer, phase string) {
+	verdict := "OK"
+	if !v.OK {
+		verdict = fmt.Sprintf("FAILED (%d problems)", v.ProblemCount)
+	}
+	fmt.Fprintf(w, "\nverification (%s): %s — %d items, %d attempts, %d lane pairs checked\n", phase, verdict, v.ItemsChecked, v.AttemptsChecked, v.LanePairsChecked)
+	fmt.Fprintf(w, "  repeated executions explained: %d retried after a designed failure or release, %d after their process was killed, %d rejected finalizations under a fault, %d rejected without one (a lease lost to a slow renewal); %d overlapped the next attempt; %d completed by a holder killed before its verdict was written\n",
+		v.RepeatsRetried, v.RepeatsKilled, v.RejectedWithFault, v.RejectedWithoutFault, v.OverlappingExecutions, v.CompletedByKilledHolder)
+	for _, p := range v.Problems {
+		fmt.Fprintf(w, "  problem: %s\n", p)
+	}
+	if v.ProblemCount > len(v.Problems) {
+		fmt.Fprintf(w, "  … and %d more\n", v.ProblemCount-len(v.Problems))
+	}
+}
+
+func or(s, d string) string {
+	if s == "" {
+		return d
+	}
+	return s
+}
+
+// dur prints a duration with three significant digits.
+func dur(d time.Duration) string {
+	switch {
+	case d == 0:
+		return "0"
+	case d < time.Millisecond:
+		return fmt.Sprintf("%dµs", d.Microseconds())
+	case d < 10*time.Second:
+		return fmt.Sprintf("%.1fms", float64(d.Microseconds())/1000)
+	default:
+		return d.Round(100 * time.Millisecond).String()
+	}
+}

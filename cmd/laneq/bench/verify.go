@@ -1,0 +1,308 @@
+package bench
+
+import (
+	"cmp"
+	"context"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/laneq/laneq/internal/benchdb"
+)
+
+// Verification is what the database says about a finished run.
+type Verification struct {
+	// OK is true when Problems is empty.
+	OK bool `json:"ok"`
+	// Problems are violations: an item not finished, an execution not
+	// explained by a fault, a lane order broken, an event or item lost.
+	// The first 50 are kept; ProblemCount counts them all.
+	Problems     []string `json:"problems"`
+	ProblemCount int      `json:"problem_count"`
+	// Repeated executions and what explains each: a designed failure
+	// retried, an attempt whose process was killed (no end, or no
+	// verdict), an attempt whose finalization the queue rejected (its
+	// lease had expired), split by whether a fault overlapped it.
+	RepeatsRetried          int `json:"repeats_retried"`
+	RepeatsKilled           int `json:"repeats_killed"`
+	RejectedWithFault       int `json:"rejected_with_fault"`
+	RejectedWithoutFault    int `json:"rejected_without_fault"`
+	OverlappingExecutions   int `json:"overlapping_executions"`
+	LanePairsChecked        int `json:"lane_pairs_checked"`
+	ItemsChecked            int `json:"items_checked"`
+	AttemptsChecked         int `json:"attempts_checked"`
+	ItemsWithoutAnyAttempt  int `json:"items_without_attempt"`
+	CompletedByKilledHolder int `json:"completed_by_killed_holder"`
+}
+
+const keptProblems = 50
+
+func (v *Verification) problem(format string, args ...any) {
+	v.ProblemCount++
+	if len(v.Problems) < keptProblems {
+		v.Problems = append(v.Problems, fmt.Sprintf(format, args...))
+	}
+}
+
+// runData is a finished run as read back from its database.
+type runData struct {
+	items    []benchdb.ListRunItemsRow
+	attempts []benchdb.BenchAttempt
+	faults   []benchdb.BenchFault
+	events   int64
+}
+
+func readRun(ctx context.Context, bq *benchdb.Queries) (runData, error) {
+	var d runData
+	var err error
+	if d.items, err = bq.ListRunItems(ctx); err != nil {
+		return d, fmt.Errorf("bench: read items: %w", err)
+	}
+	if d.attempts, err = bq.ListAttempts(ctx); err != nil {
+		return d, fmt.Errorf("bench: read attempts: %w", err)
+	}
+	if d.faults, err = bq.ListFaults(ctx); err != nil {
+		return d, fmt.Errorf("bench: read faults: %w", err)
+	}
+	if d.events, err = bq.CountRunEvents(ctx); err != nil {
+		return d, fmt.Errorf("bench: count events: %w", err)
+	}
+	return d, nil
+}
+
+// interval is a fault's span in database time (open-ended: zero end).
+type interval struct{ from, to time.Time }
+
+func (i interval) overlaps(from, to time.Time) bool {
+	end := i.to
+	if end.IsZero() {
+		end = time.Date(9999, 1, 1, 0, 0, 0, 0, time.UTC)
+	}
+	return !to.Before(i.from) && !from.After(end)
+}
+
+// faultIndex answers "was this attempt hit by a fault?".
+type faultIndex struct {
+	killedAt map[string]time.Time   // process -> kill
+	frozen   map[string][]interval  // process -> freezes
+	dropped  map[string][]time.Time // process -> connection drops
+	paused   []interval             // TiDB pauses
+}
+
+func indexFaults(faults []benchdb.BenchFault) faultIndex {
+	fi := faultIndex{killedAt: map[string]time.Time{}, frozen: map[string][]interval{}, dropped: map[string][]time.Time{}}
+	for _, f := range faults {
+		iv := interval{f.StartedAt, f.EndedAt.Time}
+		switch f.Kind {
+		case faultKill:
+			fi.killedAt[f.Process] = f.StartedAt
+		case faultFreeze:
+			fi.frozen[f.Process] = append(fi.frozen[f.Process], iv)
+		case faultDrop:
+			fi.dropped[f.Process] = append(fi.dropped[f.Process], f.StartedAt)
+		case faultPause:
+			fi.paused = append(fi.paused, iv)
+		}
+	}
+	return fi
+}
+
+// killedDuring: the attempt's process was killed after it started.
+func (fi faultIndex) killedDuring(a benchdb.BenchAttempt) bool {
+	t, ok := fi.killedAt[a.Process]
+	return ok && !t.Before(a.StartedAt)
+}
+
+// hit: some fault overlapped the attempt (a kill or freeze of its process,
+// a TiDB pause, a drop of its connections while it ran or within a lease
+// after).
+func (fi faultIndex) hit(a benchdb.BenchAttempt, lease time.Duration) bool {
+	if fi.killedDuring(a) {
+		return true
+	}
+	end := a.StartedAt.Add(24 * time.Hour)
+	if a.EndedAt.Valid {
+		end = a.EndedAt.Time
+	}
+	// A frozen process stalls others too: the transactions it froze in
+	// hold their row locks, so another process's renewal or finish can
+	// wait past its lease.
+	for _, ivs := range fi.frozen {
+		for _, iv := range ivs {
+			if iv.overlaps(a.StartedAt, end.Add(lease)) {
+				return true
+			}
+		}
+	}
+	for _, iv := range fi.paused {
+		if iv.overlaps(a.StartedAt, end.Add(lease)) {
+			return true
+		}
+	}
+	for _, t := range fi.dropped[a.Process] {
+		if (interval{t, t.Add(lease)}).overlaps(a.StartedAt, end) {
+			return true
+		}
+	}
+	return false
+}
+
+func terminal(state string) bool {
+	return state == "completed" || state == "skipped" || state == "dead"
+}
+
+// verify checks a finished run. naive runs carry no lease tokens.
+func verify(d runData, wl workload, lease time.Duration, naive bool) Verification {
+	v := Verification{ItemsChecked: len(d.items), AttemptsChecked: len(d.attempts)}
+	fi := indexFaults(d.faults)
+	byItem := map[int64][]benchdb.BenchAttempt{}
+	for _, a := range d.attempts {
+		byItem[a.WorkID] = append(byItem[a.WorkID], a)
+	}
+	// Nothing lost: every event stored, one item per per-event event.
+	if d.events != int64(len(wl.events)) {
+		v.problem("lost events: %d enqueued, %d stored", len(wl.events), d.events)
+	}
+	perEvent := 0
+	known := map[int64]bool{}
+	for _, it := range d.items {
+		known[it.WorkID] = true
+		if it.WorkType != typeProject {
+			perEvent++
+		}
+	}
+	if perEvent != wl.perEvent {
+		v.problem("lost work: %d per-event items expected, %d stored", wl.perEvent, perEvent)
+	}
+	for id := range byItem {
+		if !known[id] {
+			v.problem("attempts recorded for work %d, which is not a work item of the run", id)
+		}
+	}
+	for _, it := range d.items {
+		atts := byItem[it.WorkID]
+		slices.SortFunc(atts, func(a, b benchdb.BenchAttempt) int {
+			return cmp.Or(a.StartedAt.Compare(b.StartedAt), cmp.Compare(a.LeaseToken, b.LeaseToken), cmp.Compare(a.AttemptID, b.AttemptID))
+		})
+		verifyItem(&v, fi, it, atts, lease, naive)
+	}
+	verifyLanes(&v, d.items, byItem)
+	v.OK = v.ProblemCount == 0
+	return v
+}
+
+func verifyItem(v *Verification, fi faultIndex, it benchdb.ListRunItemsRow, atts []benchdb.BenchAttempt, lease time.Duration, naive bool) {
+	if !terminal(it.State) {
+		v.problem("work %d (%s, %s) is %s at the end: not finished", it.WorkID, it.WorkType, laneText(it), it.State)
+		return
+	}
+	if len(atts) == 0 {
+		if it.State != "dead" {
+			v.problem("work %d is %s but no attempt of it ever ran", it.WorkID, it.State)
+		}
+		v.ItemsWithoutAnyAttempt++
+		return
+	}
+	completions := 0
+	for i, a := range atts {
+		accepted := a.Finish.String == "accepted"
+		ok := a.Outcome.String == "ok"
+		if ok && accepted {
+			completions++
+		}
+		if !naive && i > 0 && a.LeaseToken <= atts[i-1].LeaseToken {
+			v.problem("work %d: attempt by %s started after one by %s with lease token %d, not above %d",
+				it.WorkID, a.Process, atts[i-1].Process, a.LeaseToken, atts[i-1].LeaseToken)
+		}
+		last := i == len(atts)-1
+		if last {
+			continue
+		}
+		next := atts[i+1]
+		if !a.EndedAt.Valid || next.StartedAt.Before(a.EndedAt.Time) {
+			v.OverlappingExecutions++
+		}
+		switch {
+		case accepted && ok:
+			v.problem("work %d executed twice: %s's attempt (token %d) completed and was accepted, then %s ran it again (token %d)",
+				it.WorkID, a.Process, a.LeaseToken, next.Process, next.LeaseToken)
+		case accepted:
+			v.RepeatsRetried++ // a designed failure or a release, written as such
+		case a.Finish.String == "rejected":
+			if fi.hit(a, lease) {
+				v.RejectedWithFault++
+			} else {
+				v.RejectedWithoutFault++
+			}
+		case fi.killedDuring(a):
+			v.RepeatsKilled++
+		default:
+			v.problem("work %d executed again by %s (token %d) after %s's attempt (token %d, outcome %q) that no kill, rejection or retry explains",
+				it.WorkID, next.Process, next.LeaseToken, a.Process, a.LeaseToken, a.Outcome.String)
+		}
+	}
+	if it.State != "completed" {
+		return
+	}
+	last := atts[len(atts)-1]
+	switch {
+	case completions > 1:
+		v.problem("work %d completed %d times", it.WorkID, completions)
+	case last.Outcome.String == "ok" && last.Finish.String == "accepted":
+	case last.Finish.String == "" && fi.killedDuring(last):
+		v.CompletedByKilledHolder++ // its verdict died with its process
+	default:
+		v.problem("work %d is completed but its last attempt (%s, token %d) has outcome %q and finish %q",
+			it.WorkID, last.Process, last.LeaseToken, last.Outcome.String, last.Finish.String)
+	}
+}
+
+func laneText(it benchdb.ListRunItemsRow) string {
+	switch {
+	case it.SourceLaneKey.Valid && it.TargetLaneKey.Valid:
+		return "lanes " + it.SourceLaneKey.String + " and " + it.TargetLaneKey.String
+	case it.SourceLaneKey.Valid:
+		return "lane " + it.SourceLaneKey.String
+	default:
+		return "no lane"
+	}
+}
+
+// verifyLanes checks FIFO order in every source and target lane: every
+// attempt of an item started after its predecessor in the lane became
+// terminal (its finish committed), so no two items of a lane overlapped
+// and they ran in ordinal order.
+func verifyLanes(v *Verification, items []benchdb.ListRunItemsRow, byItem map[int64][]benchdb.BenchAttempt) {
+	type laneID struct{ scope, kind, key string }
+	lanes := map[laneID][]benchdb.ListRunItemsRow{}
+	for _, it := range items {
+		if it.SourceLaneKey.Valid {
+			id := laneID{it.ScopeID, "source", it.SourceLaneKey.String}
+			lanes[id] = append(lanes[id], it)
+		}
+		if it.TargetLaneKey.Valid {
+			id := laneID{it.ScopeID, "target", it.TargetLaneKey.String}
+			lanes[id] = append(lanes[id], it)
+		}
+	}
+	for id, its := range lanes {
+		slices.SortFunc(its, func(a, b benchdb.ListRunItemsRow) int {
+			return cmp.Or(cmp.Compare(a.LaneOrdinal, b.LaneOrdinal), cmp.Compare(a.WorkID, b.WorkID))
+		})
+		for i := 1; i < len(its); i++ {
+			prev, cur := its[i-1], its[i]
+			if !prev.TerminalAt.Valid {
+				continue // reported as not finished
+			}
+			v.LanePairsChecked++
+			for _, a := range byItem[cur.WorkID] {
+				if a.StartedAt.Before(prev.TerminalAt.Time) {
+					v.problem("%s lane %q of %s: work %d (ordinal %d) started at %s, before work %d (ordinal %d) finished at %s",
+						id.kind, id.key, id.scope, cur.WorkID, cur.LaneOrdinal, a.StartedAt.Format(time.RFC3339Nano),
+						prev.WorkID, prev.LaneOrdinal, prev.TerminalAt.Time.Format(time.RFC3339Nano))
+					break
+				}
+			}
+		}
+	}
+}

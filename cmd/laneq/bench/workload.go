@@ -1,0 +1,129 @@
+package bench
+
+import (
+	"encoding/json"
+	"fmt"
+
+	"github.com/laneq/laneq/runtime/workqueue"
+)
+
+// workload is a run's events, in enqueue order, and what the verifier
+// expects of them.
+type workload struct {
+	scopes []string
+	events []scopedEvent
+	// perEvent counts events whose work is one item each (deliver and
+	// consume); projection events collapse into generations.
+	perEvent   int
+	projection int // projection events
+	consumers  int // dependency consumers
+	sameTarget int // events of same-target bursts
+	multiTgt   int // events of multi-target bursts
+}
+
+type scopedEvent struct {
+	scope string
+	event workqueue.Event
+}
+
+type eventKind int
+
+const (
+	kindFree eventKind = iota
+	kindLaned
+	kindProjection
+	kindConsumer
+)
+
+// scopeName is the bench's name of scope i.
+func scopeName(i int) string { return fmt.Sprintf("bench-%d", i) }
+
+// buildWorkload lays out s.Items events deterministically. laneless strips
+// what the naive claim has no notion of: lanes, projections, dependencies.
+func buildWorkload(s Spec, laneless bool) workload {
+	w := workload{}
+	for i := range s.Scopes {
+		w.scopes = append(w.scopes, scopeName(i))
+	}
+	kinds := make([]eventKind, s.Items)
+	for i := range kinds {
+		lane := i % s.SourceLanes
+		switch {
+		case laneless:
+			kinds[i] = kindFree
+		case s.DependencyEvery > 0 && i%s.DependencyEvery == s.DependencyEvery-1:
+			kinds[i] = kindConsumer
+		case s.FreeEvery > 0 && i%s.FreeEvery == 0:
+			kinds[i] = kindFree
+		case s.ProjectionEvery > 0 && lane%s.ProjectionEvery == 0:
+			kinds[i] = kindProjection
+		default:
+			kinds[i] = kindLaned
+		}
+	}
+	// Each consumer's producer is the next per-event deliver event of its
+	// scope (or the previous one at the end): usually later, so consumers
+	// really wait; sometimes earlier, so some find their key satisfied.
+	satisfies := map[int]string{}
+	for i, k := range kinds {
+		if k != kindConsumer {
+			continue
+		}
+		producer := -1
+		for _, step := range []int{s.Scopes, -s.Scopes} {
+			for j := i + step; j >= 0 && j < len(kinds); j += step {
+				if (kinds[j] == kindFree || kinds[j] == kindLaned) && satisfies[j] == "" {
+					producer = j
+					break
+				}
+			}
+			if producer >= 0 {
+				break
+			}
+		}
+		if producer < 0 {
+			kinds[i] = kindFree // nobody could satisfy it: plain work
+			continue
+		}
+		satisfies[producer] = fmt.Sprintf("dep-%d", i)
+	}
+	for i, k := range kinds {
+		ev := workqueue.Event{
+			IdempotencyKey: fmt.Sprintf("ev-%d", i),
+			RouteID:        "bench", RouteVersion: 1, EventKind: "bench",
+			SourceKind: "bench", SourceID: fmt.Sprintf("src-%d", i%s.SourceLanes),
+		}
+		p := payload{Satisfies: satisfies[i]}
+		ev.Payload, _ = json.Marshal(p)
+		work := workqueue.Work{WorkType: typeDeliver, QueueClass: s.Classes[i%len(s.Classes)]}
+		switch k {
+		case kindConsumer:
+			key := fmt.Sprintf("dep-%d", i)
+			work.WorkType = typeConsume
+			work.WaitFor = &workqueue.Dependency{WakeKey: key, Keys: []string{key}}
+			w.consumers++
+		case kindProjection:
+			work.WorkType = typeProject
+			work.SourceLane = fmt.Sprintf("src-%d", i%s.SourceLanes)
+			work.Projection = true
+			w.projection++
+		case kindLaned:
+			work.SourceLane = fmt.Sprintf("src-%d", i%s.SourceLanes)
+			burst := i / s.BurstSize
+			switch burst % 10 {
+			case 0: // same-target burst: every event of the burst to one target
+				work.TargetLane = fmt.Sprintf("tgt-%d", (burst/10)%s.TargetLanes)
+				w.sameTarget++
+			case 5: // multi-target burst: the burst's events over every target
+				work.TargetLane = fmt.Sprintf("tgt-%d", i%s.TargetLanes)
+				w.multiTgt++
+			}
+		}
+		if k != kindProjection {
+			w.perEvent++
+		}
+		ev.Work = []workqueue.Work{work}
+		w.events = append(w.events, scopedEvent{scope: w.scopes[i%s.Scopes], event: ev})
+	}
+	return w
+}

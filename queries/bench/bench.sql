@@ -1,0 +1,78 @@
+-- Statements of `laneq bench` (cmd/laneq/bench) on its own tables and its
+-- read-back of a finished run. Bench only: not part of the catalog backend
+-- teams import, never run by the runtime, not plan-checked (the verifier
+-- reads every row of a bench database on purpose).
+
+-- name: StartAttempt :execlastid
+-- Written by the handler before it does anything, in its own autocommit:
+-- an attempt that a kill cuts short is still on record.
+INSERT INTO bench_attempt (process, work_id, lease_token, attempt, reclaimed, claim_us, started_at)
+VALUES (sqlc.arg(process), sqlc.arg(work_id), sqlc.arg(lease_token), sqlc.arg(attempt), sqlc.arg(reclaimed), sqlc.arg(claim_us), NOW(6));
+
+-- name: EndAttempt :exec
+-- Written when the handler returns, before the outcome's write.
+UPDATE bench_attempt SET ended_at = NOW(6), outcome = sqlc.arg(outcome)
+WHERE attempt_id = sqlc.arg(attempt_id);
+
+-- name: SetFinishAccepted :exec
+-- Accepted verdicts are written in batches (one statement per flush).
+UPDATE bench_attempt SET finish = 'accepted'
+WHERE attempt_id IN (sqlc.slice(attempt_ids));
+
+-- name: SetFinishRejected :exec
+UPDATE bench_attempt SET finish = 'rejected', finish_error = sqlc.arg(finish_error)
+WHERE attempt_id = sqlc.arg(attempt_id);
+
+-- name: MoveAttemptStart :exec
+-- The verifier's self-test only: plants a lane inversion by moving an
+-- attempt's start.
+UPDATE bench_attempt SET started_at = sqlc.arg(started_at)
+WHERE attempt_id = sqlc.arg(attempt_id);
+
+-- name: BeginFault :execlastid
+INSERT INTO bench_fault (kind, process, detail, started_at)
+VALUES (sqlc.arg(kind), sqlc.arg(process), sqlc.arg(detail), NOW(6));
+
+-- name: EndFault :exec
+UPDATE bench_fault SET ended_at = NOW(6), detail = sqlc.arg(detail)
+WHERE fault_id = sqlc.arg(fault_id);
+
+-- name: ListAttempts :many
+SELECT attempt_id, process, work_id, lease_token, attempt, reclaimed, claim_us,
+       started_at, ended_at, outcome, finish, finish_error
+FROM bench_attempt
+ORDER BY work_id, started_at, attempt_id;
+
+-- name: ListFaults :many
+SELECT fault_id, kind, process, detail, started_at, ended_at
+FROM bench_fault
+ORDER BY started_at, fault_id;
+
+-- name: ListRunItems :many
+-- Every work item of the bench database with what the verifier needs:
+-- lanes and ordinal for lane order, terminal time for end-to-end latency.
+SELECT work_id, scope_id, work_type, queue_class, state, lease_token, attempt_count,
+       source_lane_key, target_lane_key, lane_ordinal, projection_key,
+       created_at, terminal_at
+FROM work_item
+ORDER BY scope_id, lane_ordinal, work_id;
+
+-- name: CountRunItemStates :many
+-- The progress line: items per state across the bench database.
+SELECT state, COUNT(*) AS items
+FROM work_item
+GROUP BY state;
+
+-- name: CountRunEvents :one
+SELECT COUNT(*) FROM event;
+
+-- name: RunClock :one
+SELECT NOW(6) AS now;
+
+-- name: CountInFlight :many
+-- Attempts running right now per process: a kill picks the busiest one, so
+-- it lands mid-execution.
+SELECT process, COUNT(*) AS running
+FROM bench_attempt
+WHERE ended_at IS NULL
+GROUP BY process;
