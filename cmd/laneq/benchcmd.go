@@ -47,6 +47,7 @@ func runBench(c *cli, args []string) error {
 	fs.DurationVar(&f.Restart, "restart", 0, "delay before a killed worker is restarted (default 1s)")
 	fs.BoolVar(&s.Baseline, "baseline", false, "also run the naive claim loop on the same counts and print ratios")
 	fs.DurationVar(&s.Deadline, "deadline", 0, "how long to wait for the queue to drain after the last fault (default 10m)")
+	fs.DurationVar(&s.BaselineDeadline, "baseline-deadline", 0, "how long each baseline phase may run after its last enqueue; the rest is reported unfinished (default 3m)")
 	keep := fs.Bool("keep", false, "keep the bench databases for inspection")
 	if err := c.parse(args); err != nil {
 		return err

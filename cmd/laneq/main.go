@@ -57,7 +57,7 @@ every command takes:
   --json           JSON instead of tables
   --timeout D      give up after D (default 30s)
 
-exit codes: 0 done, 1 failed, 2 usage, 3 not found, 4 refused
+exit codes: 0 done, 1 failed (bench: a violation found), 2 usage, 3 not found, 4 refused
 run 'laneq <command> -h' for a command's flags
 `
 

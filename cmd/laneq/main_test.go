@@ -282,3 +282,30 @@ func TestUI(t *testing.T) {
 		t.Fatalf("laneq ui after SIGINT: %v", err)
 	}
 }
+
+// laneq bench runs its workers as this binary re-executed, on the DSN's
+// server, and exits 0 with a verified report; bad settings are usage
+// errors before any TiDB is touched.
+func TestBench(t *testing.T) {
+	_, dsn := tidbtest.NewDBWithDSN(t)
+	laneq(t, dsn, "bench", "--lease", "3s", "--freeze", "1s").oneLine(t, 2, "freeze")
+	laneq(t, dsn, "bench", "--tidb", "nowhere").oneLine(t, 2, "--tidb")
+	laneq(t, dsn, "bench", "--processes", "0").oneLine(t, 2, "processes")
+	r := laneq(t, dsn, "bench", "--json", "--items", "80", "--processes", "2", "--executors", "2",
+		"--lease", "1s", "--handler-latency", "100ms", "--enqueue-rate", "30", "--enqueue-batch", "5",
+		"--kills", "1", "--freezes", "0", "--tidb-pauses", "0", "--drops", "1", "--fault-every", "1s").want(t, 0)
+	rep := decode[struct {
+		Laneq struct {
+			Items        int
+			Completed    int
+			Faults       []struct{ Kind string }
+			Verification struct{ OK bool }
+		}
+	}](t, r)
+	if !rep.Laneq.Verification.OK || rep.Laneq.Completed != rep.Laneq.Items || len(rep.Laneq.Faults) != 2 {
+		t.Fatalf("report: %+v\nstderr:\n%s", rep.Laneq, r.stderr)
+	}
+	if !strings.Contains(r.stderr, "laneq:") {
+		t.Fatalf("no progress lines on stderr: %q", r.stderr)
+	}
+}

@@ -136,7 +136,7 @@ func TestVerifierCatchesPlantedViolations(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		v := verify(d, wl, spec.Lease, false)
+		v := verify(d, wl, spec.Lease, false, false)
 		if v.OK {
 			t.Fatalf("verifier passed a run with a planted violation (%s)", wantIn)
 		}
@@ -152,7 +152,7 @@ func TestVerifierCatchesPlantedViolations(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if v := verify(d, wl, spec.Lease, false); !v.OK {
+	if v := verify(d, wl, spec.Lease, false, false); !v.OK {
 		t.Fatalf("re-verifying the clean run: %q", v.Problems)
 	}
 

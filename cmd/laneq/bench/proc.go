@@ -40,8 +40,7 @@ func (p *phase) startProcess(ctx context.Context, name string) (*proc, error) {
 	pr.cmd = exec.Command(p.opts.Executable, p.opts.Args...)
 	pr.cmd.Env = append(os.Environ(), env)
 	pr.cmd.Stderr = logFile
-	// The kernel kills workers whose coordinator died: no orphans.
-	pr.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	setWorkerAttrs(pr.cmd)
 	stdout, err := pr.cmd.StdoutPipe()
 	if err != nil {
 		logFile.Close()

@@ -122,6 +122,7 @@ func runPhase(ctx context.Context, opts Options, spec Spec, name string) (PhaseR
 	if name != phaseFaults {
 		p.spec.Faults = FaultPlan{} // the naive loop has no lease recovery: a fault would lose work
 		p.spec.FailureRate = -1     // nor a retry path
+		p.spec.Deadline = spec.BaselineDeadline
 	}
 	dbName := "laneq_bench_" + strings.ReplaceAll(p.name, "-", "_") + "_" + randomHex(4)
 	if err := p.setUp(ctx, dbName); err != nil {
@@ -162,13 +163,23 @@ func runPhase(ctx context.Context, opts Options, spec Spec, name string) (PhaseR
 		return PhaseReport{}, err
 	}
 	rep.Database = dbName
-	if !drained {
-		rep.Verification.Problems = append([]string{fmt.Sprintf("the queue did not drain within the deadline (%s)", spec.Deadline)}, rep.Verification.Problems...)
+	if !drained && name == phaseFaults {
+		rep.Verification.problem("the queue did not drain within the deadline (%s)", spec.Deadline)
 	}
 	p.mu.Lock()
-	rep.Verification.Problems = append(rep.Verification.Problems, p.problems...)
+	for _, pr := range p.problems {
+		rep.Verification.problem("%s", pr)
+	}
+	rep.Verification.OK = rep.Verification.ProblemCount == 0
 	rep.SkippedFaults = p.skipped
 	p.mu.Unlock()
+	verdict := "verified"
+	if !rep.Verification.OK {
+		verdict = fmt.Sprintf("FAILED verification (%d problems)", rep.Verification.ProblemCount)
+	}
+	fmt.Fprintf(opts.Progress, "%s: done: %d of %d items terminal in %s (%.0f items/s), claim p50/p99 %s/%s, end-to-end p50/p99 %s/%s; %s\n",
+		name, rep.Completed+rep.Skipped+rep.Dead, rep.Items, dur(rep.Duration), rep.Throughput,
+		dur(rep.ClaimP50), dur(rep.ClaimP99), dur(rep.EndToEndP50), dur(rep.EndToEndP99), verdict)
 	return rep, nil
 }
 

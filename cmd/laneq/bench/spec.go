@@ -74,6 +74,10 @@ type Spec struct {
 	// Deadline bounds the wait for the queue to drain after the last
 	// fault. Default 10m.
 	Deadline time.Duration
+	// BaselineDeadline bounds each baseline phase after its last enqueue;
+	// what is left is reported as unfinished (the naive loop can be very
+	// slow). Default 3m.
+	BaselineDeadline time.Duration
 }
 
 // FaultPlan is when and how often faults hit the run.
@@ -130,6 +134,9 @@ func (s Spec) WithDefaults() (Spec, error) {
 	if s.Deadline == 0 {
 		s.Deadline = 10 * time.Minute
 	}
+	if s.BaselineDeadline == 0 {
+		s.BaselineDeadline = 3 * time.Minute
+	}
 	f := &s.Faults
 	if f.Every == 0 {
 		f.Every = 4 * time.Second
@@ -165,6 +172,7 @@ func (s Spec) WithDefaults() (Spec, error) {
 		{f.Pause > s.Lease, "pause", "must be longer than the lease (the point of the fault)"},
 		{f.Restart >= 0, "restart", "want 0 or more"},
 		{s.Deadline > 0, "deadline", "want a positive duration"},
+		{s.BaselineDeadline > 0, "baseline-deadline", "want a positive duration"},
 	}
 	for _, c := range checks {
 		if !c.ok {
