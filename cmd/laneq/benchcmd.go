@@ -26,7 +26,7 @@ func runBench(c *cli, args []string) error {
 	fs.IntVar(&s.SourceLanes, "source-lanes", 0, "source lanes (default items/10)")
 	fs.IntVar(&s.TargetLanes, "target-lanes", 4, "target lanes the bursts hit")
 	fs.IntVar(&s.BurstSize, "burst", 50, "events per burst (one in five bursts is same-target, one in five multi-target)")
-	fs.IntVar(&s.ProjectionEvery, "projection-every", 10, "every Nth source lane is a projection lane (-1: none)")
+	fs.IntVar(&s.ProjectionEvery, "projection-every", 10, "one source lane in N (by a hash of its number) is a projection lane (-1: none)")
 	fs.IntVar(&s.DependencyEvery, "dependency-every", 20, "every Nth event waits for a dependency another event's handler satisfies (-1: none)")
 	fs.IntVar(&s.FreeEvery, "free-every", 10, "every Nth event is in no lane (-1: none)")
 	classes := fs.String("classes", "default,bulk", "queue classes, comma-separated")

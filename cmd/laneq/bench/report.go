@@ -14,8 +14,9 @@ import (
 
 // Report is a bench run's result.
 type Report struct {
-	Spec Spec   `json:"spec"`
-	TiDB string `json:"tidb"`
+	Spec  Spec   `json:"spec"`
+	Shape Shape  `json:"shape"` // the fault phase's workload
+	TiDB  string `json:"tidb"`
 	// Laneq is the whole workload under the fault plan.
 	Laneq PhaseReport `json:"laneq"`
 	// LaneqFree and Naive are the baseline pair (Spec.Baseline): the same
@@ -86,9 +87,11 @@ type FaultReport struct {
 	Detail  string        `json:"detail"`
 	At      time.Duration `json:"at_ns"`     // after the run's first attempt
 	Lasted  time.Duration `json:"lasted_ns"` // fault start to end (kill: to the restart)
-	// Caught is the attempts the fault caught running (its process's, or
-	// every one for a TiDB pause); Rejected how many of those had their
-	// finalization refused.
+	// Caught is the attempts the fault caught in flight: for a kill or a
+	// freeze, its process's attempts that had started and were running
+	// or never got their outcome answered; for a TiDB pause or dropped
+	// connections, the attempts running at its start.
+	// Rejected is how many of those had their finalization refused.
 	Caught   int `json:"caught"`
 	Rejected int `json:"rejected"`
 	// Recovery: kill and freeze, until the last caught item ran again
@@ -210,7 +213,12 @@ func faultReports(d runData, first time.Time) []FaultReport {
 		switch f.Kind {
 		case faultKill, faultFreeze:
 			for _, a := range d.attempts {
-				if a.Process != f.Process || !runningAt(a) {
+				// In flight when it hit: started, and its handler still
+				// running or its outcome never answered (the kill took the
+				// verdict with it).
+				inFlight := !a.StartedAt.After(f.StartedAt) &&
+					(!a.EndedAt.Valid || a.EndedAt.Time.After(f.StartedAt) || !a.Finish.Valid)
+				if a.Process != f.Process || !inFlight {
 					continue
 				}
 				fr.Caught++
@@ -263,9 +271,12 @@ func faultReports(d runData, first time.Time) []FaultReport {
 func (r *Report) WriteText(w io.Writer) {
 	s := r.Spec
 	fmt.Fprintf(w, "laneq bench on %s\n", r.TiDB)
-	fmt.Fprintf(w, "workload: %d events over %d scope(s), %d source lanes, %d target lanes (bursts of %d), classes %s; %d processes × %d executors; lease %s; handler %s ±50%%; designed failure rate %.1f%%\n\n",
+	fmt.Fprintf(w, "workload: %d events over %d scope(s), %d source lanes, %d target lanes (bursts of %d), classes %s; %d processes × %d executors; lease %s; handler %s ±50%%; designed failure rate %.1f%%\n",
 		s.Items, s.Scopes, s.SourceLanes, s.TargetLanes, s.BurstSize, strings.Join(s.Classes, ","),
 		s.Processes, s.Executors, s.Lease, s.HandlerLatency, max(s.FailureRate, 0)*100)
+	sh := r.Shape
+	fmt.Fprintf(w, "events: %d in no lane, %d projection, %d waiting for a dependency, %d in same-target bursts, %d in multi-target bursts, the rest in source lanes only\n\n",
+		sh.Free, sh.Projection, sh.Consumers, sh.SameTarget, sh.MultiTarget)
 	phases := r.phases()
 	tw := tabwriter.NewWriter(w, 2, 4, 2, ' ', tabwriter.AlignRight)
 	head := "\t"

@@ -63,7 +63,7 @@ func Run(ctx context.Context, opts Options) (*Report, error) {
 	if opts.ProgressEvery <= 0 {
 		opts.ProgressEvery = 2 * time.Second
 	}
-	rep := &Report{Spec: spec, TiDB: fmt.Sprintf("%s %s (%s)", opts.Server.Kind, opts.Server.Version, opts.Server.Detail)}
+	rep := &Report{Spec: spec, Shape: buildWorkload(spec, false).shape(), TiDB: fmt.Sprintf("%s %s (%s)", opts.Server.Kind, opts.Server.Version, opts.Server.Detail)}
 	if rep.Laneq, err = runPhase(ctx, opts, spec, phaseFaults); err != nil {
 		return nil, err
 	}

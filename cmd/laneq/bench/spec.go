@@ -35,8 +35,8 @@ type Spec struct {
 	// lane (a multi-target burst). One burst in five is same-target and one
 	// in five multi-target. Default 50.
 	BurstSize int
-	// ProjectionEvery makes every Nth source lane a projection lane (its
-	// events are source projection work). 0 takes the default 10; negative
+	// ProjectionEvery makes one source lane in N, chosen by a hash of its
+	// number, a projection lane (its events are source projection work). 0 takes the default 10; negative
 	// means none.
 	ProjectionEvery int
 	// DependencyEvery makes every Nth event a consumer waiting for a

@@ -3,6 +3,7 @@ package bench
 import (
 	"encoding/json"
 	"fmt"
+	"hash/fnv"
 
 	"github.com/laneq/laneq/runtime/workqueue"
 )
@@ -19,6 +20,22 @@ type workload struct {
 	consumers  int // dependency consumers
 	sameTarget int // events of same-target bursts
 	multiTgt   int // events of multi-target bursts
+	free       int // events in no lane (consumers aside)
+}
+
+// Shape is what a workload holds, for the report.
+type Shape struct {
+	Events      int `json:"events"`
+	Free        int `json:"free"`
+	Projection  int `json:"projection"`
+	Consumers   int `json:"dependency_consumers"`
+	SameTarget  int `json:"same_target_burst"`
+	MultiTarget int `json:"multi_target_burst"`
+}
+
+func (w workload) shape() Shape {
+	return Shape{Events: len(w.events), Free: w.free, Projection: w.projection, Consumers: w.consumers,
+		SameTarget: w.sameTarget, MultiTarget: w.multiTgt}
 }
 
 type scopedEvent struct {
@@ -34,6 +51,15 @@ const (
 	kindProjection
 	kindConsumer
 )
+
+// spread scatters lane numbers, so that which lanes are projection lanes
+// does not line up with which events are free or consumers (both chosen
+// by event number).
+func spread(n int) uint64 {
+	h := fnv.New64a()
+	fmt.Fprintf(h, "lane/%d", n)
+	return h.Sum64()
+}
 
 // scopeName is the bench's name of scope i.
 func scopeName(i int) string { return fmt.Sprintf("bench-%d", i) }
@@ -55,7 +81,7 @@ func buildWorkload(s Spec, laneless bool) workload {
 			kinds[i] = kindConsumer
 		case s.FreeEvery > 0 && i%s.FreeEvery == 0:
 			kinds[i] = kindFree
-		case s.ProjectionEvery > 0 && lane%s.ProjectionEvery == 0:
+		case s.ProjectionEvery > 0 && spread(lane)%uint64(s.ProjectionEvery) == 0:
 			kinds[i] = kindProjection
 		default:
 			kinds[i] = kindLaned
@@ -97,6 +123,8 @@ func buildWorkload(s Spec, laneless bool) workload {
 		ev.Payload, _ = json.Marshal(p)
 		work := workqueue.Work{WorkType: typeDeliver, QueueClass: s.Classes[i%len(s.Classes)]}
 		switch k {
+		case kindFree:
+			w.free++
 		case kindConsumer:
 			key := fmt.Sprintf("dep-%d", i)
 			work.WorkType = typeConsume
