@@ -290,7 +290,7 @@ func TestBench(t *testing.T) {
 	_, dsn := tidbtest.NewDBWithDSN(t)
 	laneq(t, dsn, "bench", "--lease", "3s", "--freeze", "1s").oneLine(t, 2, "freeze")
 	laneq(t, dsn, "bench", "--tidb", "nowhere").oneLine(t, 2, "--tidb")
-	laneq(t, dsn, "bench", "--processes", "0").oneLine(t, 2, "processes")
+	laneq(t, dsn, "bench", "--processes", "65").oneLine(t, 2, "processes")
 	r := laneq(t, dsn, "bench", "--json", "--items", "80", "--processes", "2", "--executors", "2",
 		"--lease", "1s", "--handler-latency", "100ms", "--enqueue-rate", "30", "--enqueue-batch", "5",
 		"--kills", "1", "--freezes", "0", "--tidb-pauses", "0", "--drops", "1", "--fault-every", "1s").want(t, 0)
