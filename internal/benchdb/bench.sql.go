@@ -304,17 +304,6 @@ func (q *Queries) MoveAttemptStart(ctx context.Context, arg MoveAttemptStartPara
 	return err
 }
 
-const runClock = `-- name: RunClock :one
-SELECT NOW(6) AS now
-`
-
-func (q *Queries) RunClock(ctx context.Context) (time.Time, error) {
-	row := q.db.QueryRowContext(ctx, runClock)
-	var now time.Time
-	err := row.Scan(&now)
-	return now, err
-}
-
 const setFinishAccepted = `-- name: SetFinishAccepted :exec
 UPDATE bench_attempt SET finish = 'accepted'
 WHERE attempt_id IN (/*SLICE:attempt_ids*/?)

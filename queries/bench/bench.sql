@@ -66,9 +66,6 @@ GROUP BY state;
 -- name: CountRunEvents :one
 SELECT COUNT(*) FROM event;
 
--- name: RunClock :one
-SELECT NOW(6) AS now;
-
 -- name: CountInFlight :many
 -- Attempts running right now per process: a kill picks the busiest one, so
 -- it lands mid-execution.

@@ -179,13 +179,12 @@ func TestVerifierCatchesPlantedViolations(t *testing.T) {
 			t.Fatal(err)
 		}
 		check(t, fmt.Sprintf("work %d executed twice", victim.WorkID))
-		if _, err := db.ExecContext(ctx, "DELETE FROM bench_attempt WHERE process = 'planted'"); err != nil {
-			t.Fatal(err)
-		}
 	})
 
 	t.Run("lane inversion", func(t *testing.T) {
-		// The second item of a source lane starts before the first finished.
+		// The second item of a source lane starts before the first
+		// finished. (The planted duplicate stays; check looks for this
+		// problem by its own words.)
 		var first, second *benchdb.ListRunItemsRow
 		for i := range d.items {
 			it := &d.items[i]

@@ -109,11 +109,8 @@ func runLaneq(ctx context.Context, db *sql.DB, cfg processConfig, rec *recorder,
 		return err
 	}
 	var claimTook sync.Map // lease -> claim turn duration
-	handlers := map[string]worker.Handler{
-		typeDeliver: func(ctx context.Context, job *worker.Job) error { return rec.run(ctx, cfg, job, &claimTook, q) },
-		typeProject: func(ctx context.Context, job *worker.Job) error { return rec.run(ctx, cfg, job, &claimTook, q) },
-		typeConsume: func(ctx context.Context, job *worker.Job) error { return rec.run(ctx, cfg, job, &claimTook, q) },
-	}
+	handle := func(ctx context.Context, job *worker.Job) error { return rec.run(ctx, cfg, job, &claimTook, q) }
+	handlers := map[string]worker.Handler{typeDeliver: handle, typeProject: handle, typeConsume: handle}
 	errs := make(chan error, len(cfg.Scopes))
 	for _, scope := range cfg.Scopes {
 		wcfg := worker.Config{Scope: scope, Owner: cfg.Name, Logger: log}
