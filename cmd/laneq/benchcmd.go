@@ -42,7 +42,7 @@ func runBench(c *cli, args []string) error {
 	fs.IntVar(&f.TiDBPauses, "tidb-pauses", 1, "TiDB paused past the lease (embedded or Docker TiDB only)")
 	fs.IntVar(&f.Drops, "drops", 1, "dropped connections under a worker's claims, renewals and finishes")
 	fs.DurationVar(&f.Every, "fault-every", 0, "time between faults (default 4s)")
-	fs.DurationVar(&f.Freeze, "freeze", 0, "how long a frozen worker stays stopped (default 2 × lease)")
+	fs.DurationVar(&f.Freeze, "freeze", 0, "how long a frozen worker stays stopped at least (default 2 × lease); it then stays stopped until its leases were taken over, at most 2m more")
 	fs.DurationVar(&f.Pause, "pause", 0, "how long TiDB stays paused (default 2 × lease)")
 	fs.DurationVar(&f.Restart, "restart", 0, "delay before a killed worker is restarted (default 1s)")
 	fs.BoolVar(&s.Baseline, "baseline", false, "also run the naive claim loop on the same counts and print ratios")

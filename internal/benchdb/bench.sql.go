@@ -145,6 +145,28 @@ func (q *Queries) EndFault(ctx context.Context, arg EndFaultParams) error {
 	return err
 }
 
+const leasesHeldBy = `-- name: LeasesHeldBy :one
+SELECT COUNT(*) AS held
+FROM bench_attempt a
+JOIN work_item w ON w.work_id = a.work_id
+WHERE a.process = ?
+  AND a.finish IS NULL
+  AND w.state = 'processing'
+  AND w.lease_token = a.lease_token
+`
+
+// A freeze's barrier: the items a process still holds by the token one of
+// its unanswered attempts runs on (handler running, or its outcome's write
+// not yet answered). A takeover raises the token, a finish moves the item
+// out of processing; the bench keeps the process frozen until this is
+// zero, so every stale finalization it makes on waking meets a new token.
+func (q *Queries) LeasesHeldBy(ctx context.Context, process string) (int64, error) {
+	row := q.db.QueryRowContext(ctx, leasesHeldBy, process)
+	var held int64
+	err := row.Scan(&held)
+	return held, err
+}
+
 const listAttempts = `-- name: ListAttempts :many
 SELECT attempt_id, process, work_id, lease_token, attempt, reclaimed, claim_us,
        started_at, ended_at, outcome, finish, finish_error

@@ -73,3 +73,17 @@ SELECT process, COUNT(*) AS running
 FROM bench_attempt
 WHERE ended_at IS NULL
 GROUP BY process;
+
+-- name: LeasesHeldBy :one
+-- A freeze's barrier: the items a process still holds by the token one of
+-- its unanswered attempts runs on (handler running, or its outcome's write
+-- not yet answered). A takeover raises the token, a finish moves the item
+-- out of processing; the bench keeps the process frozen until this is
+-- zero, so every stale finalization it makes on waking meets a new token.
+SELECT COUNT(*) AS held
+FROM bench_attempt a
+JOIN work_item w ON w.work_id = a.work_id
+WHERE a.process = sqlc.arg(process)
+  AND a.finish IS NULL
+  AND w.state = 'processing'
+  AND w.lease_token = a.lease_token;

@@ -86,6 +86,9 @@ func (p *phase) inject(ctx context.Context, kind string, n int) (string, error) 
 		}
 		return fmt.Sprintf("for %s", p.spec.Faults.Pause), p.endFault(ctx, id, fmt.Sprintf("TiDB stopped for %s", p.spec.Faults.Pause))
 	}
+	if kind == faultFreeze {
+		return p.freeze(ctx)
+	}
 	victim, running, err := p.busiest(ctx)
 	if err != nil {
 		return "", err
@@ -96,8 +99,6 @@ func (p *phase) inject(ctx context.Context, kind string, n int) (string, error) 
 	switch kind {
 	case faultKill:
 		victim.kill()
-	case faultFreeze:
-		err = victim.signal(syscall.SIGSTOP)
 	case faultDrop:
 		err = victim.signal(syscall.SIGUSR1)
 		detail += ", connections dropped under its next claims, renewals, finishes and commits"
@@ -121,17 +122,99 @@ func (p *phase) inject(ctx context.Context, kind string, n int) (string, error) 
 			return "", err
 		}
 		detail += ", restarted as " + next.name
-	case faultFreeze:
-		select {
-		case <-time.After(p.spec.Faults.Freeze):
-		case <-ctx.Done():
+	}
+	return victim.name + ": " + detail, p.endFault(ctx, id, detail)
+}
+
+// freezeHoldFor bounds how long a frozen process waits, past Freeze, for
+// its leases to be taken over.
+const freezeHoldFor = 2 * time.Minute
+
+// freeze stops the busiest worker process with SIGSTOP while it holds at
+// least one lease (stopped, then checked, and resumed and tried again
+// when it held none), keeps it stopped for Faults.Freeze and then until
+// every lease it held was taken over (or freezeHoldFor passed), and
+// resumes it. The frozen process is the GC-pause case: waking only after
+// the takeover is a barrier, not a hope, so its stale finalizations must
+// meet the new tokens and be rejected.
+func (p *phase) freeze(ctx context.Context) (string, error) {
+	var (
+		victim  *proc
+		running int64
+		held    int64
+	)
+	give := time.Now().Add(10 * time.Second)
+	for {
+		var err error
+		victim, running, err = p.busiest(ctx)
+		if err != nil {
+			return "", err
 		}
+		if err := victim.signal(syscall.SIGSTOP); err != nil {
+			return "", err
+		}
+		if held, err = p.bq.LeasesHeldBy(ctx, victim.name); err != nil {
+			_ = victim.signal(syscall.SIGCONT)
+			return "", fmt.Errorf("read leases held by %s: %w", victim.name, err)
+		}
+		if held > 0 || time.Now().After(give) {
+			break
+		}
+		// Its attempts ended between the pick and the stop: try again.
 		if err := victim.signal(syscall.SIGCONT); err != nil {
 			return "", err
 		}
-		detail += fmt.Sprintf(", frozen for %s", p.spec.Faults.Freeze)
+		select {
+		case <-time.After(20 * time.Millisecond):
+		case <-ctx.Done():
+			return "", ctx.Err()
+		}
+	}
+	detail := fmt.Sprintf("%d attempts running, %d leases held", running, held)
+	id, err := p.beginFault(ctx, faultFreeze, victim.name, detail)
+	if err != nil {
+		_ = victim.signal(syscall.SIGCONT)
+		return "", err
+	}
+	stopped := time.Now()
+	select {
+	case <-time.After(p.spec.Faults.Freeze):
+	case <-ctx.Done():
+	}
+	left, err := p.waitTakenOver(ctx, victim.name, freezeHoldFor)
+	if cerr := victim.signal(syscall.SIGCONT); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return "", err
+	}
+	detail += fmt.Sprintf(", frozen for %s", time.Since(stopped).Round(10*time.Millisecond))
+	if left > 0 {
+		detail += fmt.Sprintf(", %d still held when woken", left)
+	} else if held > 0 {
+		detail += ", woken once every one was taken over"
 	}
 	return victim.name + ": " + detail, p.endFault(ctx, id, detail)
+}
+
+// waitTakenOver waits until process holds no lease (see LeasesHeldBy) or
+// limit passed, and says how many it still holds.
+func (p *phase) waitTakenOver(ctx context.Context, process string, limit time.Duration) (int64, error) {
+	give := time.Now().Add(limit)
+	for {
+		held, err := p.bq.LeasesHeldBy(ctx, process)
+		if err != nil || held == 0 || time.Now().After(give) {
+			if err != nil {
+				err = fmt.Errorf("read leases held by %s: %w", process, err)
+			}
+			return held, err
+		}
+		select {
+		case <-time.After(50 * time.Millisecond):
+		case <-ctx.Done():
+			return held, nil
+		}
+	}
 }
 
 // busiest is the live worker process with the most attempts running. It

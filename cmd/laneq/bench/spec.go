@@ -83,7 +83,7 @@ type Spec struct {
 // FaultPlan is when and how often faults hit the run.
 type FaultPlan struct {
 	Kills      int // kill -9 of a worker process mid-execution, restarted after Restart
-	Freezes    int // SIGSTOP of a worker process for Freeze (> lease), then SIGCONT
+	Freezes    int // SIGSTOP of a worker process holding a lease for Freeze (> lease) and until its leases were taken over, then SIGCONT
 	TiDBPauses int // TiDB stopped for Pause (> lease): SIGSTOP (embedded) or docker pause
 	Drops      int // a worker's connections dropped under its next claims, renewals, finishes
 	// Every is the time between faults; the first comes after Every too.
