@@ -598,8 +598,10 @@ type Querier interface {
 	// optimistic mode it silently runs REPEATABLE READ); the session time zone
 	// (every stored time is NOW(6), so it must be UTC on every session), with
 	// the server's system zone behind SYSTEM and the measured offset of NOW()
-	// from UTC_TIMESTAMP(); and the database clock (scanning it shows whether
-	// the driver parses DATETIME into UTC times).
+	// from UTC_TIMESTAMP(); the lock-wait timeout (it must end a statement's
+	// lock wait before the client gives the statement up, see
+	// workqueue.DefaultLockWaitTimeout); and the database clock (scanning it
+	// shows whether the driver parses DATETIME into UTC times).
 	SessionSettings(ctx context.Context) (SessionSettingsRow, error)
 	// Moves the generation fence. Work of older generations stops being
 	// claimable at once: every claim CAS compares with active_generation, and a

@@ -184,15 +184,17 @@ SELECT CAST(@@tidb_txn_mode AS CHAR(16)) AS txn_mode,
        CAST(@@time_zone AS CHAR(64)) AS time_zone,
        CAST(@@system_time_zone AS CHAR(64)) AS system_time_zone,
        CAST(TIMESTAMPDIFF(SECOND, UTC_TIMESTAMP(), NOW()) AS SIGNED) AS utc_offset_seconds,
+       CAST(@@innodb_lock_wait_timeout AS SIGNED) AS lock_wait_timeout_seconds,
        CAST(NOW(6) AS DATETIME(6)) AS db_now
 `
 
 type SessionSettingsRow struct {
-	TxnMode          interface{}
-	TimeZone         interface{}
-	SystemTimeZone   interface{}
-	UtcOffsetSeconds int64
-	DbNow            time.Time
+	TxnMode                interface{}
+	TimeZone               interface{}
+	SystemTimeZone         interface{}
+	UtcOffsetSeconds       int64
+	LockWaitTimeoutSeconds int64
+	DbNow                  time.Time
 }
 
 // What workqueue.New checks about a session before trusting it: the
@@ -201,8 +203,10 @@ type SessionSettingsRow struct {
 // optimistic mode it silently runs REPEATABLE READ); the session time zone
 // (every stored time is NOW(6), so it must be UTC on every session), with
 // the server's system zone behind SYSTEM and the measured offset of NOW()
-// from UTC_TIMESTAMP(); and the database clock (scanning it shows whether
-// the driver parses DATETIME into UTC times).
+// from UTC_TIMESTAMP(); the lock-wait timeout (it must end a statement's
+// lock wait before the client gives the statement up, see
+// workqueue.DefaultLockWaitTimeout); and the database clock (scanning it
+// shows whether the driver parses DATETIME into UTC times).
 func (q *Queries) SessionSettings(ctx context.Context) (SessionSettingsRow, error) {
 	row := q.db.QueryRowContext(ctx, sessionSettings)
 	var i SessionSettingsRow
@@ -211,6 +215,7 @@ func (q *Queries) SessionSettings(ctx context.Context) (SessionSettingsRow, erro
 		&i.TimeZone,
 		&i.SystemTimeZone,
 		&i.UtcOffsetSeconds,
+		&i.LockWaitTimeoutSeconds,
 		&i.DbNow,
 	)
 	return i, err

@@ -51,12 +51,15 @@ WHERE scope_id = sqlc.arg(scope_id);
 -- optimistic mode it silently runs REPEATABLE READ); the session time zone
 -- (every stored time is NOW(6), so it must be UTC on every session), with
 -- the server's system zone behind SYSTEM and the measured offset of NOW()
--- from UTC_TIMESTAMP(); and the database clock (scanning it shows whether
--- the driver parses DATETIME into UTC times).
+-- from UTC_TIMESTAMP(); the lock-wait timeout (it must end a statement's
+-- lock wait before the client gives the statement up, see
+-- workqueue.DefaultLockWaitTimeout); and the database clock (scanning it
+-- shows whether the driver parses DATETIME into UTC times).
 SELECT CAST(@@tidb_txn_mode AS CHAR(16)) AS txn_mode,
        CAST(@@time_zone AS CHAR(64)) AS time_zone,
        CAST(@@system_time_zone AS CHAR(64)) AS system_time_zone,
        CAST(TIMESTAMPDIFF(SECOND, UTC_TIMESTAMP(), NOW()) AS SIGNED) AS utc_offset_seconds,
+       CAST(@@innodb_lock_wait_timeout AS SIGNED) AS lock_wait_timeout_seconds,
        CAST(NOW(6) AS DATETIME(6)) AS db_now;
 
 -- name: RewriteScopeUnchanged :execrows

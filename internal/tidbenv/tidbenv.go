@@ -222,9 +222,13 @@ func normalize(cfg *mysql.Config) *mysql.Config {
 		cfg.Params = map[string]string{}
 	}
 	cfg.Params["time_zone"] = "'+00:00'"
-	// As workqueue.OpenDB: let TiDB cache the plans of prepared point and
-	// batch point gets.
+	// As workqueue.SessionDSN (this package cannot import it; a test checks
+	// they agree): let TiDB cache the plans of prepared point and batch
+	// point gets, end lock waits before a write's timeout gives them up,
+	// and kill a session idle inside a transaction.
 	cfg.Params["tidb_opt_fix_control"] = "'44830:ON'"
+	cfg.Params["innodb_lock_wait_timeout"] = "5"
+	cfg.Params["tidb_idle_transaction_timeout"] = "5"
 	if cfg.Timeout == 0 {
 		cfg.Timeout = 10 * time.Second
 	}

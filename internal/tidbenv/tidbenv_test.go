@@ -11,7 +11,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/go-sql-driver/mysql"
+	"github.com/google/go-cmp/cmp"
 	"github.com/ory/dockertest/v3"
+
+	"github.com/laneq/laneq/runtime/workqueue"
 )
 
 // startEmbeddedForTest starts the real embedded server or fails the test: the
@@ -243,4 +247,26 @@ func mustFreePort(t *testing.T) int {
 		t.Fatal(err)
 	}
 	return p
+}
+
+// TestSessionSettingsMatchWorkqueue: the tests' connections carry the
+// session variables workqueue.SessionDSN gives production pools (this
+// package cannot call it: workqueue's own tests import this package).
+func TestSessionSettingsMatchWorkqueue(t *testing.T) {
+	ours := loopbackConfig("4000")
+	dsn, err := workqueue.SessionDSN("root@tcp(127.0.0.1:4000)/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	theirs, err := mysql.ParseDSN(dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff(theirs.Params, ours.Params); diff != "" {
+		t.Errorf("session variables differ from workqueue.SessionDSN's (-workqueue +tidbenv):\n%s", diff)
+	}
+	if ours.ParseTime != theirs.ParseTime || ours.ClientFoundRows != theirs.ClientFoundRows || ours.Loc != theirs.Loc {
+		t.Errorf("parseTime/clientFoundRows/loc: tidbenv %v/%v/%v, workqueue %v/%v/%v",
+			ours.ParseTime, ours.ClientFoundRows, ours.Loc, theirs.ParseTime, theirs.ClientFoundRows, theirs.Loc)
+	}
 }

@@ -79,6 +79,7 @@ func TestNewRefusesSessionsItCannotTrust(t *testing.T) {
 		{"parseTime", func(c *mysql.Config) { c.ParseTime = false }},
 		{"clientFoundRows", func(c *mysql.Config) { c.ClientFoundRows = false }},
 		{"tidb_txn_mode", func(c *mysql.Config) { c.Params["tidb_txn_mode"] = "'optimistic'" }},
+		{"innodb_lock_wait_timeout", func(c *mysql.Config) { c.Params["innodb_lock_wait_timeout"] = "50" }}, // TiDB's default, above WriteTimeout
 	} {
 		cfg, err := mysql.ParseDSN(f.dsn)
 		if err != nil {

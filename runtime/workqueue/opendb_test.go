@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/go-sql-driver/mysql"
 
@@ -55,7 +56,16 @@ func TestOpenDBGivesABareDSNTheSessionNewNeeds(t *testing.T) {
 		t.Fatalf("tidb_opt_fix_control is %q, want it to hold %s", fix, workqueue.PlanCacheFixControl)
 	}
 
-	own, err := workqueue.OpenDB(bare + "?tidb_opt_fix_control=%2744262%3AON%27")
+	var lockWait, idleTx int
+	if err := db.QueryRowContext(ctx, "SELECT @@innodb_lock_wait_timeout, @@tidb_idle_transaction_timeout").Scan(&lockWait, &idleTx); err != nil {
+		t.Fatal(err)
+	}
+	if time.Duration(lockWait)*time.Second != workqueue.DefaultLockWaitTimeout || time.Duration(idleTx)*time.Second != workqueue.DefaultIdleTransactionTimeout {
+		t.Fatalf("innodb_lock_wait_timeout %ds, tidb_idle_transaction_timeout %ds; want %s and %s",
+			lockWait, idleTx, workqueue.DefaultLockWaitTimeout, workqueue.DefaultIdleTransactionTimeout)
+	}
+
+	own, err := workqueue.OpenDB(bare + "?tidb_opt_fix_control=%2744262%3AON%27&innodb_lock_wait_timeout=3&tidb_idle_transaction_timeout=0")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -65,6 +75,12 @@ func TestOpenDBGivesABareDSNTheSessionNewNeeds(t *testing.T) {
 	}
 	if fix != "44262:ON" {
 		t.Fatalf("a DSN's own tidb_opt_fix_control became %q", fix)
+	}
+	if err := own.QueryRowContext(ctx, "SELECT @@innodb_lock_wait_timeout, @@tidb_idle_transaction_timeout").Scan(&lockWait, &idleTx); err != nil {
+		t.Fatal(err)
+	}
+	if lockWait != 3 || idleTx != 0 {
+		t.Fatalf("a DSN's own innodb_lock_wait_timeout=3 and tidb_idle_transaction_timeout=0 became %d and %d", lockWait, idleTx)
 	}
 
 	if _, err := workqueue.OpenDB("not a dsn"); err == nil {

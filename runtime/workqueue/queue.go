@@ -158,8 +158,9 @@ func (qu *Queue) Stats() QueueStats {
 // statement relies on and returns a *SessionError for each one db's
 // connections get wrong (joined): parseTime=true, loc=UTC,
 // clientFoundRows=true, a session time zone that is UTC all year
-// (time_zone='+00:00'), and pessimistic transactions (TiDB's default). See
-// internal/tidbenv for a DSN with all of them.
+// (time_zone='+00:00'), pessimistic transactions (TiDB's default), and an
+// innodb_lock_wait_timeout below WriteTimeout. OpenDB and SessionDSN give
+// a DSN all of them.
 func New(db *sql.DB, cfg Config) (*Queue, error) {
 	cfg, err := cfg.withDefaults()
 	if err != nil {

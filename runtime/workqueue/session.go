@@ -62,7 +62,8 @@ const sessionCheckScope = "\x01laneq-session-check"
 //   - clientFoundRows=true: RowsAffected counts matched rows, which is what
 //     a compare-and-swap that may rewrite a value with itself needs;
 //   - a session time zone that is UTC all year: stored times are NOW(6);
-//   - pessimistic transactions (tidb_txn_mode).
+//   - pessimistic transactions (tidb_txn_mode);
+//   - a lock-wait timeout below WriteTimeout (see DefaultLockWaitTimeout).
 func (qu *Queue) checkSession(ctx context.Context) error {
 	var errs []error
 	st, err := qu.q.SessionSettings(ctx)
@@ -99,6 +100,11 @@ func (qu *Queue) checkSession(ctx context.Context) error {
 	if mode := fmt.Sprintf("%s", st.TxnMode); strings.EqualFold(mode, "optimistic") {
 		errs = append(errs, &SessionError{Setting: "tidb_txn_mode", Got: mode, Want: "pessimistic",
 			Why: "READ COMMITTED, which finishing and enqueueing rely on, becomes REPEATABLE READ in optimistic mode"})
+	}
+	if wait := time.Duration(st.LockWaitTimeoutSeconds) * time.Second; wait >= qu.cfg.WriteTimeout {
+		errs = append(errs, &SessionError{Setting: "innodb_lock_wait_timeout", Got: wait.String(),
+			Want: fmt.Sprintf("below WriteTimeout (%s); DSN innodb_lock_wait_timeout=%d", qu.cfg.WriteTimeout, int(DefaultLockWaitTimeout/time.Second)),
+			Why:  "a write given up at WriteTimeout closes its connection, and TiDB keeps its transaction's locks until the lock wait ends"})
 	}
 	if err := qu.checkFoundRows(ctx); err != nil {
 		errs = append(errs, err)

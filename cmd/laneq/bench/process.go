@@ -61,7 +61,12 @@ func WorkerMain() int {
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError}))
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
 	defer stop()
-	db, inj, err := faultdb.Open(cfg.DSN)
+	dsn, err := workqueue.SessionDSN(cfg.DSN)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "bench worker %s: %v\n", cfg.Name, err)
+		return 2
+	}
+	db, inj, err := faultdb.Open(dsn)
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "bench worker %s: open: %v\n", cfg.Name, err)
 		return 1
