@@ -159,16 +159,8 @@ func TestAbandonedLockWaitKeepsItsLocks(t *testing.T) {
 	}
 
 	// The abandoned write, on a session with TiDB's default lock wait.
-	abandoned, err := sql.Open("mysql", f.dsn+"&innodb_lock_wait_timeout=50")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer abandoned.Close()
-	tx, err := abandoned.BeginTx(ctx, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := tx.ExecContext(ctx, "SELECT scope_id FROM scope WHERE scope_id = ? FOR UPDATE", scope); err != nil {
+	tx := beginWithLockWait(t, f, 50)
+	if err := lockScopeRow(ctx, tx); err != nil {
 		t.Fatal(err)
 	}
 	waitCtx, cancel := context.WithCancel(ctx)
@@ -183,20 +175,7 @@ func TestAbandonedLockWaitKeepsItsLocks(t *testing.T) {
 		t.Fatal("the lock wait returned without the lock")
 	}
 
-	probe := func(lockWait int) error {
-		p, err := sql.Open("mysql", fmt.Sprintf("%s&innodb_lock_wait_timeout=%d", f.dsn, lockWait))
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer p.Close()
-		ptx, err := p.BeginTx(ctx, nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer ptx.Rollback() //nolint:errcheck // a probe
-		_, err = ptx.ExecContext(ctx, "SELECT scope_id FROM scope WHERE scope_id = ? FOR UPDATE", scope)
-		return err
-	}
+	probe := func(lockWait int) error { return lockScopeRow(ctx, beginWithLockWait(t, f, lockWait)) }
 	if err := probe(1); mysqlErrno(err) != 1205 {
 		t.Fatalf("scope row after its holder's client gave up: %v, want still locked (1205)", err)
 	}
@@ -206,6 +185,29 @@ func TestAbandonedLockWaitKeepsItsLocks(t *testing.T) {
 	if err := probe(20); err != nil {
 		t.Fatalf("scope row once the lane tail was released: %v, want free", err)
 	}
+}
+
+// beginWithLockWait begins a transaction on a pool of its own whose
+// sessions wait lockWait seconds for a lock; the test's end rolls it back.
+func beginWithLockWait(t *testing.T, f *fixture, lockWait int) *sql.Tx {
+	t.Helper()
+	db, err := sql.Open("mysql", fmt.Sprintf("%s&innodb_lock_wait_timeout=%d", f.dsn, lockWait))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	tx, err := db.BeginTx(f.ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = tx.Rollback() })
+	return tx
+}
+
+// lockScopeRow takes the scope row's lock as enqueue does first.
+func lockScopeRow(ctx context.Context, tx *sql.Tx) error {
+	_, err := tx.ExecContext(ctx, "SELECT scope_id FROM scope WHERE scope_id = ? FOR UPDATE", scope)
+	return err
 }
 
 // waitForLockWait returns once a transaction waits for a lock on a row of
