@@ -110,10 +110,25 @@ func indexFaults(faults []benchdb.BenchFault) faultIndex {
 	return fi
 }
 
-// killedDuring: the attempt's process was killed after it started.
+// killedDuring: the attempt's process was killed after it started, or
+// was killed at all and the attempt has neither an end nor a verdict. The
+// kill is recorded once SIGKILL was sent, but a statement the process had
+// already written to its socket can still reach TiDB after that record
+// (seen on a loaded machine: an attempt row started after its process's
+// recorded kill); a process that lives writes its attempt's end (or, when
+// that fails, gets a verdict for the failure), so an attempt with neither
+// was cut short by the process's death, whatever the clock says.
 func (fi faultIndex) killedDuring(a benchdb.BenchAttempt) bool {
 	t, ok := fi.killedAt[a.Process]
-	return ok && !t.Before(a.StartedAt)
+	return ok && (!t.Before(a.StartedAt) || (!a.EndedAt.Valid && !a.Finish.Valid))
+}
+
+// killText says when process was killed, if it was.
+func (fi faultIndex) killText(process string) string {
+	if t, ok := fi.killedAt[process]; ok {
+		return fmt.Sprintf(" (%s killed at %s)", process, t.Format(time.StampMicro))
+	}
+	return ""
 }
 
 // hit: some fault overlapped the attempt (a kill or freeze of its process,
@@ -244,8 +259,9 @@ func verifyItem(v *Verification, fi faultIndex, it benchdb.ListRunItemsRow, atts
 		case fi.killedDuring(a):
 			v.RepeatsKilled++
 		default:
-			v.problem("work %d executed again by %s (token %d) after %s's attempt (token %d, outcome %q) that no kill, rejection or retry explains",
-				it.WorkID, next.Process, next.LeaseToken, a.Process, a.LeaseToken, a.Outcome.String)
+			v.problem("work %d executed again by %s (token %d) at %s after %s's attempt (token %d, started %s, outcome %q, finish %q)%s that no kill, rejection or retry explains",
+				it.WorkID, next.Process, next.LeaseToken, next.StartedAt.Format(time.StampMicro), a.Process, a.LeaseToken,
+				a.StartedAt.Format(time.StampMicro), a.Outcome.String, a.Finish.String, fi.killText(a.Process))
 		}
 	}
 	if it.State != "completed" {
