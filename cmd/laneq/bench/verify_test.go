@@ -2,6 +2,7 @@ package bench
 
 import (
 	"database/sql"
+	"strings"
 	"testing"
 	"time"
 
@@ -34,6 +35,48 @@ func TestKilledDuring(t *testing.T) {
 	} {
 		if got := fi.killedDuring(tc.a); got != tc.want {
 			t.Errorf("%s: killedDuring = %v, want %v", tc.name, got, tc.want)
+		}
+	}
+}
+
+// TestStaleClaimStartedAfterAFreeze: a worker frozen holding a claim it
+// had not started yet starts it on waking, after another process took the
+// item over and completed it. In lease order the stale attempt comes
+// first; its finalization was rejected, so the repeat is explained by the
+// freeze. Had it been accepted, or had two attempts shared a lease, the
+// verifier must say so.
+func TestStaleClaimStartedAfterAFreeze(t *testing.T) {
+	t0 := time.Date(2026, 12, 4, 6, 0, 0, 0, time.UTC)
+	at := func(d time.Duration) time.Time { return t0.Add(d) }
+	ended := func(d time.Duration) sql.NullTime { return sql.NullTime{Time: at(d), Valid: true} }
+	word := func(s string) sql.NullString { return sql.NullString{String: s, Valid: true} }
+	fi := indexFaults([]benchdb.BenchFault{{Kind: faultFreeze, Process: "p2", StartedAt: at(5 * time.Second), EndedAt: ended(9 * time.Second)}})
+	item := benchdb.ListRunItemsRow{WorkID: 7, State: "completed", TerminalAt: ended(7500 * time.Millisecond)}
+	takeover := benchdb.BenchAttempt{AttemptID: 1, Process: "p1", WorkID: 7, LeaseToken: 2, StartedAt: at(7 * time.Second),
+		EndedAt: ended(7200 * time.Millisecond), Outcome: word("ok"), Finish: word("accepted")}
+	stale := func(token int64, finish string) benchdb.BenchAttempt {
+		return benchdb.BenchAttempt{AttemptID: 2, Process: "p2", WorkID: 7, LeaseToken: token, StartedAt: at(9100 * time.Millisecond),
+			EndedAt: ended(9300 * time.Millisecond), Outcome: word("ok"), Finish: word(finish)}
+	}
+	for _, tc := range []struct {
+		name        string
+		stale       benchdb.BenchAttempt
+		wantProblem string
+	}{
+		{"rejected on waking", stale(1, "rejected"), ""},
+		{"accepted on waking", stale(1, "accepted"), "executed twice"},
+		{"on the takeover's lease", stale(2, "rejected"), "same lease"},
+	} {
+		var v Verification
+		verifyItem(&v, fi, item, []benchdb.BenchAttempt{takeover, tc.stale}, time.Second, false)
+		got := strings.Join(v.Problems, "; ")
+		switch {
+		case tc.wantProblem == "" && v.ProblemCount != 0:
+			t.Errorf("%s: problems %s, want none", tc.name, got)
+		case tc.wantProblem == "" && v.RejectedWithFault != 1:
+			t.Errorf("%s: %d rejected finalizations under a fault, want 1 (the freeze)", tc.name, v.RejectedWithFault)
+		case tc.wantProblem != "" && !strings.Contains(got, tc.wantProblem):
+			t.Errorf("%s: problems %q, want one saying %q", tc.name, got, tc.wantProblem)
 		}
 	}
 }
