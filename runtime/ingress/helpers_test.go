@@ -96,12 +96,15 @@ func (f *fixture) router(cfg ingress.RouterConfig) *ingress.Router {
 	return r
 }
 
-// run starts r until the test ends.
-func (f *fixture) run(r *ingress.Router) {
+// run starts r until the test ends; stop ends it sooner and waits for
+// its loops, so its counters are final.
+func (f *fixture) run(r *ingress.Router) (stop func()) {
 	ctx, cancel := context.WithCancel(f.ctx)
 	done := make(chan struct{})
 	go func() { defer close(done); _ = r.Run(ctx) }()
-	f.t.Cleanup(func() { cancel(); <-done })
+	stop = func() { cancel(); <-done }
+	f.t.Cleanup(stop)
+	return stop
 }
 
 func (f *fixture) receipt(id int64) ingress.Receipt {
