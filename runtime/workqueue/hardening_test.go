@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -96,6 +97,13 @@ func TestNewRefusesSessionsItCannotTrust(t *testing.T) {
 		if !errors.As(err, &se) || se.Setting != tc.setting || !errors.Is(err, workqueue.ErrSessionSettings) {
 			t.Errorf("%s: New returned %v, want a *SessionError for %s", cfg.FormatDSN(), err, tc.setting)
 		}
+	}
+	// A WriteTimeout at or below the session's lock wait (5s here) is
+	// refused too, with a lock wait that fits it.
+	_, err := workqueue.New(f.db, workqueue.Config{WriteTimeout: 3 * time.Second})
+	var se *workqueue.SessionError
+	if !errors.As(err, &se) || se.Setting != "innodb_lock_wait_timeout" || !strings.Contains(se.Want, "innodb_lock_wait_timeout=1") {
+		t.Errorf("New with WriteTimeout 3s on a 5s lock wait: %v, want a *SessionError asking for innodb_lock_wait_timeout=1", err)
 	}
 	// The check writes nothing that stays.
 	var n int

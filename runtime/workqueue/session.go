@@ -102,9 +102,13 @@ func (qu *Queue) checkSession(ctx context.Context) error {
 			Why: "READ COMMITTED, which finishing and enqueueing rely on, becomes REPEATABLE READ in optimistic mode"})
 	}
 	if wait := time.Duration(st.LockWaitTimeoutSeconds) * time.Second; wait >= qu.cfg.WriteTimeout {
-		errs = append(errs, &SessionError{Setting: "innodb_lock_wait_timeout", Got: wait.String(),
-			Want: fmt.Sprintf("below WriteTimeout (%s); DSN innodb_lock_wait_timeout=%d", qu.cfg.WriteTimeout, int(DefaultLockWaitTimeout/time.Second)),
-			Why:  "a write given up at WriteTimeout closes its connection, and TiDB keeps its transaction's locks until the lock wait ends"})
+		want := fmt.Sprintf("below WriteTimeout (%s): DSN innodb_lock_wait_timeout=%d", qu.cfg.WriteTimeout,
+			max(int(qu.cfg.WriteTimeout/2/time.Second), 1))
+		if qu.cfg.WriteTimeout <= time.Second {
+			want = fmt.Sprintf("below WriteTimeout (%s), which must then be above 1s, the least lock wait TiDB allows", qu.cfg.WriteTimeout)
+		}
+		errs = append(errs, &SessionError{Setting: "innodb_lock_wait_timeout", Got: wait.String(), Want: want,
+			Why: "a write given up at WriteTimeout closes its connection, and TiDB keeps its transaction's locks until the lock wait ends"})
 	}
 	if err := qu.checkFoundRows(ctx); err != nil {
 		errs = append(errs, err)
