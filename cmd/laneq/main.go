@@ -50,7 +50,8 @@ commands:
   replay                   give a dead item a new attempt (needs --yes)
   receipt show             one ingress receipt, by delivery id or receipt id
   scope set-generation     move a scope's active generation (needs --yes)
-  ui                       the web dashboard (--listen 127.0.0.1:8080; read-only unless --allow-replay)
+  ui                       the web dashboard (--listen 127.0.0.1:8080; read-only unless --allow-replay;
+                           --allowed-host NAME for a name beyond loopback: other Host headers get 421)
 
 every command takes:
   --dsn DSN        TiDB DSN (go-sql-driver syntax); default $LANEQ_TIDB_DSN

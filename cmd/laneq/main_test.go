@@ -236,11 +236,13 @@ func TestErrors(t *testing.T) {
 	}
 }
 
-// laneq ui serves the dashboard on the address it prints and stops on
-// SIGINT with exit 0; a bad listen address is a usage error.
+// laneq ui serves the dashboard on the address it prints, refuses a
+// request for another host with 421, and stops on SIGINT with exit 0; a
+// bad listen address or allowed host is a usage error.
 func TestUI(t *testing.T) {
 	_, dsn := tidbtest.NewDBWithDSN(t)
 	laneq(t, dsn, "ui", "--listen", "not-an-address").oneLine(t, 2, "--listen")
+	laneq(t, dsn, "ui", "--listen", "127.0.0.1:0", "--allowed-host", "ok.example,user@dash.example").oneLine(t, 2, "--allowed-host user@dash.example")
 	cmd := exec.Command(binary, "ui", "--listen", "127.0.0.1:0")
 	cmd.Env = append(os.Environ(), "LANEQ_TIDB_DSN="+dsn)
 	stderr, err := cmd.StderrPipe()
@@ -274,6 +276,15 @@ func TestUI(t *testing.T) {
 	res.Body.Close()
 	if res.StatusCode != 200 || !strings.Contains(string(body), "Scopes") {
 		t.Fatalf("GET /: %d\n%s", res.StatusCode, body)
+	}
+	req, _ := http.NewRequest("GET", addr, nil)
+	req.Host = "attacker.example:" + req.URL.Port() // a DNS-rebinding page's
+	if res, err = http.DefaultClient.Do(req); err != nil {
+		t.Fatal(err)
+	}
+	res.Body.Close()
+	if res.StatusCode != http.StatusMisdirectedRequest {
+		t.Fatalf("GET / for another host: %d, want 421", res.StatusCode)
 	}
 	if err := cmd.Process.Signal(os.Interrupt); err != nil {
 		t.Fatal(err)

@@ -7,7 +7,9 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/netip"
 	"os/signal"
+	"strconv"
 	"syscall"
 	"time"
 
@@ -19,6 +21,10 @@ func runUI(c *cli, args []string) error {
 	fs := c.flags()
 	listen := fs.String("listen", "127.0.0.1:8080", "address to serve on (loopback by default: the dashboard has no login)")
 	allowReplay := fs.Bool("allow-replay", false, "enable the replay button (confirmation page, CSRF token); read-only without it")
+	var allowedHosts listFlag
+	fs.Var(&allowedHosts, "allowed-host", "a further `name` (or name:port) browsers reach the dashboard by, such as its DNS name or a proxy's "+
+		"(repeatable or comma-separated); against DNS rebinding, a request whose Host is none of these, the --listen address "+
+		"or localhost/127.x.x.x/[::1] with its port gets 421")
 	if err := c.parse(args); err != nil {
 		return err
 	}
@@ -29,17 +35,32 @@ func runUI(c *cli, args []string) error {
 		return err
 	}
 	log := slog.New(slog.NewTextHandler(c.stderr, nil))
-	d, err := dashboard.New(c.db, dashboard.Config{AllowReplay: *allowReplay, Timeout: c.timeout, Logger: log})
-	if err != nil {
-		return err
-	}
 	ln, err := net.Listen("tcp", *listen)
 	if err != nil {
 		return &usageError{fmt.Sprintf("--listen %s: %v", *listen, err)}
 	}
+	hosts := []string(allowedHosts)
+	// A name given to --listen is a name the operator means to browse to;
+	// an IP address there needs no entry: the dashboard answers to the
+	// address a connection arrived at. The bound port, so that :0 works.
+	if host, _, err := net.SplitHostPort(*listen); err == nil && host != "" {
+		if _, err := netip.ParseAddr(host); err != nil {
+			hosts = append(hosts, net.JoinHostPort(host, strconv.Itoa(ln.Addr().(*net.TCPAddr).Port)))
+		}
+	}
+	d, err := dashboard.New(c.db, dashboard.Config{AllowReplay: *allowReplay, Timeout: c.timeout, Logger: log, AllowedHosts: hosts})
+	if err != nil {
+		ln.Close()
+		var ce *dashboard.ConfigError
+		if errors.As(err, &ce) {
+			return &usageError{fmt.Sprintf("--allowed-host %s: %s", ce.Value, ce.Reason)}
+		}
+		return fmt.Errorf("start the dashboard: %w", err)
+	}
 	if host, _, _ := net.SplitHostPort(ln.Addr().String()); !net.ParseIP(host).IsLoopback() {
 		log.Warn("the dashboard listens beyond loopback and has no login: anyone who reaches it can read dead letters"+
-			map[bool]string{true: " and replay them", false: ""}[*allowReplay], "addr", ln.Addr().String())
+			map[bool]string{true: " and replay them", false: ""}[*allowReplay]+
+			"; browsers must use its IP address, the --listen name or an --allowed-host name", "addr", ln.Addr().String())
 	}
 	srv := &http.Server{Handler: d, ReadHeaderTimeout: 10 * time.Second}
 	stop, cancelStop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)

@@ -2,7 +2,9 @@
 // (net/http, html/template, embedded assets, no JavaScript) over the same
 // reads as the laneq command: scopes, per-class statistics, dead letters
 // with filters, one item's history, and, only when enabled, a replay guarded
-// by a confirmation page, a CSRF token and cross-origin protection.
+// by a confirmation page, a CSRF token and cross-origin protection. Every
+// request must name the dashboard in its Host header (see hostAllowed), or
+// it is refused with 421 Misdirected Request.
 package dashboard
 
 import (
@@ -38,6 +40,19 @@ type Config struct {
 	// Timeout bounds each request's database work (default 10s).
 	Timeout time.Duration
 	Logger  *slog.Logger
+	// AllowedHosts are further names a request's Host header may use, for
+	// when browsers reach the dashboard by a DNS name or through a proxy.
+	// Without them only the address the connection arrived at and the
+	// loopback names (localhost, 127.x.x.x, [::1]), each with the port it
+	// arrived on, are answered; every other Host gets 421, because a page
+	// at an attacker's name that re-resolves to this address (DNS
+	// rebinding) is otherwise same-origin with the dashboard. "name"
+	// accepts the name on that port or without a port (what a browser
+	// sends to a proxy on a default port); "name:port" accepts exactly
+	// that. Names compare case-insensitively; a trailing dot is part of a
+	// name, so "localhost." is refused unless listed. New refuses a
+	// malformed entry with a *ConfigError.
+	AllowedHosts []string
 }
 
 // Server serves the dashboard.
@@ -49,6 +64,7 @@ type Server struct {
 	pages *template.Template
 	key   []byte // signs CSRF tokens; fresh per process
 	mux   *http.ServeMux
+	hosts []hostPort // Config.AllowedHosts, parsed
 }
 
 // New returns a dashboard on db.
@@ -58,6 +74,10 @@ func New(db *sql.DB, cfg Config) (*Server, error) {
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
+	}
+	hosts, err := parseAllowedHosts(cfg.AllowedHosts)
+	if err != nil {
+		return nil, err
 	}
 	qu, err := workqueue.New(db, workqueue.Config{})
 	if err != nil {
@@ -84,7 +104,7 @@ func New(db *sql.DB, cfg Config) (*Server, error) {
 	if _, err := rand.Read(key); err != nil {
 		return nil, fmt.Errorf("dashboard: CSRF key: %w", err)
 	}
-	s := &Server{cfg: cfg, qu: qu, st: st, in: in, pages: pages, key: key, mux: http.NewServeMux()}
+	s := &Server{cfg: cfg, qu: qu, st: st, in: in, pages: pages, key: key, mux: http.NewServeMux(), hosts: hosts}
 	s.mux.Handle("GET /static/", http.FileServerFS(assets))
 	s.mux.HandleFunc("GET /{$}", s.scopes)
 	s.mux.HandleFunc("GET /scope", s.scope)
@@ -95,13 +115,18 @@ func New(db *sql.DB, cfg Config) (*Server, error) {
 	return s, nil
 }
 
-// ServeHTTP serves the dashboard behind cross-origin protection (a POST
-// from another site is refused before any handler runs) and a session
-// cookie that CSRF tokens are bound to.
+// ServeHTTP serves the dashboard behind the Host check (a request for
+// another host, as a DNS-rebinding page sends, is refused before any
+// handler runs, static files included), cross-origin protection (so is a
+// POST from another site) and a session cookie that CSRF tokens are bound
+// to.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("X-Frame-Options", "DENY")
 	w.Header().Set("Content-Security-Policy", "default-src 'self'; form-action 'self'; frame-ancestors 'none'")
 	w.Header().Set("Referrer-Policy", "no-referrer")
+	if !s.checkHost(w, r) {
+		return
+	}
 	http.NewCrossOriginProtection().Handler(s.mux).ServeHTTP(w, r)
 }
 
