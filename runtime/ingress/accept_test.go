@@ -5,10 +5,12 @@ import (
 	"errors"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/go-sql-driver/mysql"
 	"github.com/google/go-cmp/cmp"
 
+	"github.com/laneq/laneq/internal/faultdb"
 	"github.com/laneq/laneq/runtime/ingress"
 	"github.com/laneq/laneq/runtime/workqueue"
 )
@@ -148,5 +150,55 @@ func TestInboxRefusesASessionInAnotherTimeZone(t *testing.T) {
 	defer db.Close()
 	if _, err := ingress.New(db, ingress.Config{}); !errors.Is(err, workqueue.ErrSessionSettings) {
 		t.Fatalf("an Inbox on a UTC+8 session: %v, want workqueue.ErrSessionSettings", err)
+	}
+}
+
+// TestAcceptAnnouncesWhenTheReadBackFails: the commit made the receipt
+// routable, so Accept wakes this process's routers and announces it to
+// other processes' even when its read-back after the commit fails (the
+// caller gets that error; a redelivery finds the receipt). Both routers
+// sleep for an hour: only the announcement can start them.
+func TestAcceptAnnouncesWhenTheReadBackFails(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	db, faults, err := faultdb.Open(f.dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	in, err := ingress.New(db, ingress.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	faults.Add(faultdb.Rule{Statement: "GetReceipt", Fault: faultdb.DropBefore, Times: 2})
+	stop := in.AnnounceTo(newHub(t, f.qu))
+	defer stop()
+
+	local := f.routerOn(in, f.qu, ingress.RouterConfig{Classes: []string{"local"}, Backstop: time.Hour})
+	localIdle := countSleeps(local, time.Hour)
+	f.run(local)
+	other := f.otherProcess()
+	remote := f.routerOn(other.in, other.qu, ingress.RouterConfig{
+		Classes: []string{"remote"}, Wakes: other.hub, Backstop: time.Hour, QuietBackstop: time.Hour,
+	})
+	remoteIdle := countSleeps(remote, time.Hour)
+	f.run(remote)
+	// Both past their first turn (and the remote one subscribed).
+	f.waitCount(&localIdle.of, 1, "local router's idle sleeps")
+	f.waitCount(&remoteIdle.of, 1, "remote router's idle sleeps")
+
+	for _, class := range []string{"remote", "local"} {
+		d := delivery("read-back-fails-"+class, class, "f-"+class)
+		if _, err := in.Accept(f.ctx, d); err == nil || !strings.Contains(err.Error(), "committed") {
+			t.Fatalf("accept %s: %v, want the read-back's error", class, err)
+		}
+		r, err := f.in.ReceiptByDelivery(f.ctx, scope, d.DeliveryID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		f.waitStatus(r.ID, ingress.StatusMaterialized)
+	}
+	if n := faults.Fired("GetReceipt"); n != 2 {
+		t.Fatalf("the read-back fault fired %d times, want 2", n)
 	}
 }

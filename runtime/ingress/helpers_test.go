@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"os"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -82,6 +83,13 @@ func (f *fixture) accept(d ingress.Delivery) ingress.Accepted {
 
 func (f *fixture) router(cfg ingress.RouterConfig) *ingress.Router {
 	f.t.Helper()
+	return f.routerOn(f.in, f.qu, cfg)
+}
+
+// routerOn is a router of in enqueueing through qu (a pool with injected
+// faults, or another process's).
+func (f *fixture) routerOn(in *ingress.Inbox, qu *workqueue.Queue, cfg ingress.RouterConfig) *ingress.Router {
+	f.t.Helper()
 	cfg.Scope = scope
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
@@ -89,7 +97,7 @@ func (f *fixture) router(cfg ingress.RouterConfig) *ingress.Router {
 	if cfg.Route == nil {
 		cfg.Route = routeFacts
 	}
-	r, err := f.in.NewRouter(f.qu, cfg)
+	r, err := in.NewRouter(qu, cfg)
 	if err != nil {
 		f.t.Fatal(err)
 	}
@@ -105,6 +113,37 @@ func (f *fixture) run(r *ingress.Router) (stop func()) {
 	stop = func() { cancel(); <-done }
 	f.t.Cleanup(stop)
 	return stop
+}
+
+// sleeps counts the idle sleeps a router's loops start: all of them, and
+// those of one length.
+type sleeps struct{ all, of atomic.Int64 }
+
+// countSleeps counts the idle sleeps r's loops start (call it before Run),
+// those of d apart. A test that accepts a receipt only a wake or a look of
+// the loop's own may find first waits for one: a loop's first turn, or the
+// turn a materialization continues with, would find it without either.
+func countSleeps(r *ingress.Router, d time.Duration) *sleeps {
+	s := &sleeps{}
+	r.SetIdle(func(_ string, slept time.Duration) {
+		s.all.Add(1)
+		if slept == d {
+			s.of.Add(1)
+		}
+	})
+	return s
+}
+
+// waitCount waits (polling, up to a minute) until n reaches at least want.
+func (f *fixture) waitCount(n *atomic.Int64, want int64, what string) {
+	f.t.Helper()
+	deadline := time.Now().Add(time.Minute)
+	for n.Load() < want {
+		if time.Now().After(deadline) {
+			f.t.Fatalf("%s: %d after a minute, want %d", what, n.Load(), want)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
 }
 
 func (f *fixture) receipt(id int64) ingress.Receipt {

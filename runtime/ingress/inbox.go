@@ -153,7 +153,8 @@ func New(db *sql.DB, cfg Config) (*Inbox, error) {
 // receipt only after the commit. A redelivery (same scope and delivery id)
 // returns the existing receipt and writes nothing. Invalid input is refused
 // with an *InvalidError before anything is written. After a new receipt
-// commits, this process's routers of its scope and class are woken.
+// commits, this process's routers of its scope and class are woken (and
+// other processes' through AnnounceTo), even when reading it back fails.
 func (in *Inbox) Accept(ctx context.Context, d Delivery) (Accepted, error) {
 	if d.Class == "" {
 		d.Class = DefaultClass
@@ -180,11 +181,14 @@ func (in *Inbox) Accept(ctx context.Context, d Delivery) (Accepted, error) {
 	for range 2 {
 		id, err := in.q.AcceptReceipt(ctx, params)
 		if err == nil {
+			// The commit made the receipt routable: announce it whatever
+			// the read-back does, or a failed read would leave it to the
+			// routers' backstops (up to QuietBackstop in other processes).
+			in.notify(d.Scope, d.Class)
 			r, err := in.Receipt(ctx, id)
 			if err != nil {
 				return Accepted{}, fmt.Errorf("ingress: read back receipt %d of delivery %q (committed): %w", id, d.DeliveryID, err)
 			}
-			in.notify(d.Scope, d.Class)
 			return Accepted{Receipt: r}, nil
 		}
 		if !isDuplicateKey(err) {

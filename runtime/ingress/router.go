@@ -11,6 +11,7 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"os"
+	"runtime/debug"
 	"slices"
 	"strconv"
 	"sync"
@@ -37,7 +38,8 @@ type Claimed struct {
 // "receipt:<receipt id>:<index>"; every event's ReceiptID is set to the
 // receipt. Return Terminal(...) for input no retry can mend, Transient(...)
 // or any other error to retry after a backoff. No events: the receipt is
-// materialized as nothing (a ping).
+// materialized as nothing (a ping). A panic fails the receipt at once with
+// class RoutePanicClass (the router logs the stack and keeps running).
 type RouteFunc func(ctx context.Context, r Claimed) ([]workqueue.Event, error)
 
 // RouterConfig configures a Router. Zero values take the defaults.
@@ -205,12 +207,20 @@ type Router struct {
 
 	// Cross-process wakes (RouterConfig.Wakes): healthy is the
 	// subscription's health; trusted is cleared by a missed wake and set
-	// again by the next wake. Quiet while both hold.
+	// again by the next wake. Quiet while both hold. trustMu orders a wake
+	// (wakes and trusted) against a look deciding it found a missed wake:
+	// a wake landing between that look's check and its clearing trusted
+	// would otherwise be undone, and no later wake may come to set it.
 	healthy, trusted atomic.Bool
+	trustMu          sync.Mutex
 
 	// beforeCommit, when set (tests), runs inside a materializing
 	// transaction after its last statement and before its commit.
 	beforeCommit func(receiptIDs []int64)
+	// idle, when set (tests), runs when a class loop, its turn having
+	// found nothing, starts to sleep for d: a test that must know its
+	// next receipt is found by a look of the loop's own waits for it.
+	idle func(class string, d time.Duration)
 }
 
 // NewRouter returns a router that enqueues through qu (whose database is
@@ -269,8 +279,10 @@ func (r *Router) Run(ctx context.Context) error {
 		r.trusted.Store(true)
 		sub, err := r.cfg.Wakes.Subscribe(ctx, r.cfg.Scope, wake.Handlers{
 			Wake: func(bool) {
+				r.trustMu.Lock()
 				r.wakes.Add(1)
 				r.trusted.Store(true)
+				r.trustMu.Unlock()
 				r.Notify("")
 			},
 			Health: func(healthy bool) { r.healthy.Store(healthy) },
@@ -305,7 +317,11 @@ func (r *Router) loop(ctx context.Context, class string) {
 		}
 	}()
 	lastFront := time.Now()
-	lookedAlone := false // the last sleep ended at the backstop, not by a wake
+	// lookedAlone: the last sleep was a quiet one and ended at the
+	// backstop, not by a wake; wakesAtSleep is the wake count when it
+	// began. Its look found a missed wake only if no wake arrived from
+	// then to the end of the look (see missedWake).
+	lookedAlone, wakesAtSleep := false, int64(0)
 	for ctx.Err() == nil {
 		if time.Since(lastFront) >= r.backstop() {
 			// Once per Backstop the scan starts from the front: it finds
@@ -332,12 +348,7 @@ func (r *Router) loop(ctx context.Context, class string) {
 			continue
 		}
 		failures = 0
-		if n > 0 && lookedAlone && r.quiet() {
-			// Quiet, and the backstop's look found receipts no wake
-			// announced: an accepting process does not announce. Look
-			// every Backstop again until a wake proves the path.
-			r.missedWakes.Add(1)
-			r.trusted.Store(false)
+		if n > 0 && lookedAlone && r.missedWake(wakesAtSleep) {
 			r.cfg.Logger.Info("ingress: router found receipts no wake announced; looking every Backstop until the next wake",
 				"scope", r.cfg.Scope, "class", class, "backstop", r.cfg.Backstop)
 		}
@@ -345,6 +356,7 @@ func (r *Router) loop(ctx context.Context, class string) {
 		if n > 0 {
 			continue // more may be due: a backlog, or a retry whose backoff is over
 		}
+		quiet := r.quiet()
 		backstop := r.backstop()
 		wait, err := r.nextDue(ctx, class, backstop)
 		if err != nil {
@@ -354,8 +366,37 @@ func (r *Router) loop(ctx context.Context, class string) {
 			}
 			wait = time.Second
 		}
-		lookedAlone = !r.sleep(ctx, timer, wait, class) && wait == backstop
+		// Counted before the sleep: a wake that arrives as the timer
+		// fires (the select may take either) or while the look runs
+		// tells that look its receipts may have been announced.
+		wakesAtSleep = r.wakes.Load()
+		if r.idle != nil {
+			r.idle(class, wait)
+		}
+		// Only a quiet sleep's look can find a missed wake: while not
+		// quiet the loop already looks every Backstop (wakes
+		// distrusted, or the subscription unhealthy and possibly missing
+		// them).
+		lookedAlone = !r.sleep(ctx, timer, wait, class) && wait == backstop && quiet
 	}
+}
+
+// missedWake books a look of the loop's own, after a quiet sleep that
+// began at wake count wakesAtSleep, that found receipts: when no wake
+// arrived since that sleep began and the router is still quiet, no wake
+// announced them (an accepting process does not announce), so the loops
+// look every Backstop again until a wake proves the path. A wake that
+// arrived meanwhile may have been for what the look found: the look cannot
+// tell, and counts nothing; the router stays as that wake left it.
+func (r *Router) missedWake(wakesAtSleep int64) bool {
+	r.trustMu.Lock()
+	defer r.trustMu.Unlock()
+	if r.wakes.Load() != wakesAtSleep || !r.quiet() {
+		return false
+	}
+	r.missedWakes.Add(1)
+	r.trusted.Store(false)
+	return true
 }
 
 // sleep waits for d, a wake of class (woken), or ctx's end.
@@ -488,10 +529,6 @@ func (r *Router) claim(ctx context.Context, class string) ([]Claimed, error) {
 		return cmp.Compare(a.ReceiptID, b.ReceiptID)
 	})
 	cands = cands[:min(len(cands), r.cfg.BatchReceipts)]
-	// The newest due time taken sets the floor: the routing branch's
-	// entries (expired leases) lie before now too, and a floor past them
-	// changes nothing for that branch, which has none.
-	r.consumed(class, cands[len(cands)-1].NextAttemptAt)
 	ids := make([]int64, len(cands))
 	for i, c := range cands {
 		ids[i] = c.ReceiptID
@@ -504,6 +541,14 @@ func (r *Router) claim(ctx context.Context, class string) ([]Claimed, error) {
 	if n == 0 {
 		return nil, nil // other routers took them all
 	}
+	// Only a claim that took receipts moves the floor: one that failed
+	// (or took nothing) leaves its candidates pending, and a floor past
+	// them would hide the older ones until the class's next front scan.
+	// The newest due time taken sets it: the routing branch's entries
+	// (expired leases) lie before now too, and a floor past them changes
+	// nothing for that branch, which has none. Candidates other routers
+	// took meanwhile are theirs; lying behind the floor hides nothing.
+	r.consumed(class, cands[len(cands)-1].NextAttemptAt)
 	rows, err := r.q.ClaimedReceipts(ctx, gen.ClaimedReceiptsParams{ReceiptIDs: ids, ClaimOwner: nullString(owner)})
 	if err != nil {
 		// The claims stand; their lease ends and they are taken over.
@@ -560,7 +605,7 @@ func (r *Router) routeBatch(ctx context.Context, claimed []Claimed) ([]routed, [
 			r.fail(ctx, c, "attempts_exhausted", fmt.Sprintf("claimed %d times without materializing (routers died or froze holding it)", c.Attempt-1))
 			continue
 		}
-		evs, err := r.cfg.Route(ctx, c)
+		evs, err := r.route(ctx, c)
 		if err != nil {
 			if ctx.Err() != nil {
 				return nil, nil, ctx.Err() // not the receipt's fault: its lease ends and it is taken over
@@ -587,6 +632,27 @@ func (r *Router) routeBatch(ctx context.Context, claimed []Claimed) ([]routed, [
 		events += len(evs)
 	}
 	return batch, nil, nil
+}
+
+// RoutePanicClass is the error class of a receipt whose RouteFunc
+// panicked: a bug in the route, which no retry mends, so the receipt fails
+// at once (its summary holds the panic value; the log, the stack).
+const RoutePanicClass = "route_panic"
+
+// route calls the RouteFunc, turning a panic into a terminal error:
+// unrecovered, one bad delivery would end the whole process, and its
+// receipt would end it again after every lease until its attempts ran
+// out.
+func (r *Router) route(ctx context.Context, c Claimed) (evs []workqueue.Event, err error) {
+	defer func() {
+		if v := recover(); v != nil {
+			r.cfg.Logger.Error("ingress: RouteFunc panicked; the receipt fails",
+				"scope", r.cfg.Scope, "class", c.Class, "receipt", c.ID, "delivery", c.DeliveryID,
+				"error_class", RoutePanicClass, "panic", fmt.Sprint(v), "stack", string(debug.Stack()))
+			evs, err = nil, Terminal(RoutePanicClass, fmt.Errorf("RouteFunc panicked: %v", v))
+		}
+	}()
+	return r.cfg.Route(ctx, c)
 }
 
 func repeats(keys map[string]bool, evs []workqueue.Event) bool {

@@ -1,15 +1,18 @@
 package ingress_test
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/laneq/laneq/internal/faultdb"
 	"github.com/laneq/laneq/runtime/ingress"
 	"github.com/laneq/laneq/runtime/workqueue"
 )
@@ -217,8 +220,7 @@ func TestTwoRoutersShareAClass(t *testing.T) {
 	}
 	a := f.router(ingress.RouterConfig{Owner: "a", BatchReceipts: 8})
 	b := f.router(ingress.RouterConfig{Owner: "b", BatchReceipts: 8})
-	f.run(a)
-	f.run(b)
+	stopA, stopB := f.run(a), f.run(b)
 	for _, id := range ids {
 		got := f.waitStatus(id, ingress.StatusMaterialized)
 		if got.Attempts != 1 || got.ClaimToken != 1 || len(got.EventIDs) != 2 {
@@ -228,6 +230,8 @@ func TestTwoRoutersShareAClass(t *testing.T) {
 	if n := f.count("SELECT COUNT(*) FROM event"); n != 2*receipts {
 		t.Fatalf("%d events, want %d", n, 2*receipts)
 	}
+	stopA() // their counters move after the commits the rows show
+	stopB()
 	sa, sb := a.Stats(), b.Stats()
 	if sa.Materialized+sb.Materialized != receipts || sa.LeaseLost+sb.LeaseLost != 0 || sa.Claimed+sb.Claimed != receipts {
 		t.Fatalf("stats a %+v, b %+v", sa, sb)
@@ -270,4 +274,112 @@ func TestBatchesAreBoundedByEvents(t *testing.T) {
 	if !at[0].Equal(at[1]) || at[1].Equal(at[2]) || at[2].Equal(at[3]) || !at[3].Equal(at[4]) || !at[1].Before(at[2]) || !at[2].Before(at[3]) {
 		t.Fatalf("materialized at %v: want [r1 r2] then [big] then [r4 r5]", at)
 	}
+}
+
+// TestFailedClaimKeepsTheFloor: a claim whose CAS fails (a deadlock, a
+// dropped connection) took nothing, so the scan floor stays where it was:
+// the next turn claims every candidate again, the oldest included, with
+// no scan from the front (Turn alone never makes one). Had the failed
+// claim moved the floor to just behind its newest candidate, the older
+// one would wait for the class's next front scan.
+func TestFailedClaimKeepsTheFloor(t *testing.T) {
+	t.Parallel()
+	for _, fault := range []faultdb.Fault{faultdb.Deadlock, faultdb.DropBefore} {
+		t.Run(fault.String(), func(t *testing.T) {
+			t.Parallel()
+			f := newFixture(t)
+			db, faults, err := faultdb.Open(f.dsn)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer db.Close()
+			in, err := ingress.New(db, ingress.Config{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			older := f.accept(delivery("older", "", "o1"))
+			newer := f.accept(delivery("newer", "", "n1"))
+			// Test-only SQL: the older receipt due a minute before the
+			// newer, far behind a floor set from the newer one.
+			if _, err := f.db.ExecContext(f.ctx, "UPDATE ingress_receipt SET next_attempt_at = DATE_SUB(next_attempt_at, INTERVAL 1 MINUTE) WHERE receipt_id = ?", older.Receipt.ID); err != nil {
+				t.Fatal(err)
+			}
+			faults.Add(faultdb.Rule{Statement: "ClaimReceipts", Fault: fault})
+			r := f.routerOn(in, f.qu, ingress.RouterConfig{})
+			if n, err := r.Turn(f.ctx, ingress.DefaultClass); err == nil || n != 0 {
+				t.Fatalf("turn with a failing claim: claimed %d, err %v; want the injected error", n, err)
+			}
+			if faults.Fired("ClaimReceipts") != 1 {
+				t.Fatalf("the claim fault fired %d times", faults.Fired("ClaimReceipts"))
+			}
+			if n, err := r.Turn(f.ctx, ingress.DefaultClass); err != nil || n != 2 {
+				t.Fatalf("turn after the failed claim: claimed %d, err %v; want both receipts", n, err)
+			}
+			for _, acc := range []ingress.Accepted{older, newer} {
+				if got := f.receipt(acc.Receipt.ID); got.Status != ingress.StatusMaterialized || got.Attempts != 1 {
+					t.Fatalf("receipt %s: %s after %d attempts, want materialized after 1", got.DeliveryID, got.Status, got.Attempts)
+				}
+			}
+		})
+	}
+}
+
+// TestRoutePanicFailsOnlyItsReceipt: a RouteFunc that panics on one
+// receipt is a bug in the route, not in the delivery's timing: the router
+// recovers, fails that receipt at once (class route_panic, the panic value
+// as the summary, no stack in the row; the stack goes to the log), routes
+// the others, and keeps running: the process survives, and a receipt
+// accepted afterwards is materialized by the same router.
+func TestRoutePanicFailsOnlyItsReceipt(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	var logs syncBuffer
+	r := f.router(ingress.RouterConfig{
+		Backstop: time.Hour,
+		Logger:   slog.New(slog.NewTextHandler(&logs, nil)),
+		Route: func(ctx context.Context, c ingress.Claimed) ([]workqueue.Event, error) {
+			if c.DeliveryID == "bomb" {
+				var m map[string]int
+				m["boom"]++ // a route's bug: a nil map
+			}
+			return routeFacts(ctx, c)
+		},
+	})
+	before := f.accept(delivery("before", "", "b1"))
+	bomb := f.accept(delivery("bomb", "", "x1"))
+	after := f.accept(delivery("after", "", "a1"))
+	f.run(r)
+	f.waitStatus(before.Receipt.ID, ingress.StatusMaterialized)
+	f.waitStatus(after.Receipt.ID, ingress.StatusMaterialized)
+	got := f.waitStatus(bomb.Receipt.ID, ingress.StatusFailed)
+	if got.Attempts != 1 || got.LastErrorClass != "route_panic" || !strings.Contains(got.LastErrorSummary, "assignment to entry in nil map") ||
+		strings.Contains(got.LastErrorSummary, "goroutine") || len(f.eventsOf(bomb.Receipt.ID)) != 0 {
+		t.Fatalf("panicking receipt: attempts %d, %q: %q, %d events; want failed at once as route_panic with the panic value and no stack",
+			got.Attempts, got.LastErrorClass, got.LastErrorSummary, len(f.eventsOf(bomb.Receipt.ID)))
+	}
+	// Still running: a receipt accepted now wakes it and is materialized.
+	later := f.accept(delivery("later", "", "l1"))
+	f.waitStatus(later.Receipt.ID, ingress.StatusMaterialized)
+	if out := logs.String(); !strings.Contains(out, "route_panic") || !strings.Contains(out, "goroutine") {
+		t.Fatalf("log %q: want the panic and its stack", out)
+	}
+}
+
+// syncBuffer is a bytes.Buffer the router's loops may log to while the
+// test reads it.
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
 }

@@ -1,9 +1,11 @@
 package ingress_test
 
 import (
+	"context"
 	"fmt"
 	"io"
 	"log/slog"
+	"sync"
 	"testing"
 	"time"
 
@@ -16,6 +18,7 @@ import (
 // own pool, Queue, Inbox and wake hub (a hub only skips its own endpoints,
 // so two hubs in one test process talk as two processes do).
 type otherProcess struct {
+	qu  *workqueue.Queue
 	in  *ingress.Inbox
 	hub *wake.Hub
 }
@@ -45,7 +48,7 @@ func (f *fixture) otherProcess() otherProcess {
 	if err != nil {
 		f.t.Fatal(err)
 	}
-	return otherProcess{in: in, hub: newHub(f.t, qu)}
+	return otherProcess{qu: qu, in: in, hub: newHub(f.t, qu)}
 }
 
 func (f *fixture) waitQuiet(r *ingress.Router, want bool) {
@@ -78,8 +81,10 @@ func TestAcceptInAnotherProcessWakesTheRouter(t *testing.T) {
 	stop := api.in.AnnounceTo(api.hub)
 	defer stop()
 	r := f.router(ingress.RouterConfig{Wakes: newHub(t, f.qu), Backstop: time.Hour, QuietBackstop: time.Hour})
+	idle := countSleeps(r, time.Hour)
 	f.run(r)
 	f.waitQuiet(r, true)
+	f.waitCount(&idle.of, 1, "idle sleeps") // past its first turn: no look of its own finds the first receipt
 
 	for i := range 5 {
 		acc, err := api.in.Accept(f.ctx, delivery("remote-"+string(rune('a'+i)), "", "rf"+string(rune('a'+i))))
@@ -97,14 +102,21 @@ func TestAcceptInAnotherProcessWakesTheRouter(t *testing.T) {
 // TestMissedWakeEndsQuiet: a quiet router whose look of its own finds a
 // receipt no wake announced (the accepting process does not announce)
 // counts a missed wake and looks every Backstop again; the next wake makes
-// it quiet again.
+// it quiet again. Once the router distrusts the wakes, no look counts
+// another missed wake, whichever of the router's own look (every Backstop)
+// and the wake finds the announced receipt first: exactly one.
 func TestMissedWakeEndsQuiet(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t)
 	silent := f.otherProcess()
-	r := f.router(ingress.RouterConfig{Wakes: newHub(t, f.qu), Backstop: 200 * time.Millisecond, QuietBackstop: 500 * time.Millisecond})
+	const quietBackstop = 500 * time.Millisecond
+	r := f.router(ingress.RouterConfig{Wakes: newHub(t, f.qu), Backstop: 200 * time.Millisecond, QuietBackstop: quietBackstop})
+	idle := countSleeps(r, quietBackstop)
 	f.run(r)
 	f.waitQuiet(r, true)
+	// A quiet sleep began: whatever finds the next receipt is a look of
+	// the loop's own after a quiet sleep (nothing here announces it).
+	f.waitCount(&idle.of, 1, "quiet sleeps")
 
 	acc, err := silent.in.Accept(f.ctx, delivery("unannounced", "", "u1"))
 	if err != nil {
@@ -121,6 +133,54 @@ func TestMissedWakeEndsQuiet(t *testing.T) {
 		t.Fatal(err)
 	}
 	f.waitStatus(acc.Receipt.ID, ingress.StatusMaterialized)
+	f.waitStats(r, "quiet again after a wake", func(st ingress.RouterStats) bool { return st.Quiet && st.Wakes >= 1 })
+	if st := r.Stats(); st.MissedWakes != 1 {
+		t.Fatalf("router stats %+v, want still one missed wake: a look while the wakes are distrusted, or one a wake raced, is not a missed wake", st)
+	}
+}
+
+// TestWakeDuringALookIsNotAMissedWake: a quiet router's look of its own
+// finds a receipt, and while that look routes it a wake arrives (the
+// announcing process's, racing the backstop). The look cannot tell the
+// wake was not for that receipt, so it counts no missed wake, and the
+// router stays quiet: counting one would leave it looking every Backstop
+// with no later wake to end that.
+func TestWakeDuringALookIsNotAMissedWake(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	other := f.otherProcess()
+	entered, release := make(chan struct{}), make(chan struct{})
+	var releaseOnce sync.Once
+	unblock := func() { releaseOnce.Do(func() { close(release) }) }
+	defer unblock()
+	const quietBackstop = 300 * time.Millisecond
+	r := f.router(ingress.RouterConfig{
+		Wakes: newHub(t, f.qu), Backstop: 100 * time.Millisecond, QuietBackstop: quietBackstop,
+		Route: func(ctx context.Context, c ingress.Claimed) ([]workqueue.Event, error) {
+			close(entered)
+			<-release
+			return routeFacts(ctx, c)
+		},
+	})
+	idle := countSleeps(r, quietBackstop)
+	f.run(r)
 	f.waitQuiet(r, true)
-	f.waitStats(r, "a wake and still one missed wake", func(st ingress.RouterStats) bool { return st.Wakes >= 1 && st.MissedWakes == 1 })
+	f.waitCount(&idle.of, 1, "quiet sleeps")
+
+	// Accepted unannounced: a look of the loop's own claims it, and its
+	// route holds that look's turn open until the wake has arrived.
+	acc, err := other.in.Accept(f.ctx, delivery("raced", "", "r1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	<-entered
+	other.hub.Publish(scope)
+	f.waitStats(r, "the wake", func(st ingress.RouterStats) bool { return st.Wakes >= 1 })
+	slept := idle.all.Load() // the loop is in the turn: it sleeps again only after booking it
+	unblock()
+	f.waitStatus(acc.Receipt.ID, ingress.StatusMaterialized)
+	f.waitCount(&idle.all, slept+1, "sleeps after the turn")
+	if st := r.Stats(); st.MissedWakes != 0 || !st.Quiet {
+		t.Fatalf("router stats %+v, want no missed wake and still quiet", st)
+	}
 }
