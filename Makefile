@@ -139,7 +139,9 @@ test: check-generate lint tidb tidb-image-if-docker chromium ## Run every test (
 # worker against the per-item floor (BenchmarkThroughputVsFloor) and batch
 # enqueue, loads against per-row inserts and with source projections
 # (BenchmarkMaterialize400x10, BenchmarkEnqueueLaned20000), and enqueue
-# commit to handler start in another process (BenchmarkCrossProcessWakeLatency).
+# commit to handler start in another process (BenchmarkCrossProcessWakeLatency),
+# and Satisfy in a process holding only a Queue to the waiter's handler start
+# in a quiet worker process (BenchmarkCrossProcessDependencyWake).
 BENCH_FLAGS ?= -benchtime=2000x
 .PHONY: bench
 bench: tidb ## Claim throughput and churn benchmarks on the embedded TiDB.
@@ -148,6 +150,7 @@ bench: tidb ## Claim throughput and churn benchmarks on the embedded TiDB.
 	LANEQ_TIDB=embedded $(GO) test -run '^$$' -bench 'Churn' -benchtime=1x -timeout 30m -v ./runtime/workqueue/
 	LANEQ_TIDB=embedded $(GO) test -run '^$$' -bench 'ThroughputVsFloor' -benchtime=1x -timeout 30m ./runtime/worker/
 	LANEQ_TIDB=embedded $(GO) test -run '^$$' -bench 'CrossProcessWakeLatency' -benchtime=500x -count 3 -timeout 30m ./runtime/worker/
+	LANEQ_TIDB=embedded $(GO) test -run '^$$' -bench 'CrossProcessDependencyWake' -benchtime=200x -count 3 -timeout 30m ./runtime/worker/
 	LANEQ_TIDB=embedded $(GO) test -run '^$$' -bench 'Materialize400x10|EnqueueLaned20000' -benchtime=1x -timeout 30m ./runtime/workqueue/
 
 .PHONY: plancheck

@@ -63,16 +63,17 @@ type Querier interface {
 	//
 	// Entering a wait takes two transactions. BeginDependencyWait moves the
 	// claimed row to dependency_registration and commits: from then on a
-	// producer's wake (WakeDependencyWaiters) sees it. SettleDependencyRegistration
+	// producer's wake (WakeDependencyWaitersPage) sees it. SettleDependencyRegistration
 	// then reads the candidate keys with a locking read and moves the row to
 	// waiting_dependency, or back to pending when one is satisfied, by a CAS on
-	// the registration's token. Against a producer (SatisfyDependency, then
-	// WakeDependencyWaiters, one transaction):
+	// the registration's token. Against a producer (SatisfyDependency commits,
+	// then WakeDependencyWaitersPage runs):
 	//   - a key committed, or locked by a producer still running, before the
 	//     settle's read is seen by it (a locking read waits for the lock);
-	//   - a key inserted after that read is followed by its producer's wake,
-	//     which finds the row as a registration (the settle's CAS then loses)
-	//     or as a waiter (it waits for the settle's row lock, then sees it).
+	//   - a key inserted after that read is followed by its producer's wake
+	//     (after the key's commit), which finds the row as a registration (the
+	//     settle's CAS then loses) or as a waiter (it waits for the settle's
+	//     row lock, then sees it).
 	// No step relies on locking an absent key: under READ COMMITTED TiDB's
 	// locking point get does not lock one (measured on v8.5.6). A registration
 	// interrupted between the two transactions is settled by the safety pass.
@@ -584,13 +585,24 @@ type Querier interface {
 	// every compare-and-swap needs RowsAffected to count matched rows, and
 	// without clientFoundRows this statement reports 0.
 	RewriteScopeUnchanged(ctx context.Context, scopeID string) (int64, error)
+	// The operator's deliberate override (Queue.RollbackGeneration, `laneq scope
+	// set-generation --rollback`): sets the fence to any generation, lower ones
+	// included, which makes that generation's live work claimable again. Kept
+	// apart from SetScopeGeneration so no ordinary caller can move the fence
+	// back. Primary-key point update; 0 rows means the scope is missing.
+	RollbackScopeGeneration(ctx context.Context, arg RollbackScopeGenerationParams) (int64, error)
 	// The candidate keys that are satisfied, read without locks: the recheck of
 	// a woken item before any work, and the safety pass's probe. A batch point
 	// get on the primary key (exact, NO PAD keys: an equality rides the key).
 	SatisfiedDependencies(ctx context.Context, arg SatisfiedDependenciesParams) ([]string, error)
 	// A producer records a dependency key. Idempotent: a key satisfied twice
-	// keeps its first time. The producer wakes the key's waiters in the same
-	// transaction (WakeDependencyWaiters).
+	// keeps its first time. It commits before the key's waiters are woken
+	// (WakeDependencyWaitersPage, after the commit): in the producer's own
+	// transaction (workqueue.Tx.Satisfy) a wake would lock every waiter for as
+	// long as that transaction runs and stamp them with a run_after older than
+	// its commit, which claimers past it would not scan. A producer that dies
+	// between the two leaves a satisfied key with waiters: the safety pass
+	// wakes them.
 	SatisfyDependency(ctx context.Context, arg SatisfyDependencyParams) error
 	// What workqueue.New checks about a session before trusting it: the
 	// transaction mode (laneq's finish and enqueue transactions rely on
@@ -603,9 +615,15 @@ type Querier interface {
 	// workqueue.DefaultLockWaitTimeout); and the database clock (scanning it
 	// shows whether the driver parses DATETIME into UTC times).
 	SessionSettings(ctx context.Context) (SessionSettingsRow, error)
-	// Moves the generation fence. Work of older generations stops being
-	// claimable at once: every claim CAS compares with active_generation, and a
-	// claim CAS already in flight is caught by ClaimedByRef's generation check.
+	// Moves the generation fence forward, only forward. Work of older
+	// generations stops being claimable at once: every claim CAS compares with
+	// active_generation, and a claim CAS already in flight is caught by
+	// ClaimedByRef's generation check. The guard is in the statement itself (a
+	// primary-key point update, so a current read under the row lock): a late
+	// or racing write of a lower generation matches no row instead of reopening
+	// that generation's items, lanes and projections, with no read-then-write
+	// window. 0 rows means the scope is missing or already at (or past) the
+	// generation; SetGeneration tells them apart with GetScope.
 	SetScopeGeneration(ctx context.Context, arg SetScopeGenerationParams) (int64, error)
 	// A registration becomes waiting_dependency, or pending when a candidate key
 	// was satisfied; a CAS on the token BeginDependencyWait set, so a producer's
@@ -629,11 +647,18 @@ type Querier interface {
 	// The safety pass wakes one waiter whose key is satisfied: an idempotent CAS
 	// on the token its page read saw.
 	WakeDependencyWaiter(ctx context.Context, arg WakeDependencyWaiterParams) (int64, error)
-	// Every waiter of a wake key (registrations too) returns to pending, through
-	// idx_work_item_dependency: a point range per state. Over-notification is
-	// harmless (a woken item rechecks its exact keys before any work and waits
-	// again); a missed wake is not, which is why registrations are included.
-	WakeDependencyWaiters(ctx context.Context, arg WakeDependencyWaitersParams) (int64, error)
+	// One page of a wake key's waiters (registrations too) returns to pending,
+	// an autocommit statement of its own after the key committed, through
+	// idx_work_item_dependency: a point range per state, cut at the page.
+	// Woken rows leave the range, so the caller runs it again until a page
+	// comes back short; a wake key with 10,000 waiters is many short
+	// statements, never one transaction that locks them all (their settles
+	// would wait) or outgrows TiDB's transaction size limit. run_after is the
+	// database time of this short statement, so a woken row sorts within the
+	// claimers' straggler window of its commit. Over-notification is harmless
+	// (a woken item rechecks its exact keys before any work and waits again);
+	// a missed wake is not, which is why registrations are included.
+	WakeDependencyWaitersPage(ctx context.Context, arg WakeDependencyWaitersPageParams) (int64, error)
 }
 
 var _ Querier = (*Queries)(nil)

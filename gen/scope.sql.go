@@ -179,6 +179,31 @@ func (q *Queries) RewriteScopeUnchanged(ctx context.Context, scopeID string) (in
 	return result.RowsAffected()
 }
 
+const rollbackScopeGeneration = `-- name: RollbackScopeGeneration :execrows
+UPDATE scope
+SET active_generation = ?,
+    updated_at = NOW(6)
+WHERE scope_id = ?
+`
+
+type RollbackScopeGenerationParams struct {
+	ActiveGeneration int64
+	ScopeID          string
+}
+
+// The operator's deliberate override (Queue.RollbackGeneration, `laneq scope
+// set-generation --rollback`): sets the fence to any generation, lower ones
+// included, which makes that generation's live work claimable again. Kept
+// apart from SetScopeGeneration so no ordinary caller can move the fence
+// back. Primary-key point update; 0 rows means the scope is missing.
+func (q *Queries) RollbackScopeGeneration(ctx context.Context, arg RollbackScopeGenerationParams) (int64, error) {
+	result, err := q.db.ExecContext(ctx, rollbackScopeGeneration, arg.ActiveGeneration, arg.ScopeID)
+	if err != nil {
+		return 0, err
+	}
+	return result.RowsAffected()
+}
+
 const sessionSettings = `-- name: SessionSettings :one
 SELECT CAST(@@tidb_txn_mode AS CHAR(16)) AS txn_mode,
        CAST(@@time_zone AS CHAR(64)) AS time_zone,
@@ -226,6 +251,7 @@ UPDATE scope
 SET active_generation = ?,
     updated_at = NOW(6)
 WHERE scope_id = ?
+  AND active_generation < ?
 `
 
 type SetScopeGenerationParams struct {
@@ -233,11 +259,17 @@ type SetScopeGenerationParams struct {
 	ScopeID          string
 }
 
-// Moves the generation fence. Work of older generations stops being
-// claimable at once: every claim CAS compares with active_generation, and a
-// claim CAS already in flight is caught by ClaimedByRef's generation check.
+// Moves the generation fence forward, only forward. Work of older
+// generations stops being claimable at once: every claim CAS compares with
+// active_generation, and a claim CAS already in flight is caught by
+// ClaimedByRef's generation check. The guard is in the statement itself (a
+// primary-key point update, so a current read under the row lock): a late
+// or racing write of a lower generation matches no row instead of reopening
+// that generation's items, lanes and projections, with no read-then-write
+// window. 0 rows means the scope is missing or already at (or past) the
+// generation; SetGeneration tells them apart with GetScope.
 func (q *Queries) SetScopeGeneration(ctx context.Context, arg SetScopeGenerationParams) (int64, error) {
-	result, err := q.db.ExecContext(ctx, setScopeGeneration, arg.ActiveGeneration, arg.ScopeID)
+	result, err := q.db.ExecContext(ctx, setScopeGeneration, arg.ActiveGeneration, arg.ScopeID, arg.ActiveGeneration)
 	if err != nil {
 		return 0, err
 	}

@@ -6,16 +6,17 @@
 --
 -- Entering a wait takes two transactions. BeginDependencyWait moves the
 -- claimed row to dependency_registration and commits: from then on a
--- producer's wake (WakeDependencyWaiters) sees it. SettleDependencyRegistration
+-- producer's wake (WakeDependencyWaitersPage) sees it. SettleDependencyRegistration
 -- then reads the candidate keys with a locking read and moves the row to
 -- waiting_dependency, or back to pending when one is satisfied, by a CAS on
--- the registration's token. Against a producer (SatisfyDependency, then
--- WakeDependencyWaiters, one transaction):
+-- the registration's token. Against a producer (SatisfyDependency commits,
+-- then WakeDependencyWaitersPage runs):
 --   - a key committed, or locked by a producer still running, before the
 --     settle's read is seen by it (a locking read waits for the lock);
---   - a key inserted after that read is followed by its producer's wake,
---     which finds the row as a registration (the settle's CAS then loses)
---     or as a waiter (it waits for the settle's row lock, then sees it).
+--   - a key inserted after that read is followed by its producer's wake
+--     (after the key's commit), which finds the row as a registration (the
+--     settle's CAS then loses) or as a waiter (it waits for the settle's
+--     row lock, then sees it).
 -- No step relies on locking an absent key: under READ COMMITTED TiDB's
 -- locking point get does not lock one (measured on v8.5.6). A registration
 -- interrupted between the two transactions is settled by the safety pass.
@@ -75,17 +76,29 @@ WHERE work_id = sqlc.arg(work_id)
 
 -- name: SatisfyDependency :exec
 -- A producer records a dependency key. Idempotent: a key satisfied twice
--- keeps its first time. The producer wakes the key's waiters in the same
--- transaction (WakeDependencyWaiters).
+-- keeps its first time. It commits before the key's waiters are woken
+-- (WakeDependencyWaitersPage, after the commit): in the producer's own
+-- transaction (workqueue.Tx.Satisfy) a wake would lock every waiter for as
+-- long as that transaction runs and stamp them with a run_after older than
+-- its commit, which claimers past it would not scan. A producer that dies
+-- between the two leaves a satisfied key with waiters: the safety pass
+-- wakes them.
 INSERT INTO dependency_satisfied (scope_id, dependency_key, satisfied_at)
 VALUES (sqlc.arg(scope_id), sqlc.arg(dependency_key), NOW(6))
 ON DUPLICATE KEY UPDATE scope_id = scope_id;
 
--- name: WakeDependencyWaiters :execrows
--- Every waiter of a wake key (registrations too) returns to pending, through
--- idx_work_item_dependency: a point range per state. Over-notification is
--- harmless (a woken item rechecks its exact keys before any work and waits
--- again); a missed wake is not, which is why registrations are included.
+-- name: WakeDependencyWaitersPage :execrows
+-- One page of a wake key's waiters (registrations too) returns to pending,
+-- an autocommit statement of its own after the key committed, through
+-- idx_work_item_dependency: a point range per state, cut at the page.
+-- Woken rows leave the range, so the caller runs it again until a page
+-- comes back short; a wake key with 10,000 waiters is many short
+-- statements, never one transaction that locks them all (their settles
+-- would wait) or outgrows TiDB's transaction size limit. run_after is the
+-- database time of this short statement, so a woken row sorts within the
+-- claimers' straggler window of its commit. Over-notification is harmless
+-- (a woken item rechecks its exact keys before any work and waits again);
+-- a missed wake is not, which is why registrations are included.
 UPDATE work_item
 SET state = 'pending',
     run_after = GREATEST(run_after, NOW(6)),
@@ -93,7 +106,8 @@ SET state = 'pending',
     updated_at = NOW(6)
 WHERE scope_id = sqlc.arg(scope_id)
   AND dependency_wake_key = sqlc.arg(wake_key)
-  AND state IN ('dependency_registration', 'waiting_dependency');
+  AND state IN ('dependency_registration', 'waiting_dependency')
+LIMIT ?;
 
 -- name: DependencySafetyPage :many
 -- One page of the safety pass over a scope's waiters of the active

@@ -36,9 +36,27 @@ SET next_enqueue_ordinal = next_enqueue_ordinal + sqlc.arg(reserved),
 WHERE scope_id = sqlc.arg(scope_id);
 
 -- name: SetScopeGeneration :execrows
--- Moves the generation fence. Work of older generations stops being
--- claimable at once: every claim CAS compares with active_generation, and a
--- claim CAS already in flight is caught by ClaimedByRef's generation check.
+-- Moves the generation fence forward, only forward. Work of older
+-- generations stops being claimable at once: every claim CAS compares with
+-- active_generation, and a claim CAS already in flight is caught by
+-- ClaimedByRef's generation check. The guard is in the statement itself (a
+-- primary-key point update, so a current read under the row lock): a late
+-- or racing write of a lower generation matches no row instead of reopening
+-- that generation's items, lanes and projections, with no read-then-write
+-- window. 0 rows means the scope is missing or already at (or past) the
+-- generation; SetGeneration tells them apart with GetScope.
+UPDATE scope
+SET active_generation = sqlc.arg(active_generation),
+    updated_at = NOW(6)
+WHERE scope_id = sqlc.arg(scope_id)
+  AND active_generation < sqlc.arg(active_generation);
+
+-- name: RollbackScopeGeneration :execrows
+-- The operator's deliberate override (Queue.RollbackGeneration, `laneq scope
+-- set-generation --rollback`): sets the fence to any generation, lower ones
+-- included, which makes that generation's live work claimable again. Kept
+-- apart from SetScopeGeneration so no ordinary caller can move the fence
+-- back. Primary-key point update; 0 rows means the scope is missing.
 UPDATE scope
 SET active_generation = sqlc.arg(active_generation),
     updated_at = NOW(6)

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"strconv"
 	"strings"
@@ -9,6 +10,7 @@ import (
 	"github.com/laneq/laneq/runtime/ingress"
 	"github.com/laneq/laneq/runtime/inspect"
 	"github.com/laneq/laneq/runtime/stats"
+	"github.com/laneq/laneq/runtime/workqueue"
 	"github.com/laneq/laneq/schema"
 )
 
@@ -339,7 +341,8 @@ func runReceiptShow(c *cli, args []string) error {
 func runSetGeneration(c *cli, args []string) error {
 	fs := c.flags()
 	scope := fs.String("scope", "", "the scope (required)")
-	generation := fs.Int64("generation", 0, "the new active generation (required)")
+	generation := fs.Int64("generation", 0, "the new active generation (required); only forward unless --rollback")
+	rollback := fs.Bool("rollback", false, "allow a generation below the active one: makes the older generation's live work claimable again (needs --yes)")
 	yes := fs.Bool("yes", false, "really move it: claims stop taking the old generation's work")
 	if err := c.parse(args); err != nil {
 		return err
@@ -348,6 +351,9 @@ func runSetGeneration(c *cli, args []string) error {
 		return err
 	}
 	if !*yes {
+		if *rollback {
+			return &refusedError{fmt.Sprintf("rolling scope %s back to generation %d makes that generation's live items, lanes and projections claimable again and fences the newer generations' work; pass --yes to do it", *scope, *generation)}
+		}
 		return &refusedError{fmt.Sprintf("moving scope %s to generation %d fences every live item of the current generation; pass --yes to do it", *scope, *generation)}
 	}
 	ctx, cancel := c.context()
@@ -356,10 +362,18 @@ func runSetGeneration(c *cli, args []string) error {
 	if err != nil {
 		return err
 	}
-	if err := qu.SetGeneration(ctx, *scope, *generation); err != nil {
+	set := qu.SetGeneration
+	if *rollback {
+		set = qu.RollbackGeneration
+	}
+	if err := set(ctx, *scope, *generation); err != nil {
+		var ge *workqueue.GenerationError
+		if errors.As(err, &ge) {
+			return &refusedError{fmt.Sprintf("scope %s is at generation %d: refusing to move it back to %d (generations only move forward; --rollback --yes rolls back on purpose)", ge.Scope, ge.Active, ge.Requested)}
+		}
 		return err
 	}
-	return c.emit(map[string]any{"scope": *scope, "generation": *generation}, func(t *table) {
+	return c.emit(map[string]any{"scope": *scope, "generation": *generation, "rollback": *rollback}, func(t *table) {
 		t.line("scope %s: active generation %d", *scope, *generation)
 	})
 }

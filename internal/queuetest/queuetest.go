@@ -26,6 +26,7 @@ func New(t testing.TB, cfg workqueue.Config, scope string) (*workqueue.Queue, *s
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(func() { _ = qu.Close() })
 	if err := qu.EnsureScope(context.Background(), scope, 1); err != nil {
 		t.Fatal(err)
 	}
@@ -60,7 +61,11 @@ func Item(t testing.TB, db *sql.DB, id int64) ItemFacts {
 }
 
 // Counted opens a second Queue with cfg on the database at dsn whose every
-// statement is counted, for tests that assert SQL budgets.
+// statement is counted, for tests that assert SQL budgets of the data path.
+// Its Queue sends no announcements of its own (cfg.Announce.Off): their
+// endpoint reads run on the publisher's goroutine and would land in a
+// measured window at random. The cost of announcing is measured by the
+// wake tests.
 func Counted(t testing.TB, dsn string, cfg workqueue.Config) (*workqueue.Queue, *sqlcount.Counter) {
 	t.Helper()
 	db, counter, err := sqlcount.Open(dsn)
@@ -68,10 +73,12 @@ func Counted(t testing.TB, dsn string, cfg workqueue.Config) (*workqueue.Queue, 
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { db.Close() })
+	cfg.Announce.Off = true
 	qu, err := workqueue.New(db, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(func() { _ = qu.Close() })
 	return qu, counter
 }
 

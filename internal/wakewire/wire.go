@@ -1,7 +1,13 @@
-package wake
+// Package wakewire is the wire format and the sending half of laneq's
+// cross-process wakes. It sits below runtime/workqueue, which sends every
+// announcement through a Publisher, and runtime/wake, whose Hub receives
+// (and, when one is attached to a Queue, sends) them; neither imports the
+// other's half.
+package wakewire
 
 import (
 	"crypto/hmac"
+	"crypto/rand"
 	"crypto/sha256"
 	"encoding/binary"
 	"errors"
@@ -23,74 +29,77 @@ const (
 	magic        = "LQW1"
 	flagSelfTest = 1 << 0
 	flagLookFar  = 1 << 1 // something announced is due later: look ahead
-	nonceSize    = 16
-	tagSize      = sha256.Size
-	headerSize   = len(magic) + 1 + 8 + nonceSize
+	// NonceSize is the length of a datagram's nonce.
+	NonceSize  = 16
+	tagSize    = sha256.Size
+	headerSize = len(magic) + 1 + 8 + NonceSize
 	// MaxDatagram bounds a valid datagram (longest endpoint id and scope).
 	MaxDatagram = headerSize + 1 + 64 + 2 + 128 + tagSize
 )
 
-// message is a wake datagram's content.
-type message struct {
-	selfTest bool
-	lookFar  bool
-	sentUs   int64
-	nonce    [nonceSize]byte
-	endpoint string
-	scope    string
+// Message is a wake datagram's content.
+type Message struct {
+	SelfTest bool
+	LookFar  bool
+	SentUs   int64
+	Nonce    [NonceSize]byte
+	Endpoint string
+	Scope    string
 }
 
-func (m message) append(b []byte, key []byte) []byte {
+// Append appends the datagram, tagged with key, to b.
+func (m Message) Append(b []byte, key []byte) []byte {
 	b = append(b, magic...)
 	var flags byte
-	if m.selfTest {
+	if m.SelfTest {
 		flags |= flagSelfTest
 	}
-	if m.lookFar {
+	if m.LookFar {
 		flags |= flagLookFar
 	}
 	b = append(b, flags)
-	b = binary.BigEndian.AppendUint64(b, uint64(m.sentUs))
-	b = append(b, m.nonce[:]...)
-	b = append(b, byte(len(m.endpoint)))
-	b = append(b, m.endpoint...)
-	b = binary.BigEndian.AppendUint16(b, uint16(len(m.scope)))
-	b = append(b, m.scope...)
+	b = binary.BigEndian.AppendUint64(b, uint64(m.SentUs))
+	b = append(b, m.Nonce[:]...)
+	b = append(b, byte(len(m.Endpoint)))
+	b = append(b, m.Endpoint...)
+	b = binary.BigEndian.AppendUint16(b, uint16(len(m.Scope)))
+	b = append(b, m.Scope...)
 	mac := hmac.New(sha256.New, key)
 	mac.Write(b)
 	return mac.Sum(b)
 }
 
-var errMalformed = errors.New("wake: malformed datagram")
+// ErrMalformed reports a datagram that is not a wake datagram.
+var ErrMalformed = errors.New("wake: malformed datagram")
 
-// parse reads a datagram's fields without checking its tag: the tag's key
+// Parse reads a datagram's fields without checking its tag: the tag's key
 // belongs to the endpoint the datagram names, which the caller looks up.
-func parse(b []byte) (message, error) {
-	var m message
+func Parse(b []byte) (Message, error) {
+	var m Message
 	if len(b) < headerSize+1+2+tagSize || len(b) > MaxDatagram || string(b[:len(magic)]) != magic {
-		return m, errMalformed
+		return m, ErrMalformed
 	}
 	p := b[len(magic):]
-	m.selfTest = p[0]&flagSelfTest != 0
-	m.lookFar = p[0]&flagLookFar != 0
-	m.sentUs = int64(binary.BigEndian.Uint64(p[1:9]))
-	copy(m.nonce[:], p[9:9+nonceSize])
-	p = p[9+nonceSize:]
+	m.SelfTest = p[0]&flagSelfTest != 0
+	m.LookFar = p[0]&flagLookFar != 0
+	m.SentUs = int64(binary.BigEndian.Uint64(p[1:9]))
+	copy(m.Nonce[:], p[9:9+NonceSize])
+	p = p[9+NonceSize:]
 	n := int(p[0])
 	if len(p) < 1+n+2 {
-		return m, errMalformed
+		return m, ErrMalformed
 	}
-	m.endpoint, p = string(p[1:1+n]), p[1+n:]
+	m.Endpoint, p = string(p[1:1+n]), p[1+n:]
 	n = int(binary.BigEndian.Uint16(p))
 	if len(p) != 2+n+tagSize {
-		return m, fmt.Errorf("%w: length", errMalformed)
+		return m, fmt.Errorf("%w: length", ErrMalformed)
 	}
-	m.scope = string(p[2 : 2+n])
+	m.Scope = string(p[2 : 2+n])
 	return m, nil
 }
 
-// verify checks b's tag with key in constant time.
-func verify(b, key []byte) bool {
+// Verify checks b's tag with key in constant time.
+func Verify(b, key []byte) bool {
 	if len(b) < tagSize {
 		return false
 	}
@@ -98,4 +107,11 @@ func verify(b, key []byte) bool {
 	mac := hmac.New(sha256.New, key)
 	mac.Write(body)
 	return hmac.Equal(mac.Sum(nil), tag)
+}
+
+// NewNonce returns a random nonce.
+func NewNonce() [NonceSize]byte {
+	var n [NonceSize]byte
+	_, _ = rand.Read(n[:]) // crypto/rand.Read never fails (Go 1.24+)
+	return n
 }

@@ -13,9 +13,11 @@
 //   - the low-frequency reconciliation backstop, or RequestReconcile;
 //
 // While another process's wakes are known to reach this one (SetQuiet),
-// the probe, the backstop and maintenance run on the much longer quiet
-// periods, and the probe becomes the source's QuietGeneration when it has
-// one. A quiet probe that sees a change after a whole period without a
+// the probe and the backstop run on the much longer quiet periods;
+// maintenance keeps its own period, since it repairs what no wake
+// announces. A quiet probe is the same probe as a normal one, so anything
+// claimable is found within one quiet probe period even when every wake
+// is lost. A quiet probe that sees a change after a whole period without a
 // single wake, and whose claim turn then finds work, leaves quiet mode: the
 // wake path is presumed broken until the next wake arrives.
 //   - a Maintainer's maintenance (Config.MaintainEvery) that reports it may
@@ -113,14 +115,6 @@ type Maintainer interface {
 	Maintain(ctx context.Context) (claimable bool, err error)
 }
 
-// QuietProber is an optional extension of a Source: the generation probe
-// used in quiet mode, cheaper than Generation because wakes announce the
-// changes Generation's extra reads would find (it must at least change
-// with every enqueue).
-type QuietProber interface {
-	QuietGeneration(ctx context.Context) (uint64, error)
-}
-
 // Defaults of Config's periods.
 const (
 	DefaultGenerationProbeEvery = 15 * time.Second
@@ -150,8 +144,9 @@ type Config struct {
 	// SetQuiet). Default 20m; negative disables probing in quiet mode. A
 	// period disabled in normal mode stays disabled in quiet mode.
 	QuietProbeEvery time.Duration
-	// QuietBackstopEvery replaces ReconcileEvery and MaintainEvery in
-	// quiet mode (either one negative stays disabled). Default 4h.
+	// QuietBackstopEvery replaces ReconcileEvery in quiet mode (a negative
+	// ReconcileEvery stays disabled). Maintenance keeps MaintainEvery in
+	// quiet mode. Default 4h.
 	QuietBackstopEvery time.Duration
 	// Logger receives lifecycle and error records. Default slog.Default().
 	Logger *slog.Logger
@@ -547,15 +542,14 @@ func (c *Controller) periods() loopPeriods {
 		return loopPeriods{c.cfg.GenerationProbeEvery, c.cfg.ReconcileEvery, c.cfg.MaintainEvery}
 	}
 	// A period disabled in normal mode stays disabled in quiet mode.
-	p := loopPeriods{c.cfg.QuietProbeEvery, c.cfg.QuietBackstopEvery, c.cfg.QuietBackstopEvery}
+	// Maintenance repairs what no wake announces (a key recorded without
+	// its wake, a stranded lane row): it keeps its period.
+	p := loopPeriods{c.cfg.QuietProbeEvery, c.cfg.QuietBackstopEvery, c.cfg.MaintainEvery}
 	if c.cfg.GenerationProbeEvery < 0 {
 		p.probe = c.cfg.GenerationProbeEvery
 	}
 	if c.cfg.ReconcileEvery < 0 {
 		p.reconcile = c.cfg.ReconcileEvery
-	}
-	if c.cfg.MaintainEvery < 0 {
-		p.maintain = c.cfg.MaintainEvery
 	}
 	return p
 }
@@ -577,9 +571,10 @@ func (c *Controller) armPeriods() {
 	}
 }
 
-// switchMode follows SetQuiet: a last probe in the old mode (a change it
-// finds makes a claim turn), then a baseline in the new one, then the
-// timers move to the new periods.
+// switchMode follows SetQuiet: one probe (a change it finds makes a claim
+// turn; what it read is the new mode's baseline, since both modes probe
+// alike), then the timers move to the new periods. A separate baseline
+// read after the probe would swallow a change committed between the two.
 func (c *Controller) switchMode(ctx context.Context) error {
 	want := c.quietWant.Load()
 	if want == c.quiet {
@@ -593,13 +588,6 @@ func (c *Controller) switchMode(ctx context.Context) error {
 	c.quiet, c.probeFound = want, false
 	if want {
 		c.quietEntries.Add(1)
-	}
-	if c.probing() {
-		g, err := c.generationNow(ctx)
-		if err != nil {
-			return fmt.Errorf("controller: generation baseline: %w", err)
-		}
-		c.generation = g
 	}
 	c.armPeriods()
 	if want {
@@ -617,12 +605,9 @@ func (c *Controller) switchMode(ctx context.Context) error {
 // probing reports whether the current mode probes at all.
 func (c *Controller) probing() bool { return c.periods().probe > 0 }
 
-// generationNow reads the current mode's generation.
+// generationNow reads the generation (the same probe in both modes).
 func (c *Controller) generationNow(ctx context.Context) (uint64, error) {
 	c.probes.Add(1)
-	if qp, ok := c.src.(QuietProber); ok && c.quiet {
-		return qp.QuietGeneration(ctx)
-	}
 	return c.src.Generation(ctx)
 }
 

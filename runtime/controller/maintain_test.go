@@ -155,3 +155,23 @@ func TestNegativeMaintainEveryDisablesMaintenance(t *testing.T) {
 	h.advance(30*time.Minute, time.Minute)
 	h.wantCounts(map[string]int{"ready": 1, "reconcile": 1, "claim": 1, "next_work_at": 1})
 }
+
+// Maintenance repairs what no wake announces (a key recorded without its
+// wake, a stranded lane row), so quiet mode does not stretch it: an hour in
+// quiet mode runs it every MaintainEvery, while the probe and the backstop
+// follow the quiet periods.
+func TestMaintenanceKeepsItsPeriodInQuietMode(t *testing.T) {
+	h, m := newMaintainHarness(t, controller.Config{MaintainEvery: maintainEvery}, nil)
+	h.run()
+	h.settle()
+	h.ctrl.SetQuiet(true)
+	h.settle()
+	before := h.src.Count("generation")
+	h.advance(time.Hour, 10*time.Second)
+	if got := len(m.runs()); got != 30 {
+		t.Fatalf("maintenance ran %d times in a quiet hour, want 30 (every %s)", got, maintainEvery)
+	}
+	if got := h.src.Count("generation") - before; got != 3 {
+		t.Fatalf("%d probes in a quiet hour, want 3 (every %s)", got, controller.DefaultQuietProbeEvery)
+	}
+}

@@ -1,32 +1,20 @@
 package controller_test
 
 import (
-	"context"
 	"testing"
 	"time"
 
 	"github.com/laneq/laneq/runtime/controller"
 )
 
-// quietSource adds QuietGeneration (recorded as "quiet_generation") to the
-// counting source; it reads the same generation value.
-type quietSource struct{ *countingSource }
-
-func (s quietSource) QuietGeneration(ctx context.Context) (uint64, error) {
-	s.record("quiet_generation")
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.gen, nil
-}
-
 func newQuietHarness(t *testing.T, cfg controller.Config, tweak func(*countingSource)) *harness {
-	return newHarnessOf(t, cfg, tweak, func(s *countingSource) controller.Source { return quietSource{s} })
+	return newHarness(t, cfg, tweak)
 }
 
-// Entering quiet mode probes once more in the normal mode (nothing it
-// would find is lost), takes a quiet baseline, and from then on probes
-// with QuietGeneration every QuietProbeEvery and reconciles every
-// QuietBackstopEvery: an idle hour costs three quiet probes, nothing else.
+// Entering quiet mode probes once (nothing it would find is lost; what it
+// read is the baseline), and from then on probes (the same probe) every
+// QuietProbeEvery and reconciles every QuietBackstopEvery: an idle hour
+// costs three probes, nothing else.
 func TestQuietModeStretchesThePeriods(t *testing.T) {
 	h := newQuietHarness(t, controller.Config{ReconcileEvery: time.Minute}, nil)
 	h.run()
@@ -34,17 +22,17 @@ func TestQuietModeStretchesThePeriods(t *testing.T) {
 	h.ctrl.SetQuiet(true)
 	h.settle()
 	// ... and looks up the next work again, as far as the quiet backstop.
-	want := map[string]int{"ready": 1, "generation": 2, "quiet_generation": 1, "reconcile": 1, "claim": 1, "next_work_at": 2}
+	want := map[string]int{"ready": 1, "generation": 2, "reconcile": 1, "claim": 1, "next_work_at": 2}
 	h.wantCounts(want)
 	if st := h.ctrl.Stats(); st.QuietEntries != 1 || !h.ctrl.Quiet() {
 		t.Fatalf("not quiet: %+v", st)
 	}
 	h.advance(time.Hour, 15*time.Second)
-	want["quiet_generation"] += 3
+	want["generation"] += 3
 	h.wantCounts(want)
 	// The quiet backstop at four hours reconciles once, with its claim pass.
 	h.advance(3*time.Hour, time.Minute)
-	want["quiet_generation"] += 9
+	want["generation"] += 9
 	want["reconcile"]++
 	want["claim"]++
 	want["next_work_at"]++
@@ -112,7 +100,7 @@ func TestQuietModeKeepsDisabledPeriodsDisabled(t *testing.T) {
 }
 
 func TestQuietBackstopCannotBeDisabled(t *testing.T) {
-	if _, err := controller.New(quietSource{newCountingSource(nil)}, controller.Config{QuietBackstopEvery: -1}); err == nil {
+	if _, err := controller.New(newCountingSource(nil), controller.Config{QuietBackstopEvery: -1}); err == nil {
 		t.Fatal("a disabled quiet backstop was accepted")
 	}
 }
@@ -149,5 +137,31 @@ func TestQuietLookAhead(t *testing.T) {
 	}
 	if st := h.ctrl.Stats(); st.FarLookups != 3 {
 		t.Fatalf("%d far lookups, want 3", st.FarLookups)
+	}
+}
+
+// A change committed just after the probe that switches modes is found by
+// the next quiet probe: the switch's probe is the baseline, no second read
+// (which would see the change and swallow it) follows it. Found by
+// TestAllWakesLostStillBounded: an enqueue right after the worker turned
+// quiet waited for nothing but its claim turn, which never came.
+func TestChangeRightAfterTheSwitchIsFound(t *testing.T) {
+	h := newQuietHarness(t, controller.Config{}, nil)
+	h.run()
+	h.settle()
+	switchRead := h.src.Count("generation") + 1
+	h.src.mu.Lock()
+	h.src.afterGeneration = func(n int) {
+		if n == switchRead {
+			h.src.SetGeneration(42) // committed between the switch's read and any later one
+		}
+	}
+	h.src.mu.Unlock()
+	h.ctrl.SetQuiet(true)
+	h.settle()
+	claims := h.src.Count("claim")
+	h.advance(controller.DefaultQuietProbeEvery, time.Minute)
+	if got := h.src.Count("claim") - claims; got != 1 {
+		t.Fatalf("%d claim turns after the quiet probe, want 1 for the change", got)
 	}
 }

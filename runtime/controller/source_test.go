@@ -25,6 +25,9 @@ type countingSource struct {
 	nextWorkAt func(n int) (time.Time, bool, error)
 	// onClaim runs inside Claim before its result (n is the claim's number).
 	onClaim func(ctx context.Context, n int)
+	// afterGeneration runs after Generation read its value (n is the
+	// read's number): a change it makes lands between two reads.
+	afterGeneration func(n int)
 }
 
 func newCountingSource(c *clock.Fake) *countingSource {
@@ -103,10 +106,14 @@ func (s *countingSource) NextWorkAt(context.Context) (time.Time, bool, error) {
 }
 
 func (s *countingSource) Generation(context.Context) (uint64, error) {
-	s.record("generation")
+	n := s.record("generation")
 	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.gen, nil
+	g, after := s.gen, s.afterGeneration
+	s.mu.Unlock()
+	if after != nil {
+		after(n)
+	}
+	return g, nil
 }
 
 func (s *countingSource) Capacity(bool) int {

@@ -5,11 +5,11 @@
 // A Hub is one process's UDP socket. A worker Subscribes its scope: the
 // hub registers a wake endpoint (a wake_endpoint row: address, a fresh
 // HMAC key, an expiry renewed every TTL/3) and checks with a self-test
-// datagram that its advertised address reaches it. After a commit that
-// made work claimable (an enqueue through a watched Queue, or a worker's
-// Publish after promotions, releases and dependency wakes) the hub sends
-// one small tagged datagram to each live endpoint of the scope, other than
-// its own. Bursts coalesce on both ends: a sender sends a scope's
+// datagram that its advertised address reaches it. After every commit
+// that made work claimable through a Queue it watches (the Queue announces
+// each one itself: see workqueue.Announcement) the hub sends one small
+// tagged datagram to each live endpoint of the scope, other than its own.
+// A Queue no hub watches sends the same datagrams itself. Bursts coalesce on both ends: a sender sends a scope's
 // endpoints at most one datagram per CoalesceEvery, a receiver delivers at
 // most MaxWakesPerSecond wakes per subscription, folding the rest into one
 // trailing wake, so nothing is lost and nothing piles up.
@@ -45,6 +45,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/laneq/laneq/internal/wakewire"
 	"github.com/laneq/laneq/runtime/clock"
 	"github.com/laneq/laneq/runtime/workqueue"
 )
@@ -54,8 +55,8 @@ const (
 	DefaultListen            = "127.0.0.1:0"
 	DefaultTTL               = 6 * time.Hour
 	DefaultWindow            = time.Minute
-	DefaultEndpointCacheTTL  = 5 * time.Second
-	DefaultCoalesceEvery     = 10 * time.Millisecond
+	DefaultEndpointCacheTTL  = wakewire.DefaultEndpointCacheTTL
+	DefaultCoalesceEvery     = wakewire.DefaultCoalesceEvery
 	DefaultMaxWakesPerSecond = 100
 	DefaultSelfTestTimeout   = 2 * time.Second
 )
@@ -155,7 +156,7 @@ var ErrClosed = errors.New("wake: hub closed")
 
 // Stats counts what a hub did since it was built.
 type Stats struct {
-	Publishes      uint64 // Publish calls (commits announced)
+	Publishes      uint64 // announcements (commits announced, Publish calls)
 	Sent           uint64 // datagrams sent
 	SendErrors     uint64 // datagrams the socket refused (unreachable, bad address)
 	EndpointReads  uint64 // endpoint list reads from the database
@@ -166,6 +167,9 @@ type Stats struct {
 	// Rejected datagrams, by reason.
 	Malformed, UnknownEndpoint, BadTag, OutsideWindow, Replayed uint64
 	Renewals, RenewalErrors, Reregistrations                    uint64
+	// Scopes is how many scopes the sender keeps state for: the ones
+	// announced lately, not every scope ever announced.
+	Scopes int
 }
 
 // Hub is one process's wake socket: it publishes and receives wakes for
@@ -189,16 +193,16 @@ type Hub struct {
 	subs    map[string]*Subscription // endpoint id -> subscription
 	watched map[*workqueue.Queue]func()
 
-	pub publisher
+	pub *wakewire.Publisher // the one sender implementation (a Queue's own is another instance)
 	rx  receiver
 	st  stats
 }
 
 type stats struct {
-	publishes, sent, sendErrors, endpointReads, endpointErrors atomic.Uint64
-	received, delivered, selfTests                             atomic.Uint64
-	malformed, unknown, badTag, outside, replayed              atomic.Uint64
-	renewals, renewalErrors, reregistrations                   atomic.Uint64
+	sendErrors                                    atomic.Uint64 // self-tests the socket refused
+	received, delivered, selfTests                atomic.Uint64
+	malformed, unknown, badTag, outside, replayed atomic.Uint64
+	renewals, renewalErrors, reregistrations      atomic.Uint64
 }
 
 // New binds the hub's socket and starts it. It announces enqueues that
@@ -246,12 +250,18 @@ func New(q *workqueue.Queue, cfg Config) (*Hub, error) {
 	}
 	h.idPrefix = hex.EncodeToString(id[:])
 	h.ctx, h.cancel = context.WithCancel(context.Background())
-	h.pub.init(h)
+	h.pub = wakewire.NewPublisher(wakewire.PublisherConfig{
+		List: func(ctx context.Context, scope string) ([]wakewire.Endpoint, error) {
+			eps, err := q.WakeEndpoints(ctx, scope)
+			return workqueue.WireEndpoints(eps), err
+		},
+		Conn: conn, Skip: h.owns, EndpointCacheTTL: cfg.EndpointCacheTTL, CoalesceEvery: cfg.CoalesceEvery,
+		Clock: cfg.Clock, Logger: cfg.Logger,
+	})
 	h.rx.init()
 	h.wg.Add(2)
 	go h.receiveLoop()
 	go h.keepLoop()
-	go h.pub.loop()
 	h.Watch(q)
 	h.log.Info("wake hub listening", "listen", bound.String(), "advertise", h.advertise)
 	return h, nil
@@ -260,48 +270,43 @@ func New(q *workqueue.Queue, cfg Config) (*Hub, error) {
 // Advertised is the address other processes send this hub's wakes to.
 func (h *Hub) Advertised() string { return h.advertise }
 
-// Watch announces every enqueue that commits through q (Enqueue, a Tx,
-// InTx, Replay) to the scope's other processes. Watching a Queue twice
-// changes nothing. New watches its own Queue.
+// Watch makes the hub carry every announcement of q (see
+// workqueue.Announcement: enqueues, satisfied dependencies, promotions,
+// releases, retries, replays, ...) to the scope's other processes, in
+// place of q's own publisher, until Close; the hub's own endpoints are
+// skipped, since its workers hear q's announcements in-process. Watching
+// a Queue twice changes nothing. New watches its own Queue.
 func (h *Hub) Watch(q *workqueue.Queue) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if h.closed || h.watched[q] != nil {
 		return
 	}
-	h.watched[q] = q.OnEnqueuedAny(func(n workqueue.EnqueueNotice) {
-		if n.Delayed {
-			h.PublishLookFar(n.Scope)
-		} else {
-			h.Publish(n.Scope)
-		}
-	})
+	h.watched[q] = q.AttachAnnouncer(h)
 }
+
+// Announce is workqueue.Announcer: Publish, or PublishLookFar.
+func (h *Hub) Announce(a workqueue.Announcement) { h.pub.Mark(a.Scope, a.LookFar) }
 
 // Publish announces that work may be claimable in scope now (after the
 // commit that made it so). It never blocks: the datagrams go out from the
-// hub's sender, coalesced with other announcements of the scope.
-func (h *Hub) Publish(scope string) {
-	h.st.publishes.Add(1)
-	h.pub.mark(scope, false)
-}
+// hub's sender, coalesced with other announcements of the scope. A
+// watched Queue publishes by itself; call it for rows written by other
+// means.
+func (h *Hub) Publish(scope string) { h.pub.Mark(scope, false) }
 
-// PublishLookFar is Publish for work that becomes claimable later: a
-// delayed enqueue, or a stopping worker's scheduled retries, which only
-// its own timers knew. The receivers also look for the scope's next due
-// time as far as their backstop (a quiet worker otherwise looks only as
-// far as the normal backstop period after a claim turn).
-func (h *Hub) PublishLookFar(scope string) {
-	h.st.publishes.Add(1)
-	h.pub.mark(scope, true)
-}
+// PublishLookFar is Publish for work that becomes claimable later: the
+// receivers also look for the scope's next due time as far as their
+// backstop (a quiet worker otherwise looks only as far as the normal
+// backstop period after a claim turn).
+func (h *Hub) PublishLookFar(scope string) { h.pub.Mark(scope, true) }
 
 // Stats returns the counters.
 func (h *Hub) Stats() Stats {
-	s := &h.st
+	s, p := &h.st, h.pub.Stats()
 	return Stats{
-		Publishes: s.publishes.Load(), Sent: s.sent.Load(), SendErrors: s.sendErrors.Load(),
-		EndpointReads: s.endpointReads.Load(), EndpointErrors: s.endpointErrors.Load(),
+		Publishes: p.Publishes, Sent: p.Sent, SendErrors: p.SendErrors + s.sendErrors.Load(),
+		EndpointReads: p.EndpointReads, EndpointErrors: p.EndpointErrors, Scopes: p.Scopes,
 		Received: s.received.Load(), Delivered: s.delivered.Load(), SelfTests: s.selfTests.Load(),
 		Malformed: s.malformed.Load(), UnknownEndpoint: s.unknown.Load(), BadTag: s.badTag.Load(),
 		OutsideWindow: s.outside.Load(), Replayed: s.replayed.Load(),
@@ -334,8 +339,7 @@ func (h *Hub) Close() error {
 	for _, s := range subs {
 		errs = append(errs, s.Close())
 	}
-	close(h.pub.stop) // announcements made before Close still go out
-	<-h.pub.done
+	h.pub.Close() // announcements made before Close still go out
 	h.cancel()
 	errs = append(errs, h.conn.Close())
 	h.wg.Wait()

@@ -4,16 +4,18 @@ import (
 	"errors"
 	"net"
 	"time"
+
+	"github.com/laneq/laneq/internal/wakewire"
 )
 
 // receiver remembers the nonces of accepted datagrams for twice the
 // window, so a replayed datagram is refused while its time is acceptable.
 type receiver struct {
-	seen      map[[nonceSize]byte]time.Time // nonce -> forget after
+	seen      map[[wakewire.NonceSize]byte]time.Time // nonce -> forget after
 	lastPrune time.Time
 }
 
-func (r *receiver) init() { r.seen = map[[nonceSize]byte]time.Time{} }
+func (r *receiver) init() { r.seen = map[[wakewire.NonceSize]byte]time.Time{} }
 
 // maxSeen bounds the nonce memory. Only datagrams with a valid tag enter
 // it, and a sender sends each endpoint at most one per CoalesceEvery, so
@@ -24,7 +26,7 @@ const maxSeen = 1 << 16
 
 func (h *Hub) receiveLoop() {
 	defer h.wg.Done()
-	buf := make([]byte, MaxDatagram+1)
+	buf := make([]byte, wakewire.MaxDatagram+1)
 	for {
 		n, _, err := h.conn.ReadFromUDP(buf)
 		if err != nil {
@@ -40,42 +42,42 @@ func (h *Hub) receiveLoop() {
 
 // accept checks one datagram and queues its wake.
 func (h *Hub) accept(b []byte) {
-	m, err := parse(b)
+	m, err := wakewire.Parse(b)
 	if err != nil {
 		h.st.malformed.Add(1)
 		return
 	}
 	h.mu.Lock()
-	s := h.subs[m.endpoint]
+	s := h.subs[m.Endpoint]
 	h.mu.Unlock()
-	if s == nil || s.scope != m.scope {
+	if s == nil || s.scope != m.Scope {
 		h.st.unknown.Add(1)
 		return
 	}
-	if !verify(b, s.ep.Key) {
+	if !wakewire.Verify(b, s.ep.Key) {
 		h.st.badTag.Add(1)
 		return
 	}
 	now := time.Now()
-	sent := time.UnixMicro(m.sentUs)
+	sent := time.UnixMicro(m.SentUs)
 	if d := now.Sub(sent); d > h.cfg.Window || d < -h.cfg.Window {
 		h.st.outside.Add(1)
 		return
 	}
-	if !h.rx.firstSight(m.nonce, now, h.cfg.Window) {
+	if !h.rx.firstSight(m.Nonce, now, h.cfg.Window) {
 		h.st.replayed.Add(1)
 		return
 	}
-	if m.selfTest {
+	if m.SelfTest {
 		h.st.selfTests.Add(1)
 		s.setState(func() { s.selfTested = true })
 		return
 	}
-	s.wake(m.lookFar)
+	s.wake(m.LookFar)
 }
 
 // firstSight records nonce and reports whether it was new.
-func (r *receiver) firstSight(nonce [nonceSize]byte, now time.Time, window time.Duration) bool {
+func (r *receiver) firstSight(nonce [wakewire.NonceSize]byte, now time.Time, window time.Duration) bool {
 	if now.Sub(r.lastPrune) > window || len(r.seen) >= maxSeen {
 		for k, until := range r.seen {
 			if now.After(until) {

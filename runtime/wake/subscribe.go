@@ -9,6 +9,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/laneq/laneq/internal/wakewire"
 	"github.com/laneq/laneq/runtime/workqueue"
 )
 
@@ -21,9 +22,12 @@ type Handlers struct {
 	// far as the backstop.
 	Wake func(lookFar bool)
 	// Health: whether other processes can wake this one now. True once
-	// the self-test datagram came back through the advertised address and
-	// the endpoint is registered; false when the self-test timed out or a
-	// renewal failed (until a later renewal succeeds). It is called with
+	// the self-test datagram came back through the advertised address,
+	// the endpoint is registered, and it has been for EndpointCacheTTL
+	// (a sender that read the scope's endpoints just before the
+	// registration reuses that list that long: until then its commits
+	// do not reach this endpoint); false when the self-test timed out or
+	// a renewal failed (until a later renewal succeeds). It is called with
 	// the subscription's lock held, so it must not call the subscription.
 	Health func(healthy bool)
 }
@@ -43,6 +47,7 @@ type Subscription struct {
 	mu         sync.Mutex
 	registered bool // the row is known to exist (false after a failed renewal)
 	selfTested bool
+	known      bool // registered EndpointCacheTTL ago: every sender's endpoint list has it
 	healthy    bool
 	lookFar    atomic.Bool // a pending wake asked to look far
 }
@@ -97,7 +102,24 @@ func (h *Hub) Subscribe(ctx context.Context, scope string, on Handlers) (*Subscr
 	s.mu.Unlock()
 	go s.deliverLoop()
 	h.selfTest(s)
+	h.wg.Add(1)
+	go s.becomeKnown()
 	return s, nil
+}
+
+// becomeKnown marks the endpoint known to every sender once their cached
+// endpoint lists (EndpointCacheTTL) were all read after its registration.
+func (s *Subscription) becomeKnown() {
+	defer s.h.wg.Done()
+	t := s.h.cfg.Clock.NewTimer()
+	defer t.Stop()
+	t.Reset(s.h.cfg.EndpointCacheTTL)
+	select {
+	case <-t.C():
+		s.setState(func() { s.known = true })
+	case <-s.stop:
+	case <-s.h.ctx.Done():
+	}
 }
 
 // EndpointID is the subscription's wake_endpoint id.
@@ -118,7 +140,7 @@ func (s *Subscription) setState(update func()) {
 	defer s.mu.Unlock()
 	was := s.healthy
 	update()
-	s.healthy = s.registered && s.selfTested
+	s.healthy = s.registered && s.selfTested && s.known
 	if s.healthy != was {
 		s.h.log.Info("wake endpoint health changed", "scope", s.scope, "endpoint", s.ep.ID, "healthy", s.healthy)
 		s.on.Health(s.healthy)
@@ -129,7 +151,7 @@ func (s *Subscription) setState(update func()) {
 // turns true when it arrives (receiveLoop), and a timer reports false if
 // it does not arrive in time. The caller counted the timer in h.wg.
 func (h *Hub) selfTest(s *Subscription) {
-	b := message{selfTest: true, sentUs: time.Now().UnixMicro(), nonce: newNonce(), endpoint: s.ep.ID, scope: s.scope}.append(nil, s.ep.Key)
+	b := wakewire.Message{SelfTest: true, SentUs: time.Now().UnixMicro(), Nonce: wakewire.NewNonce(), Endpoint: s.ep.ID, Scope: s.scope}.Append(nil, s.ep.Key)
 	if _, err := h.conn.WriteToUDP(b, h.self); err != nil {
 		h.st.sendErrors.Add(1)
 		h.log.Warn("wake self-test could not be sent: other processes cannot wake this one; it keeps probing", "advertise", h.advertise, "err", err)
@@ -268,9 +290,3 @@ func (h *Hub) keepLoop() {
 
 // RenewRetry is how soon a failed renewal is tried again.
 const RenewRetry = 30 * time.Second
-
-func newNonce() [nonceSize]byte {
-	var n [nonceSize]byte
-	_, _ = rand.Read(n[:]) // crypto/rand.Read never fails (Go 1.24+)
-	return n
-}

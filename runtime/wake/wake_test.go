@@ -13,6 +13,7 @@ import (
 
 	"github.com/laneq/laneq/internal/queuetest"
 	"github.com/laneq/laneq/internal/tidbtest"
+	"github.com/laneq/laneq/internal/wakewire"
 	"github.com/laneq/laneq/runtime/clock"
 	"github.com/laneq/laneq/runtime/workqueue"
 )
@@ -194,25 +195,25 @@ func TestForgedAndReplayedWakesAreRefused(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	valid := func(at time.Time) message {
-		return message{sentUs: at.UnixMicro(), nonce: newNonce(), endpoint: s.ep.ID, scope: scope}
+	valid := func(at time.Time) wakewire.Message {
+		return wakewire.Message{SentUs: at.UnixMicro(), Nonce: wakewire.NewNonce(), Endpoint: s.ep.ID, Scope: scope}
 	}
 	wrongKey := make([]byte, 32)
 	send([]byte("hello"))
-	send(make([]byte, MaxDatagram+100))
-	send(valid(time.Now()).append(nil, wrongKey))
-	tampered := valid(time.Now()).append(nil, s.ep.Key)
-	tampered[len(magic)+1] ^= 1 // the send time
+	send(make([]byte, wakewire.MaxDatagram+100))
+	send(valid(time.Now()).Append(nil, wrongKey))
+	tampered := valid(time.Now()).Append(nil, s.ep.Key)
+	tampered[len("LQW1")+1] ^= 1 // the send time
 	send(tampered)
 	unknown := valid(time.Now())
-	unknown.endpoint = "not-an-endpoint"
-	send(unknown.append(nil, s.ep.Key))
+	unknown.Endpoint = "not-an-endpoint"
+	send(unknown.Append(nil, s.ep.Key))
 	otherScope := valid(time.Now())
-	otherScope.scope = "another-scope"
-	send(otherScope.append(nil, s.ep.Key))
-	send(valid(time.Now().Add(-2*DefaultWindow)).append(nil, s.ep.Key))
-	send(valid(time.Now().Add(2*DefaultWindow)).append(nil, s.ep.Key))
-	captured := valid(time.Now()).append(nil, s.ep.Key)
+	otherScope.Scope = "another-scope"
+	send(otherScope.Append(nil, s.ep.Key))
+	send(valid(time.Now().Add(-2*DefaultWindow)).Append(nil, s.ep.Key))
+	send(valid(time.Now().Add(2*DefaultWindow)).Append(nil, s.ep.Key))
+	captured := valid(time.Now()).Append(nil, s.ep.Key)
 	for range 200 {
 		send(captured)
 	}
@@ -277,7 +278,7 @@ func TestWakeStormIsCoalescedOnBothEnds(t *testing.T) {
 	floodStart := time.Now()
 	var b []byte
 	for range 5_000 {
-		b = message{sentUs: time.Now().UnixMicro(), nonce: newNonce(), endpoint: s.ep.ID, scope: scope}.append(b[:0], s.ep.Key)
+		b = wakewire.Message{SentUs: time.Now().UnixMicro(), Nonce: wakewire.NewNonce(), Endpoint: s.ep.ID, Scope: scope}.Append(b[:0], s.ep.Key)
 		if _, err := out.Write(b); err != nil {
 			t.Fatal(err)
 		}
@@ -515,16 +516,25 @@ func TestSelfTestAndRenewal(t *testing.T) {
 	})
 	t.Run("renewal re-registers", func(t *testing.T) {
 		fc := clock.NewFake(time.Now())
+		start := fc.Now()
 		h := newHub(t, qa, Config{TTL: 30 * time.Second, Clock: fc})
 		l := newListener()
 		s := subscribe(t, ctx, h, l)
+		waitFor(t, func() bool { return h.Stats().SelfTests == 1 })
+		if s.Healthy() {
+			t.Fatal("healthy before every sender's endpoint cache could have read the registration")
+		}
+		if !fc.WaitArmed(start.Add(DefaultEndpointCacheTTL), 30*time.Second) {
+			t.Fatal("the endpoint-known timer was not armed")
+		}
+		fc.Advance(DefaultEndpointCacheTTL)
 		l.waitHealth(t, true)
 		exec("DELETE FROM wake_endpoint WHERE endpoint_id = ?", s.EndpointID())
-		next := fc.Now().Add(10 * time.Second)
+		next := start.Add(10 * time.Second)
 		if !fc.WaitArmed(next, 30*time.Second) {
 			t.Fatal("the renewal timer was not armed")
 		}
-		fc.Advance(10 * time.Second)
+		fc.Advance(next.Sub(fc.Now()))
 		waitFor(t, func() bool { return h.Stats().Reregistrations == 1 })
 		eps, err := qa.WakeEndpoints(ctx, scope)
 		if err != nil {
@@ -579,4 +589,31 @@ func TestListenOnEveryInterfaceAdvertiseOne(t *testing.T) {
 	hb.Publish(scope)
 	l.waitWake(t)
 	t.Logf("listening on %s, advertised and woken at %s", ha.conn.LocalAddr(), ha.Advertised())
+}
+
+// A sender that read the scope's endpoints just before a new endpoint
+// registered keeps that list for its EndpointCacheTTL: the new endpoint
+// reports healthy (and its worker goes quiet) only once that time has
+// passed, so the first commit it is quiet for reaches it. The sender here
+// is a Queue without a hub (its own publisher), as in a producer process.
+func TestHealthyOnlyOnceSendersCachesHaveIt(t *testing.T) {
+	ctx := context.Background()
+	const cacheTTL = 300 * time.Millisecond
+	qa, db, _ := queuetest.New(t, workqueue.Config{}, scope)
+	sender, err := workqueue.New(db, workqueue.Config{Announce: workqueue.AnnounceConfig{EndpointCacheTTL: cacheTTL}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = sender.Close() })
+	sender.Announce(scope, false) // reads the endpoints: none yet
+	waitFor(t, func() bool { return sender.AnnounceStats().EndpointReads == 1 })
+	h := newHub(t, qa, Config{EndpointCacheTTL: cacheTTL})
+	l := newListener()
+	subscribe(t, ctx, h, l)
+	l.waitHealth(t, true)
+	sender.Announce(scope, false)
+	l.waitWake(t)
+	if st := sender.AnnounceStats(); st.EndpointReads != 2 || st.Sent != 1 {
+		t.Fatalf("sender %+v, want a second endpoint read and one datagram", st)
+	}
 }

@@ -30,9 +30,6 @@ func (b backend) Claim(ctx context.Context, reqs []scheduler.Request) []schedule
 	out := make([]scheduler.ClaimResult[*workqueue.Claimed], len(reqs))
 	for i, r := range results {
 		w.metrics.claimed(ctx, reqs[i], r.Items, r.Stats, took)
-		if r.Stats.ExpiredToDead > 0 {
-			w.announce() // their lane followers were promoted
-		}
 		if h := w.cfg.Hooks; h != nil && h.AfterClaim != nil {
 			for _, c := range r.Items {
 				h.AfterClaim(c)
@@ -109,7 +106,6 @@ func (b backend) Finish(ctx context.Context, cp *workqueue.Claimed, outcome erro
 		h.BeforeFinish(c, outcome)
 	}
 	var (
-		fin  workqueue.Finished
 		err  error
 		kind string
 		wait *DependencyWait
@@ -117,27 +113,22 @@ func (b backend) Finish(ctx context.Context, cp *workqueue.Claimed, outcome erro
 	switch {
 	case errors.As(outcome, &wait) && wait.Dependency.Validate() == nil:
 		kind = "waiting"
-		var runnable bool
-		runnable, err = w.q.Wait(ctx, c, wait.Dependency)
-		if runnable {
-			w.announce()
-		}
+		_, err = w.q.Wait(ctx, c, wait.Dependency) // a runnable item is announced by the queue
 	case outcome == nil && w.complete != nil:
 		kind = "completed" // group-committed; the batch wakes the controller for followers it promoted
 		err = w.complete.do(ctx, c.Lease)
 	case outcome == nil:
 		kind = "completed"
-		fin, err = w.q.Complete(ctx, c.Lease)
+		_, err = w.q.Complete(ctx, c.Lease)
 	case errors.Is(outcome, ErrSkip):
 		kind = "skipped"
-		fin, err = w.q.Skip(ctx, c.Lease)
+		_, err = w.q.Skip(ctx, c.Lease)
 	case errors.Is(outcome, scheduler.ErrShutdown) || errors.Is(outcome, scheduler.ErrNotStarted):
 		kind = "released"
 		err = w.q.Release(ctx, c.Lease)
 	default:
 		var out workqueue.FailOutcome
 		out, err = w.q.Fail(ctx, c, failureOf(outcome), outcome)
-		fin = out.Finished
 		kind = "retried"
 		if out.Dead {
 			kind = "dead"
@@ -156,9 +147,8 @@ func (b backend) Finish(ctx context.Context, cp *workqueue.Claimed, outcome erro
 		w.log.Warn("finishing an item failed", "work_id", c.WorkID, "outcome", kind, "err", err)
 		return fmt.Errorf("worker: %s work %d: %w", kind, c.WorkID, err)
 	}
-	if fin.Promoted > 0 || fin.PromotionsUnknown || kind == "released" {
-		w.announce()
-	}
+	// Promoted followers, a released item and a retry were announced by
+	// the queue itself (see workqueue.Announcement).
 	return nil
 }
 

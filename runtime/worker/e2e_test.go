@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"os/exec"
 	"strconv"
@@ -41,6 +42,9 @@ const (
 	helperClockScaleEnv = "LANEQ_WORKER_HELPER_CLOCK_SCALE"
 	helperDefaultsEnv   = "LANEQ_WORKER_HELPER_DEFAULTS"
 	helperStampEnv      = "LANEQ_WORKER_HELPER_STAMP"
+	// helperDebugEnv logs the worker at debug level to stderr (shown when
+	// a test fails on the helper).
+	helperDebugEnv = "LANEQ_WORKER_HELPER_DEBUG"
 )
 
 // helperReport is what a worker process prints after an idle window.
@@ -80,14 +84,18 @@ func runHelperProcess() int {
 	if err != nil {
 		return fail(err)
 	}
-	cfg, err := worker.Config{Scope: os.Getenv(helperScopeEnv), Owner: os.Getenv(helperEnv), Logger: quiet}.FromEnv()
+	logger := quiet
+	if os.Getenv(helperDebugEnv) != "" {
+		logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	}
+	cfg, err := worker.Config{Scope: os.Getenv(helperScopeEnv), Owner: os.Getenv(helperEnv), Logger: logger}.FromEnv()
 	if err != nil {
 		return fail(err)
 	}
 	// No item here waits on a dependency, and the safety pass (every 2m by
 	// default) would land in the idle window whenever a slow server makes
 	// the drain take longer than its period.
-	if os.Getenv(helperDefaultsEnv) == "" {
+	if os.Getenv(helperDefaultsEnv) == "" && os.Getenv(worker.EnvDependencySafetyEvery) == "" {
 		cfg.Controller.MaintainEvery = -1
 	}
 	if v := os.Getenv(helperClockScaleEnv); v != "" {

@@ -56,19 +56,13 @@ func (s source) NextWorkAt(ctx context.Context) (time.Time, bool, error) {
 	return s.w.clock.Now().Add(next.In), true, nil
 }
 
-// Generation is the claimer's probe: the scope's admission state and the
-// first claimable row of every class this worker serves, so work another
-// process made claimable is noticed within one probe period.
+// Generation is the claimer's probe, in both modes: the scope's admission
+// state, the first claimable row and the first expired lease of every
+// class this worker serves, so work another process made claimable is
+// noticed within one probe period (the quiet one while wakes are healthy)
+// even when every wake is lost.
 func (s source) Generation(ctx context.Context) (uint64, error) {
 	return s.w.claimer.Probe(ctx, s.w.classes, s.w.types)
-}
-
-// QuietGeneration is the probe while wakes are healthy: the scope row
-// alone (its enqueue ordinal moves with every enqueue). Promotions,
-// releases and dependency wakes are announced by wakes; if one is lost,
-// the quiet backstop's claim turn finds it.
-func (s source) QuietGeneration(ctx context.Context) (uint64, error) {
-	return s.w.q.Generation(ctx, s.w.cfg.Scope)
 }
 
 func (s source) Capacity(continuation bool) int { return s.w.sched.Capacity(continuation) }
@@ -88,31 +82,34 @@ func (w *Worker) claimError(won int, err error) error {
 }
 
 // Maintain runs the controller's maintenance (every
-// Controller.MaintainEvery): one dependency safety pass, which wakes
-// waiters whose key a producer satisfied without waking them and settles
-// registrations a crashed worker left, and one page of lane recovery
-// (workqueue.Queue.RecoverLanes), which promotes blocked rows that nothing
-// ahead of them holds back any more. Either one that made work claimable,
-// or may have, asks for a claim turn; a failed pass keeps its cursor and is
-// run again after a backoff.
+// Controller.MaintainEvery, in quiet mode too): one dependency safety
+// pass, which wakes waiters whose key a producer satisfied without waking
+// them and settles registrations a crashed worker left, and one page of
+// lane recovery (workqueue.Queue.RecoverLanes), which promotes blocked
+// rows that nothing ahead of them holds back any more. Each runs whatever
+// the other did: a failing sweep does not hold lane recovery back. Either
+// one that made work claimable, or may have, asks for a claim turn (and
+// was announced by the queue); a failed pass keeps its cursor and is run
+// again after a backoff.
 func (s source) Maintain(ctx context.Context) (bool, error) {
-	st, err := s.w.sweep.Pass(ctx)
+	st, sweepErr := s.w.sweep.Pass(ctx)
 	s.w.metrics.swept(ctx, st)
 	if st.Woken > 0 {
 		s.w.log.Warn("dependency safety pass woke waiters a producer did not wake", "woken", st.Woken, "probed", st.Probed)
 	}
-	if err != nil {
-		return st.Claimable(), fmt.Errorf("dependency safety pass: %w", err)
+	if sweepErr != nil {
+		sweepErr = fmt.Errorf("dependency safety pass: %w", sweepErr)
 	}
-	lanes, err := s.w.q.RecoverLanes(ctx, s.w.cfg.Scope, s.w.laneCursor, laneRecoveryPage)
-	s.w.laneCursor = lanes.Next
+	lanes, laneErr := s.w.q.RecoverLanes(ctx, s.w.cfg.Scope, s.w.laneCursor, laneRecoveryPage)
+	if laneErr == nil {
+		s.w.laneCursor = lanes.Next
+	} else {
+		laneErr = fmt.Errorf("lane recovery: %w", laneErr)
+	}
 	if lanes.Promoted > 0 {
 		s.w.log.Warn("lane recovery promoted blocked rows nothing held back", "promoted", lanes.Promoted, "checked", lanes.Checked)
 	}
-	if err != nil {
-		return st.Claimable() || lanes.Promoted > 0, fmt.Errorf("lane recovery: %w", err)
-	}
-	return st.Claimable() || lanes.Promoted > 0, nil
+	return st.Claimable() || lanes.Promoted > 0, errors.Join(sweepErr, laneErr)
 }
 
 // laneRecoveryPage is the blocked rows one maintenance checks (two probes

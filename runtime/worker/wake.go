@@ -12,8 +12,8 @@ import (
 // wake it and it wakes them. A failed subscription is logged and the
 // worker probes on the normal periods; a hub that cannot be built (its
 // listen address is taken or invalid) is a configuration error. stop
-// removes the endpoint, announces the released items and closes an own
-// hub.
+// removes the endpoint and closes an own hub (the Queue announced every
+// release and retry already; see workqueue.Announcement).
 func (w *Worker) startWakes(ctx context.Context) (stop func(), err error) {
 	wc := w.cfg.Wake
 	if wc.Off {
@@ -61,9 +61,6 @@ func (w *Worker) startWakes(ctx context.Context) (stop func(), err error) {
 			w.wakeSub.Store(nil)
 		}
 		w.ctrl.SetQuiet(false)
-		// The items released at shutdown are claimable now; the retries
-		// this worker scheduled only its timers knew: peers look far.
-		hub.PublishLookFar(w.cfg.Scope)
 		w.hub.Store(nil)
 		if own {
 			if err := hub.Close(); err != nil {
@@ -71,13 +68,4 @@ func (w *Worker) startWakes(ctx context.Context) (stop func(), err error) {
 			}
 		}
 	}, nil
-}
-
-// announce says work became claimable in the worker's scope: this worker
-// claims it, and other processes of the scope hear of it.
-func (w *Worker) announce() {
-	w.ctrl.Wake()
-	if hub := w.hub.Load(); hub != nil {
-		hub.Publish(w.cfg.Scope)
-	}
 }

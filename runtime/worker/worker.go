@@ -171,10 +171,7 @@ func New(q *workqueue.Queue, cfg Config, handlers map[string]Handler) (*Worker, 
 	}
 	if cfg.CompleteBatch > 1 {
 		w.complete = newLeaseBatcher(func(ctx context.Context, leases []workqueue.Lease) []error {
-			errs, fin := q.CompleteMany(ctx, leases)
-			if fin.Promoted > 0 || fin.PromotionsUnknown {
-				w.announce() // followers became claimable
-			}
+			errs, _ := q.CompleteMany(ctx, leases) // promotions are announced by the queue
 			return errs
 		}, cfg.CompleteBatch)
 		w.renew = newLeaseBatcher(q.RenewMany, cfg.CompleteBatch)
@@ -281,13 +278,15 @@ func (w *Worker) Run(ctx context.Context) error {
 		stopWakes()
 		return err
 	}
-	// Work enqueued through this worker's Queue (Enqueue, a committed Tx)
-	// wakes it: no Wake call of the caller's. Delayed work makes its next
-	// lookup look far enough to arm the due timer for it.
-	stopListening := w.q.OnEnqueuedAny(func(n workqueue.EnqueueNotice) {
+	// Work made claimable through this worker's Queue (an enqueue, a
+	// committed Tx, a satisfied dependency, a promotion, a release; see
+	// workqueue.Announcement) wakes it: no Wake call of the caller's.
+	// Work due later makes its next lookup look far enough to arm the due
+	// timer for it.
+	stopListening := w.q.OnAnnounce(func(n workqueue.Announcement) {
 		switch {
 		case n.Scope != w.cfg.Scope:
-		case n.Delayed:
+		case n.LookFar:
 			w.ctrl.WakeLookFar()
 		default:
 			w.ctrl.Wake()
@@ -350,23 +349,19 @@ func (w *Worker) runController(ctx context.Context) error {
 // Running reports whether Run is active.
 func (w *Worker) Running() bool { return w.running.Load() }
 
-// Wake tells the worker new work may be claimable. Enqueues through the
-// worker's own Queue wake it by themselves (Queue.OnEnqueued); call Wake
-// after enqueueing through another Queue of this process. Other processes
-// hear of an enqueue from its Queue's wake hub (see WakeConfig), or else
-// on their next generation probe.
+// Wake tells the worker new work may be claimable. Everything that makes
+// work claimable through the worker's own Queue wakes it by itself
+// (workqueue.Announcement); call Wake after writing through another Queue
+// of this process. Other processes hear of it from that Queue's
+// announcements (see WakeConfig), or else on their next probe.
 func (w *Worker) Wake() { w.ctrl.Wake() }
 
 // Satisfy records a dependency key of the worker's scope and wakes the
-// waiters of wakeKey in the same transaction (workqueue.Queue.Satisfy), then
-// wakes this worker when it woke any. A producer that must commit its
-// prerequisite and the wake together uses Queue.SatisfyInTx and then Wake.
+// waiters of wakeKey (workqueue.Queue.Satisfy, which announces them to
+// this worker and to other processes). A producer that must commit its
+// prerequisite with its own rows uses workqueue.Tx.Satisfy.
 func (w *Worker) Satisfy(ctx context.Context, wakeKey, key string) (woken int64, err error) {
-	woken, err = w.q.Satisfy(ctx, w.cfg.Scope, wakeKey, key)
-	if woken > 0 {
-		w.announce()
-	}
-	return woken, err
+	return w.q.Satisfy(ctx, w.cfg.Scope, wakeKey, key)
 }
 
 // Stats reports what the worker's parts did.

@@ -50,9 +50,25 @@ func (qu *Queue) CompleteMany(ctx context.Context, leases []Lease) ([]error, Fin
 		qu.completeLaneless(ctx, leases, batch, errs)
 	}
 	for batch := range slices.Chunk(laned, MaxCompleteBatch) {
-		fin.add(qu.completeLaned(ctx, leases, batch, errs))
+		one := qu.completeLaned(ctx, leases, batch, errs)
+		if one.Promoted > 0 || one.PromotionsUnknown {
+			qu.announceScopes(leases, batch)
+		}
+		fin.add(one)
 	}
 	return errs, fin
+}
+
+// announceScopes announces the scopes of leases[idx...] (known from their
+// claims), each once.
+func (qu *Queue) announceScopes(leases []Lease, idx []int) {
+	var done []string
+	for _, i := range idx {
+		if l := leases[i].lanes; l != nil && l.scope != "" && !slices.Contains(done, l.scope) {
+			done = append(done, l.scope)
+			qu.announce(l.scope, false)
+		}
+	}
 }
 
 // completeLaneless finishes leases[idx...] in one statement and sets their

@@ -1006,12 +1006,13 @@ func (c *Claimer) claimedFrom(r gen.StaleCandidatesRow, reclaimed bool) Claimed 
 }
 
 // Probe returns a value that changes when the scope's admission state
-// changes (a new generation, an enqueue) or when the first claimable row of
-// one of classes changes. A worker's generation probe calls it: that is how
-// work another process made claimable without enqueueing (a release at its
-// shutdown, a promotion of work it does not run) is noticed within one
-// probe period, without a claim turn. One scope read plus one LIMIT 1 scan
-// per class from its cursor; the cursors do not move.
+// changes (a new generation, an enqueue), when the first claimable row of
+// one of classes changes, or when one of their leases expired. A worker's
+// probe calls it: that is how work another process made claimable without
+// announcing it (a lost wake datagram, a process that died holding a lease)
+// is noticed within one probe period, without a claim turn. One scope read
+// plus two LIMIT 1 scans per class from its cursors; the cursors do not
+// move. An expired lease makes the next claim look for expired leases.
 func (c *Claimer) Probe(ctx context.Context, classes, workTypes []string) (uint64, error) {
 	sc, err := c.readScope(ctx)
 	if err != nil {
@@ -1021,13 +1022,9 @@ func (c *Claimer) Probe(ctx context.Context, classes, workTypes []string) (uint6
 	fmt.Fprintf(h, "%d/%d", sc.ActiveGeneration, sc.NextEnqueueOrdinal)
 	for _, class := range classes {
 		cur, _ := c.cursorFor(c.fresh, class)
-		from := epochTime
-		if cur.known {
-			from = cur.floor.Add(-c.cfg.StragglerWindow)
-		}
 		rows, err := c.qu.q.ClaimCandidates(ctx, gen.ClaimCandidatesParams{
 			ScopeID: c.scope, Generation: sc.ActiveGeneration, QueueClass: class,
-			FromTime: from, UntilTime: sc.DbNow, WorkTypes: workTypes, Limit: 1,
+			FromTime: c.scanStart(cur), UntilTime: sc.DbNow, WorkTypes: workTypes, Limit: 1,
 		})
 		if err != nil {
 			return 0, fmt.Errorf("workqueue: probe class %q of scope %q: %w", class, c.scope, err)
@@ -1037,6 +1034,27 @@ func (c *Claimer) Probe(ctx context.Context, classes, workTypes []string) (uint6
 			// the release's time: the first row changed.
 			fmt.Fprintf(h, "/%s:%d:%d", class, r.WorkID, r.RunAfter.UnixMicro())
 		}
+		stale, _ := c.cursorFor(c.stale, class)
+		expired, err := c.qu.q.StaleCandidates(ctx, gen.StaleCandidatesParams{
+			ScopeID: c.scope, Generation: sc.ActiveGeneration, QueueClass: class,
+			FromTime: c.scanStart(stale), UntilTime: sc.DbNow, WorkTypes: workTypes, Limit: 1,
+		})
+		if err != nil {
+			return 0, fmt.Errorf("workqueue: probe expired leases of class %q of scope %q: %w", class, c.scope, err)
+		}
+		for _, r := range expired {
+			fmt.Fprintf(h, "/%s:expired:%d:%d", class, r.WorkID, r.LeaseToken)
+			c.NoteDue()
+		}
 	}
 	return h.Sum64(), nil
+}
+
+// scanStart is where a scan from cur starts: the front of the range
+// without a floor, else StragglerWindow before the floor.
+func (c *Claimer) scanStart(cur cursor) time.Time {
+	if !cur.known {
+		return epochTime
+	}
+	return cur.floor.Add(-c.cfg.StragglerWindow)
 }

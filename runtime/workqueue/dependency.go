@@ -148,7 +148,10 @@ func (qu *Queue) Wait(ctx context.Context, c Claimed, dep Dependency) (runnable 
 		return false, fmt.Errorf("%w (the safety pass settles the registration)", err)
 	}
 	// Settled by someone else (a producer's wake, the safety pass): the item
-	// may be pending.
+	// may be pending, and that one announced it.
+	if state == StatePending {
+		qu.announce(c.Scope, false)
+	}
 	return state != StateWaitingDependency, nil
 }
 
@@ -180,51 +183,101 @@ func settleRegistration(ctx context.Context, q *gen.Queries, scope string, reg L
 	return next, nil
 }
 
-// Satisfy records key as satisfied in scope and, in the same transaction,
-// returns every waiter of wakeKey to pending (woken counts them). It is
+// Satisfy records key as satisfied in scope, then returns every waiter of
+// wakeKey to pending (woken counts them) and announces them. It is
 // idempotent. Waiters of wakeKey whose own keys do not include key are
 // woken too and wait again after their recheck: over-notification costs a
-// claim, never a retry. A worker's Satisfy also wakes the worker.
+// claim, never a retry.
+//
+// The key commits first, then the waiters are woken in pages of
+// DependencyWakePage, each a short statement of its own (see
+// queries/dependency.sql): a wake key with thousands of waiters never
+// locks them all at once. An error after the key committed leaves the
+// rest of the waiters to the dependency safety pass, which wakes every
+// waiter whose key is satisfied.
 func (qu *Queue) Satisfy(ctx context.Context, scope, wakeKey, key string) (woken int64, err error) {
-	if err := validScope(scope); err != nil {
+	if err := validSatisfy(scope, wakeKey, key); err != nil {
 		return 0, err
 	}
-	err = qu.inTx(ctx, "satisfy dependency", readCommitted, func(ctx context.Context, q *gen.Queries) error {
-		woken, err = satisfy(ctx, q, scope, wakeKey, key)
-		return err
+	err = qu.retryWrite(ctx, "satisfy dependency", func(ctx context.Context) error {
+		if err := qu.q.SatisfyDependency(ctx, gen.SatisfyDependencyParams{ScopeID: scope, DependencyKey: key}); err != nil {
+			return fmt.Errorf("record key: %w", err)
+		}
+		return nil
 	})
-	return woken, err
+	if err != nil {
+		return 0, err
+	}
+	return qu.wakeWaiters(ctx, scope, wakeKey)
 }
 
-// SatisfyInTx is Satisfy inside the caller's transaction, so a producer
-// commits its prerequisite and the wake together. The caller owns retries
-// and the commit; the wake takes effect when tx commits.
-func (qu *Queue) SatisfyInTx(ctx context.Context, tx *sql.Tx, scope, wakeKey, key string) (woken int64, err error) {
+// Satisfy is Queue.Satisfy inside the transaction: the key commits with the
+// caller's rows (so a producer commits its prerequisite and its
+// satisfaction atomically), and its waiters are woken and announced after
+// the commit (see Tx.Commit). The key's insert is run once: a transient
+// error is returned, and the caller rolls back and runs the transaction
+// again (Queue.InTx does).
+func (t *Tx) Satisfy(ctx context.Context, scope, wakeKey, key string) error {
+	if t.done {
+		return ErrTxDone
+	}
+	if err := validSatisfy(scope, wakeKey, key); err != nil {
+		return err
+	}
+	if err := t.q.SatisfyDependency(ctx, gen.SatisfyDependencyParams{ScopeID: scope, DependencyKey: key}); err != nil {
+		return fmt.Errorf("workqueue: satisfy dependency: record key: %w", err)
+	}
+	w := satisfiedWake{scope: scope, wakeKey: wakeKey}
+	if !slices.Contains(t.wakes, w) {
+		t.wakes = append(t.wakes, w)
+	}
+	return nil
+}
+
+// satisfiedWake is a scope's wake key, as a Tx remembers the ones it satisfied.
+type satisfiedWake struct{ scope, wakeKey string }
+
+func validSatisfy(scope, wakeKey, key string) error {
 	if err := validScope(scope); err != nil {
-		return 0, err
+		return err
 	}
-	if tx == nil {
-		return 0, invalidf("satisfy: nil transaction")
-	}
-	woken, err = satisfy(ctx, qu.inTxQueries(tx), scope, wakeKey, key)
-	if err != nil {
-		return 0, fmt.Errorf("workqueue: satisfy dependency: %w", err)
-	}
-	return woken, nil
+	return Dependency{WakeKey: wakeKey, Keys: []string{key}}.Validate()
 }
 
-// satisfy inserts the key (locking it), then wakes the wake key's waiters
-// through idx_work_item_dependency.
-func satisfy(ctx context.Context, q *gen.Queries, scope, wakeKey, key string) (int64, error) {
-	if err := (Dependency{WakeKey: wakeKey, Keys: []string{key}}).Validate(); err != nil {
-		return 0, err
+// DependencyWakePage bounds the waiters one wake statement returns to
+// pending (see WakeDependencyWaitersPage).
+const DependencyWakePage = 500
+
+// wakeWaiters returns wakeKey's waiters to pending, a page per statement,
+// until a page comes back short, and announces the scope after every page
+// that woke any, so workers start on the first page while later ones run.
+// A page run again after a lost reply may find nothing left of what its
+// first run woke: it is announced all the same.
+func (qu *Queue) wakeWaiters(ctx context.Context, scope, wakeKey string) (int64, error) {
+	var woken int64
+	for {
+		var n int64
+		runs := 0
+		err := qu.retryWrite(ctx, "wake dependency waiters", func(ctx context.Context) error {
+			runs++
+			var err error
+			n, err = qu.q.WakeDependencyWaitersPage(ctx, gen.WakeDependencyWaitersPageParams{
+				ScopeID: scope, WakeKey: sql.NullString{String: wakeKey, Valid: true}, Limit: DependencyWakePage,
+			})
+			return err
+		})
+		if n > 0 || runs > 1 {
+			qu.announce(scope, false)
+		}
+		if err != nil {
+			return woken, fmt.Errorf("%w (the key is satisfied; the dependency safety pass wakes the waiters left)", err)
+		}
+		woken += n
+		if n < DependencyWakePage {
+			return woken, nil
+		}
+		if err := ctx.Err(); err != nil {
+			return woken, fmt.Errorf("workqueue: wake dependency waiters: %w (the key is satisfied; the dependency safety pass wakes the waiters left)", err)
+		}
 	}
-	if err := q.SatisfyDependency(ctx, gen.SatisfyDependencyParams{ScopeID: scope, DependencyKey: key}); err != nil {
-		return 0, fmt.Errorf("record key: %w", err)
-	}
-	n, err := q.WakeDependencyWaiters(ctx, gen.WakeDependencyWaitersParams{ScopeID: scope, WakeKey: sql.NullString{String: wakeKey, Valid: true}})
-	if err != nil {
-		return 0, fmt.Errorf("wake waiters: %w", err)
-	}
-	return n, nil
 }

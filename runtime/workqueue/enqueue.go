@@ -88,8 +88,8 @@ type EnqueuedWork struct {
 
 // Enqueue writes events and their work items in one transaction and returns
 // their ids in input order (Tx.Enqueue does it inside a caller's
-// transaction). After the commit, OnEnqueued listeners of scope are
-// called when it created work. It is idempotent: an event whose idempotency key
+// transaction). After the commit it announces the scope when it created
+// work (see Announcement). It is idempotent: an event whose idempotency key
 // exists is not written again and its existing work items are returned; a
 // work type missing from an existing event is created.
 //
@@ -117,7 +117,7 @@ func (qu *Queue) Enqueue(ctx context.Context, scope string, events []Event) ([]E
 	}
 	qu.rememberKinds(kinds)
 	if createdWork(out) {
-		qu.notifyEnqueued(scope, delayed(events))
+		qu.announce(scope, delayed(events))
 	}
 	return out, nil
 }

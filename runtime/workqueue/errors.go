@@ -19,6 +19,11 @@ var (
 	ErrLeaseLost = errors.New("workqueue: lease lost")
 	// ErrUnknownScope reports a scope with no scope row (see EnsureScope).
 	ErrUnknownScope = errors.New("workqueue: unknown scope")
+	// ErrGenerationNotAhead reports a SetGeneration refused because the
+	// scope's active generation is already past the one asked for (a late or
+	// racing call): the fence only moves forward. Every such error is a
+	// *GenerationError; RollbackGeneration moves the fence back on purpose.
+	ErrGenerationNotAhead = errors.New("workqueue: generation not ahead of the active one")
 	// ErrInvalid wraps every input validation failure.
 	ErrInvalid = errors.New("workqueue: invalid input")
 	// ErrConflict reports that a unique key was taken by a writer that did
@@ -35,6 +40,23 @@ var (
 	// is rolled back). A claim error without it may have committed.
 	ErrNothingCommitted = errors.New("workqueue: nothing committed")
 )
+
+// GenerationError is SetGeneration's refusal to move a scope's generation
+// fence back: Requested is below Active, the generation the scope row held
+// when the refusal was read. It matches ErrGenerationNotAhead (errors.Is).
+type GenerationError struct {
+	Scope     string
+	Active    int64
+	Requested int64
+}
+
+func (e *GenerationError) Error() string {
+	return fmt.Sprintf("workqueue: scope %q is at generation %d, refusing to move it back to %d (a late or racing set-generation; RollbackGeneration rolls back on purpose)",
+		e.Scope, e.Active, e.Requested)
+}
+
+// Unwrap makes a GenerationError match ErrGenerationNotAhead.
+func (e *GenerationError) Unwrap() error { return ErrGenerationNotAhead }
 
 func nothingCommitted(err error) error { return fmt.Errorf("%w: %w", ErrNothingCommitted, err) }
 

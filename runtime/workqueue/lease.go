@@ -99,9 +99,27 @@ func (qu *Queue) RecordProgress(ctx context.Context, c *Claimed) error {
 // Release hands the item back unexecuted, due now (drain, shutdown); the
 // attempt does not count against its budget.
 func (qu *Queue) Release(ctx context.Context, l Lease) error {
-	return qu.fencedWrite(ctx, l, "release", StatePending, func(ctx context.Context) (int64, error) {
+	err := qu.fencedWrite(ctx, l, "release", StatePending, func(ctx context.Context) (int64, error) {
 		return qu.q.ReleaseLease(ctx, gen.ReleaseLeaseParams{WorkID: l.WorkID, LeaseToken: l.Token})
 	})
+	if err == nil {
+		qu.announceLease(ctx, l, false)
+	}
+	return err
+}
+
+// announceLease announces the scope of a leased item; a Lease built by
+// hand does not know it, so its row is read (a primary-key point get).
+func (qu *Queue) announceLease(ctx context.Context, l Lease, lookFar bool) {
+	if l.lanes != nil && l.lanes.scope != "" {
+		qu.announce(l.lanes.scope, lookFar)
+		return
+	}
+	row, err := qu.q.GetLaneIdentity(context.WithoutCancel(ctx), l.WorkID)
+	if err != nil {
+		return // the receivers' probes find it (see Announcement)
+	}
+	qu.announce(row.ScopeID, lookFar)
 }
 
 // Retry schedules another attempt after the policy's backoff for the item's
@@ -119,6 +137,13 @@ func (qu *Queue) Retry(ctx context.Context, c Claimed, f Failure) (time.Duration
 	})
 	if err != nil {
 		return 0, err
+	}
+	// Due later: a process that dies before then takes its due timer with
+	// it, so the others look far enough to arm theirs.
+	if c.Scope != "" {
+		qu.announce(c.Scope, true)
+	} else {
+		qu.announceLease(ctx, c.Lease, true)
 	}
 	return delay, nil
 }
@@ -207,6 +232,7 @@ func (qu *Queue) finish(ctx context.Context, l Lease, state string, f *Failure) 
 	}
 	var res Finished
 	var replyLost bool
+	var scope string
 	err := qu.inTx(ctx, fmt.Sprintf("finish work %d", l.WorkID), readCommitted, func(ctx context.Context, q *gen.Queries) error {
 		res = Finished{}
 		n, err := q.Finish(ctx, p)
@@ -229,6 +255,7 @@ func (qu *Queue) finish(ctx context.Context, l Lease, state string, f *Failure) 
 			lanes = &laneIdentity{workID: l.WorkID, scope: row.ScopeID, generation: row.Generation, ordinal: row.LaneOrdinal,
 				source: row.SourceLaneKey, target: row.TargetLaneKey, projection: row.ProjectionKey}
 		}
+		scope = lanes.scope
 		if err := handOff(ctx, q, lanes); err != nil {
 			return err
 		}
@@ -236,6 +263,13 @@ func (qu *Queue) finish(ctx context.Context, l Lease, state string, f *Failure) 
 		replyLost = true // a failure from here on (the commit) may have committed
 		return err
 	})
+	if err == nil && (res.Promoted > 0 || res.PromotionsUnknown) {
+		if scope != "" {
+			qu.announce(scope, false)
+		} else {
+			qu.announceLease(ctx, l, false)
+		}
+	}
 	return res, err
 }
 
@@ -247,7 +281,9 @@ func (qu *Queue) expireToDead(ctx context.Context, r gen.StaleCandidatesRow) err
 	f := Failure{Class: FailureAttemptsExhausted,
 		Summary: fmt.Sprintf("lease expired after attempt %d of %d (the process running it stopped or stalled each time)", r.AttemptCount, qu.cfg.MaxAttempts)}
 	lanes := &laneIdentity{workID: r.WorkID, generation: r.Generation, ordinal: r.LaneOrdinal, source: r.SourceLaneKey, target: r.TargetLaneKey}
-	return qu.inTx(ctx, fmt.Sprintf("expire work %d to dead", r.WorkID), readCommitted, func(ctx context.Context, q *gen.Queries) error {
+	promoted := 0
+	err := qu.inTx(ctx, fmt.Sprintf("expire work %d to dead", r.WorkID), readCommitted, func(ctx context.Context, q *gen.Queries) error {
+		promoted = 0
 		n, err := q.FinishExpired(ctx, gen.FinishExpiredParams{
 			FailureClass: nullString(f.Class), FailureSummary: nullString(f.Summary), WorkID: r.WorkID, LeaseToken: r.LeaseToken,
 		})
@@ -262,9 +298,13 @@ func (qu *Queue) expireToDead(ctx context.Context, r gen.StaleCandidatesRow) err
 		if err := handOff(ctx, q, lanes); err != nil {
 			return err
 		}
-		_, err = promoteAfter(ctx, q, lanes)
+		promoted, err = promoteAfter(ctx, q, lanes)
 		return err
 	})
+	if err == nil && promoted > 0 {
+		qu.announce(lanes.scope, false)
+	}
+	return err
 }
 
 // nextWorkSpans are the spans, after the database's now, that a next-work

@@ -72,6 +72,9 @@ type Config struct {
 	// OnWriteRetry, when set, is called before a write is run again after a
 	// transient error (op names the write); for logs and metrics.
 	OnWriteRetry func(op string, attempt int, err error)
+	// Announce tunes how the Queue tells other processes about work it
+	// made claimable while no wake hub is attached (see Announcement).
+	Announce AnnounceConfig
 	// TextProtocol sends every statement as text instead of preparing it
 	// once per connection. Prepared statements let TiDB reuse each
 	// statement's plan (the optimizer is a large share of a claim's and a
@@ -132,12 +135,9 @@ type Queue struct {
 	kindsMu sync.Mutex
 	kinds   map[workKind]bool // work kinds this Queue registered (see Enqueue)
 
-	listenMu     sync.Mutex
-	listenID     uint64
-	listeners    map[string]map[uint64]func()   // scope -> OnEnqueued listeners
-	anyListeners map[uint64]func(EnqueueNotice) // OnEnqueuedAny listeners
+	ann announcing // see announce.go
 
-	writeRetries, writesAbandoned atomic.Uint64
+	writeRetries, writesAbandoned, deferredWakes atomic.Uint64
 }
 
 // QueueStats counts what a Queue's writes went through.
@@ -147,11 +147,15 @@ type QueueStats struct {
 	// WritesAbandoned counts writes that still failed transiently after
 	// TxAttempts runs.
 	WritesAbandoned uint64
+	// DeferredWakes counts satisfied dependencies whose waiters a Tx's
+	// commit could not wake (the wake after the commit failed): the
+	// dependency safety pass wakes them.
+	DeferredWakes uint64
 }
 
 // Stats returns the counters.
 func (qu *Queue) Stats() QueueStats {
-	return QueueStats{WriteRetries: qu.writeRetries.Load(), WritesAbandoned: qu.writesAbandoned.Load()}
+	return QueueStats{WriteRetries: qu.writeRetries.Load(), WritesAbandoned: qu.writesAbandoned.Load(), DeferredWakes: qu.deferredWakes.Load()}
 }
 
 // New returns a Queue on db. It checks the session settings every laneq
@@ -166,8 +170,7 @@ func New(db *sql.DB, cfg Config) (*Queue, error) {
 	if err != nil {
 		return nil, err
 	}
-	qu := &Queue{db: db, cfg: cfg, kinds: map[workKind]bool{}, listeners: map[string]map[uint64]func(){},
-		anyListeners: map[uint64]func(EnqueueNotice){}}
+	qu := &Queue{db: db, cfg: cfg, kinds: map[workKind]bool{}}
 	if !cfg.TextProtocol {
 		qu.prep = prepcache.New(db, 0)
 		qu.q = gen.New(qu.prep)
@@ -179,6 +182,7 @@ func New(db *sql.DB, cfg Config) (*Queue, error) {
 	if err := qu.checkSession(ctx); err != nil {
 		return nil, err
 	}
+	qu.initAnnouncing()
 	return qu, nil
 }
 
@@ -197,9 +201,19 @@ func (qu *Queue) EnsureScope(ctx context.Context, scope string, generation int64
 	return nil
 }
 
-// SetGeneration moves the scope's generation fence. Items of other
+// SetGeneration moves the scope's generation fence forward. Items of older
 // generations stop being claimable at once; their lanes no longer block the
 // new generation's items.
+//
+// The fence only moves forward, in one conditional statement (no
+// read-then-write window): a generation below the active one is refused
+// with a *GenerationError (errors.Is ErrGenerationNotAhead) and changes
+// nothing, so a late or racing call cannot make an older generation's
+// items, lanes and projections claimable again; of two racing calls the
+// higher generation always wins. The active generation itself is a no-op
+// success, so a call retried after a lost reply succeeds. A scope with no
+// row is ErrUnknownScope. RollbackGeneration moves the fence back on
+// purpose.
 func (qu *Queue) SetGeneration(ctx context.Context, scope string, generation int64) error {
 	if err := validScope(scope); err != nil {
 		return err
@@ -207,13 +221,59 @@ func (qu *Queue) SetGeneration(ctx context.Context, scope string, generation int
 	if generation < 1 {
 		return invalidf("generation must be positive, got %d", generation)
 	}
-	n, err := qu.q.SetScopeGeneration(ctx, gen.SetScopeGenerationParams{ActiveGeneration: generation, ScopeID: scope})
+	// The UPDATE matched nothing: the scope is missing, or at or past the
+	// generation. Only a RollbackGeneration committed between the UPDATE and
+	// the read can leave the fence below it; the UPDATE then runs again.
+	for range 3 {
+		n, err := qu.q.SetScopeGeneration(ctx, gen.SetScopeGenerationParams{ActiveGeneration: generation, ScopeID: scope})
+		if err != nil {
+			return fmt.Errorf("workqueue: set generation of scope %q: %w", scope, err)
+		}
+		if n > 0 {
+			qu.announce(scope, true) // the new generation's work, some of it due later
+			return nil
+		}
+		sc, err := qu.q.GetScope(ctx, scope)
+		if errors.Is(err, sql.ErrNoRows) {
+			return fmt.Errorf("%w: %q", ErrUnknownScope, scope)
+		}
+		if err != nil {
+			return fmt.Errorf("workqueue: set generation of scope %q: read the active generation: %w", scope, err)
+		}
+		switch {
+		case sc.ActiveGeneration == generation:
+			return nil
+		case sc.ActiveGeneration > generation:
+			return &GenerationError{Scope: scope, Active: sc.ActiveGeneration, Requested: generation}
+		}
+	}
+	return fmt.Errorf("workqueue: set generation of scope %q: the fence kept moving back under it (concurrent RollbackGeneration calls)", scope)
+}
+
+// RollbackGeneration is the deliberate override of SetGeneration's
+// forward-only fence: it sets the scope's active generation to generation
+// whatever it is now, lower included. Rolling back makes the older
+// generation's live items claimable again (pending heads, blocked lane
+// followers behind them, expired leases, its projections), and fences the
+// newer generation's work the same way SetGeneration fences older work.
+// For an operator undoing a bad deployment, never for a routine caller: a
+// late RollbackGeneration moves the fence back as surely as the bug
+// SetGeneration's guard prevents. A scope with no row is ErrUnknownScope.
+func (qu *Queue) RollbackGeneration(ctx context.Context, scope string, generation int64) error {
+	if err := validScope(scope); err != nil {
+		return err
+	}
+	if generation < 1 {
+		return invalidf("generation must be positive, got %d", generation)
+	}
+	n, err := qu.q.RollbackScopeGeneration(ctx, gen.RollbackScopeGenerationParams{ActiveGeneration: generation, ScopeID: scope})
 	if err != nil {
-		return fmt.Errorf("workqueue: set generation of scope %q: %w", scope, err)
+		return fmt.Errorf("workqueue: roll back generation of scope %q: %w", scope, err)
 	}
 	if n == 0 {
 		return fmt.Errorf("%w: %q", ErrUnknownScope, scope)
 	}
+	qu.announce(scope, true) // the older generation's live work is claimable again
 	return nil
 }
 

@@ -60,7 +60,7 @@ func (qu *Queue) Replay(ctx context.Context, scope string, workID int64) (Replay
 	if err != nil {
 		return out, err
 	}
-	qu.notifyEnqueued(scope, false)
+	qu.announce(scope, false)
 	return out, nil
 }
 

@@ -126,7 +126,16 @@ func (qu *Queue) NewDependencySweep(scope string, cfg DependencySweepConfig) (*D
 
 // Pass runs one bounded safety pass. Its error (the first statement that
 // failed) leaves the sweep usable: the next pass resumes from the cursor.
+// A pass that made waiters claimable, or may have, announces the scope.
 func (s *DependencySweep) Pass(ctx context.Context) (SweepStats, error) {
+	st, err := s.pass(ctx)
+	if st.Claimable() {
+		s.qu.announce(s.scope, false)
+	}
+	return st, err
+}
+
+func (s *DependencySweep) pass(ctx context.Context) (SweepStats, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	var st SweepStats

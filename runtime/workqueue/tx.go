@@ -5,7 +5,6 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
-	"sync"
 
 	"github.com/laneq/laneq/gen"
 )
@@ -27,7 +26,8 @@ type Tx struct {
 	q  *gen.Queries
 
 	kinds  []workKind      // registered inside the transaction; remembered after the commit
-	scopes map[string]bool // scopes that got work (true: some of it delayed): their listeners hear of it after the commit
+	scopes map[string]bool // scopes that got work (true: some of it delayed): announced after the commit
+	wakes  []satisfiedWake // satisfied keys whose waiters are woken after the commit
 	done   bool
 }
 
@@ -70,8 +70,11 @@ func (t *Tx) Enqueue(ctx context.Context, scope string, events []Event) ([]Enque
 	return out, nil
 }
 
-// Commit commits the transaction; then the Queue's OnEnqueued listeners of
-// every scope that got work hear of it (an in-process worker is woken).
+// Commit commits the transaction; then every scope that got work is
+// announced (see Announcement), and the waiters of the dependencies it
+// satisfied are woken (see Tx.Satisfy). A wake that fails after the
+// commit is not the commit's failure: Commit returns nil, the dependency
+// safety pass wakes those waiters, and QueueStats.DeferredWakes counts it.
 func (t *Tx) Commit() error {
 	if t.done {
 		return ErrTxDone
@@ -82,7 +85,12 @@ func (t *Tx) Commit() error {
 	}
 	t.qu.rememberKinds(t.kinds)
 	for scope, delayed := range t.scopes {
-		t.qu.notifyEnqueued(scope, delayed)
+		t.qu.announce(scope, delayed)
+	}
+	for _, w := range t.wakes {
+		if _, err := t.qu.wakeWaiters(context.Background(), w.scope, w.wakeKey); err != nil {
+			t.qu.deferredWakes.Add(1)
+		}
 	}
 	return nil
 }
@@ -145,77 +153,6 @@ func (qu *Queue) runInTx(ctx context.Context, fn func(ctx context.Context, tx *T
 		return transient(err), err
 	}
 	return false, nil
-}
-
-// OnEnqueued calls fn after every commit that enqueued work into scope
-// through this Queue (Enqueue, Tx.Commit, InTx), once per commit, on the
-// committing goroutine: keep it short and non-blocking (a worker's Wake
-// is). The returned function stops the calls. A worker subscribes itself
-// while it runs, so work enqueued in its process starts without a Wake
-// call of the caller's.
-func (qu *Queue) OnEnqueued(scope string, fn func()) (stop func()) {
-	qu.listenMu.Lock()
-	defer qu.listenMu.Unlock()
-	qu.listenID++
-	id := qu.listenID
-	if qu.listeners[scope] == nil {
-		qu.listeners[scope] = map[uint64]func(){}
-	}
-	qu.listeners[scope][id] = fn
-	var once sync.Once
-	return func() {
-		once.Do(func() {
-			qu.listenMu.Lock()
-			defer qu.listenMu.Unlock()
-			delete(qu.listeners[scope], id)
-		})
-	}
-}
-
-// EnqueueNotice is what an OnEnqueuedAny listener hears of a commit.
-type EnqueueNotice struct {
-	Scope string
-	// Delayed: some of the work is due later (Work.Delay), so a listener
-	// that arms timers must look further ahead than now.
-	Delayed bool
-}
-
-// OnEnqueuedAny is OnEnqueued for every scope: fn hears which scope got
-// work, and whether some of it is delayed. A wake publisher (runtime/wake)
-// announces such commits to the scope's worker processes elsewhere.
-func (qu *Queue) OnEnqueuedAny(fn func(EnqueueNotice)) (stop func()) {
-	qu.listenMu.Lock()
-	defer qu.listenMu.Unlock()
-	qu.listenID++
-	id := qu.listenID
-	qu.anyListeners[id] = fn
-	var once sync.Once
-	return func() {
-		once.Do(func() {
-			qu.listenMu.Lock()
-			defer qu.listenMu.Unlock()
-			delete(qu.anyListeners, id)
-		})
-	}
-}
-
-func (qu *Queue) notifyEnqueued(scope string, delayed bool) {
-	qu.listenMu.Lock()
-	fns := make([]func(), 0, len(qu.listeners[scope]))
-	for _, fn := range qu.listeners[scope] {
-		fns = append(fns, fn)
-	}
-	anyFns := make([]func(EnqueueNotice), 0, len(qu.anyListeners))
-	for _, fn := range qu.anyListeners {
-		anyFns = append(anyFns, fn)
-	}
-	qu.listenMu.Unlock()
-	for _, fn := range fns {
-		fn()
-	}
-	for _, fn := range anyFns {
-		fn(EnqueueNotice{Scope: scope, Delayed: delayed})
-	}
 }
 
 // delayed reports whether any of the events' work has a Delay.

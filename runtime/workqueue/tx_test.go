@@ -40,7 +40,11 @@ func TestTxCommitsCallersRowsAndWorkTogether(t *testing.T) {
 	f := newFixture(t, workqueue.Config{})
 	appTable(f)
 	var heard atomic.Int32
-	stop := f.qu.OnEnqueued(scope, func() { heard.Add(1) })
+	stop := f.qu.OnAnnounce(func(a workqueue.Announcement) {
+		if a.Scope == scope {
+			heard.Add(1)
+		}
+	})
 	defer stop()
 	c := f.claimer("w")
 

@@ -1,0 +1,95 @@
+package wakewire
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/laneq/laneq/runtime/clock"
+)
+
+// endpointOn listens on a loopback UDP socket and counts the valid
+// datagrams it receives for its endpoint.
+type endpointOn struct {
+	conn *net.UDPConn
+	ep   Endpoint
+	got  atomic.Int64
+}
+
+func listen(t *testing.T, id string) *endpointOn {
+	t.Helper()
+	conn, err := net.ListenUDP("udp", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := &endpointOn{conn: conn, ep: Endpoint{ID: id, Address: conn.LocalAddr().String(), Key: make([]byte, 32)}}
+	go func() {
+		buf := make([]byte, MaxDatagram+1)
+		for {
+			n, _, err := conn.ReadFromUDP(buf)
+			if err != nil {
+				return
+			}
+			if m, err := Parse(buf[:n]); err == nil && Verify(buf[:n], e.ep.Key) && m.Endpoint == id {
+				e.got.Add(1)
+			}
+		}
+	}()
+	t.Cleanup(func() { conn.Close() })
+	return e
+}
+
+func waitCount(t *testing.T, what string, get func() int64, want int64) {
+	t.Helper()
+	for deadline := time.Now().Add(30 * time.Second); get() < want; time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: %d, want %d", what, get(), want)
+		}
+	}
+}
+
+// An announcement inside the coalescing gap of the one before is sent when
+// the gap ends, never left marked.
+func TestMarkInsideTheCoalescingGapIsSentAfterIt(t *testing.T) {
+	e := listen(t, "ep-1")
+	p := NewPublisher(PublisherConfig{
+		List:          func(context.Context, string) ([]Endpoint, error) { return []Endpoint{e.ep}, nil },
+		CoalesceEvery: 200 * time.Millisecond,
+	})
+	defer p.Close()
+	for round := int64(1); round <= 5; round++ {
+		p.Mark("s", false)
+		waitCount(t, "datagrams", e.got.Load, round)
+	}
+}
+
+// A publisher announcing ever new scopes (tenants) keeps state only for
+// the ones announced lately.
+func TestPublisherForgetsOldScopes(t *testing.T) {
+	e := listen(t, "ep-1")
+	fc := clock.NewFake(time.Now())
+	p := NewPublisher(PublisherConfig{
+		List:  func(context.Context, string) ([]Endpoint, error) { return []Endpoint{e.ep}, nil },
+		Clock: fc,
+	})
+	defer p.Close()
+	const scopes = 1000
+	for i := range scopes {
+		p.Mark(fmt.Sprint("tenant-", i), false)
+	}
+	sent := func() int64 { return int64(p.Stats().Sent) } // loopback UDP may drop some of a burst
+	waitCount(t, "datagrams sent", sent, scopes)
+	if st := p.Stats(); st.Scopes != scopes {
+		t.Fatalf("state for %d scopes, want %d while they are recent", st.Scopes, scopes)
+	}
+	fc.Advance(DefaultEndpointCacheTTL)
+	p.Mark("tenant-new", false)
+	waitCount(t, "datagrams sent", sent, scopes+1)
+	p.Flush()
+	if st := p.Stats(); st.Scopes != 1 {
+		t.Fatalf("state for %d scopes a cache period later, want 1 (the new one)", st.Scopes)
+	}
+}

@@ -1,0 +1,186 @@
+package workqueue
+
+import (
+	"context"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/laneq/laneq/internal/wakewire"
+)
+
+// The one rule: whoever makes work runnable makes it visible. Every
+// Queue method whose commit can make an item claimable (enqueue, a Tx's
+// commit, replay, satisfy, the dependency safety pass, a finish that
+// promotes lane followers or a projection successor, a release, a retry,
+// a dependency wait that found its key, lane recovery, expiring a lease to
+// dead, a new generation) announces the scope itself, after the commit,
+// through announce: no caller can forget, and a process that holds only a
+// Queue announces too. announce tells this process's listeners (OnAnnounce:
+// a worker on the Queue claims at once) and sends other processes a wake
+// datagram through the attached announcer (a runtime/wake Hub), or, when
+// none is attached, through the Queue's own publisher. A lost announcement
+// costs at most the receivers' probe period (see runtime/worker).
+
+// Announcement says work may have become claimable in Scope.
+type Announcement struct {
+	Scope string
+	// LookFar: some of it is due later (a delay, a retry's backoff), so a
+	// listener that arms timers must look further ahead than now.
+	LookFar bool
+}
+
+// Announcer carries a Queue's announcements to other processes; a
+// runtime/wake Hub is one (Hub.Watch attaches it).
+type Announcer interface {
+	Announce(Announcement)
+}
+
+// AnnounceConfig tunes the datagrams a Queue sends other processes while
+// no Announcer is attached. Zero fields take the defaults.
+type AnnounceConfig struct {
+	// Off: the Queue sends no datagrams of its own; an attached Announcer
+	// still announces, and in-process listeners still hear everything.
+	// Other processes then learn of this Queue's commits only on their
+	// probes.
+	Off bool
+	// EndpointCacheTTL is how long a scope's wake endpoint list is reused
+	// before it is read again (only while the scope is announced): a
+	// process that starts listening is woken by this one within it.
+	// Default 5s.
+	EndpointCacheTTL time.Duration
+	// CoalesceEvery is the least time between two datagrams to one
+	// endpoint for one scope; the first of a burst goes at once. Default
+	// 10ms.
+	CoalesceEvery time.Duration
+	// Drop, when set, is asked before each datagram; true drops it. For
+	// fault tests of lost wakes.
+	Drop func() bool
+	// Logger receives failed endpoint reads. Default slog.Default().
+	Logger *slog.Logger
+}
+
+// announcer state of a Queue (see the rule above).
+type announcing struct {
+	mu         sync.Mutex
+	nextID     uint64
+	listeners  map[uint64]func(Announcement)
+	announcers map[uint64]Announcer
+	pub        *wakewire.Publisher // nil when AnnounceConfig.Off
+}
+
+func (qu *Queue) initAnnouncing() {
+	a := &qu.ann
+	a.listeners, a.announcers = map[uint64]func(Announcement){}, map[uint64]Announcer{}
+	if qu.cfg.Announce.Off {
+		return
+	}
+	a.pub = wakewire.NewPublisher(wakewire.PublisherConfig{
+		List: func(ctx context.Context, scope string) ([]wakewire.Endpoint, error) {
+			eps, err := qu.WakeEndpoints(ctx, scope)
+			return WireEndpoints(eps), err
+		},
+		EndpointCacheTTL: qu.cfg.Announce.EndpointCacheTTL, CoalesceEvery: qu.cfg.Announce.CoalesceEvery,
+		Drop: qu.cfg.Announce.Drop, Logger: qu.cfg.Announce.Logger,
+	})
+}
+
+// WireEndpoints converts endpoints for a wakewire.Publisher.
+func WireEndpoints(eps []WakeEndpoint) []wakewire.Endpoint {
+	out := make([]wakewire.Endpoint, len(eps))
+	for i, e := range eps {
+		out[i] = wakewire.Endpoint{ID: e.ID, Address: e.Address, Key: e.Key}
+	}
+	return out
+}
+
+// OnAnnounce calls fn after every commit through this Queue that may have
+// made work claimable, in any scope, on the committing goroutine: keep it
+// short and non-blocking (a worker's Wake is). The returned function stops
+// the calls. A worker listens while it runs, so work made claimable in its
+// process starts without a Wake call of the caller's.
+func (qu *Queue) OnAnnounce(fn func(Announcement)) (stop func()) {
+	a := &qu.ann
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.nextID++
+	id := a.nextID
+	a.listeners[id] = fn
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			a.mu.Lock()
+			defer a.mu.Unlock()
+			delete(a.listeners, id)
+		})
+	}
+}
+
+// AttachAnnouncer makes an carry this Queue's announcements to other
+// processes instead of the Queue's own publisher, until detach is called.
+// With several attached, each hears every announcement.
+func (qu *Queue) AttachAnnouncer(an Announcer) (detach func()) {
+	a := &qu.ann
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.nextID++
+	id := a.nextID
+	a.announcers[id] = an
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			a.mu.Lock()
+			defer a.mu.Unlock()
+			delete(a.announcers, id)
+		})
+	}
+}
+
+// Announce says work may have become claimable in scope by a commit the
+// Queue did not make (rows written by other means). Every Queue method
+// that makes work claimable announces by itself.
+func (qu *Queue) Announce(scope string, lookFar bool) { qu.announce(scope, lookFar) }
+
+func (qu *Queue) announce(scope string, lookFar bool) {
+	a := &qu.ann
+	n := Announcement{Scope: scope, LookFar: lookFar}
+	a.mu.Lock()
+	fns := make([]func(Announcement), 0, len(a.listeners))
+	for _, fn := range a.listeners {
+		fns = append(fns, fn)
+	}
+	ans := make([]Announcer, 0, len(a.announcers))
+	for _, an := range a.announcers {
+		ans = append(ans, an)
+	}
+	a.mu.Unlock()
+	for _, fn := range fns {
+		fn(n)
+	}
+	for _, an := range ans {
+		an.Announce(n)
+	}
+	if len(ans) == 0 && a.pub != nil {
+		a.pub.Mark(scope, lookFar)
+	}
+}
+
+// AnnounceStats counts the datagrams the Queue's own publisher sent (an
+// attached Announcer keeps its own counts).
+func (qu *Queue) AnnounceStats() wakewire.PublisherStats {
+	if qu.ann.pub == nil {
+		return wakewire.PublisherStats{}
+	}
+	return qu.ann.pub.Stats()
+}
+
+// Close sends the announcements still coalescing and stops the Queue's
+// publisher. The Queue stays usable for everything else; later
+// announcements reach in-process listeners and attached announcers only.
+// It does not close the database.
+func (qu *Queue) Close() error {
+	if qu.ann.pub != nil {
+		qu.ann.pub.Close()
+	}
+	return nil
+}

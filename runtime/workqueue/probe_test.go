@@ -1,0 +1,51 @@
+package workqueue_test
+
+import (
+	"testing"
+	"time"
+
+	"github.com/laneq/laneq/runtime/workqueue"
+)
+
+// The probe changes with an enqueue (the scope row), with a row made
+// claimable without one (a release), and with a lease that expired in a
+// process that stopped, so a worker whose wakes are all lost still finds
+// each within a probe period.
+func TestProbeSeesEnqueueReleaseAndExpiredLease(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, workqueue.Config{Lease: time.Second})
+	classes, types := []string{"default"}, []string{"deliver"}
+	c := f.claimer("prober")
+	probe := func() uint64 {
+		t.Helper()
+		g, err := c.Probe(f.ctx, classes, types)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return g
+	}
+	base := probe()
+	if probe() != base {
+		t.Fatal("the probe changed with nothing done")
+	}
+	f.one(workqueue.Work{})
+	afterEnqueue := probe()
+	if afterEnqueue == base {
+		t.Fatal("the probe did not change after an enqueue")
+	}
+	other := f.claimer("other")
+	got := f.claim(other, workqueue.ClaimRequest{})
+	if len(got) != 1 {
+		t.Fatalf("claimed %d", len(got))
+	}
+	claimed := probe()
+	if claimed == afterEnqueue {
+		t.Fatal("the probe did not change when the only claimable row was claimed")
+	}
+	// The claimer stops; its one-second lease expires.
+	for deadline := time.Now().Add(30 * time.Second); probe() == claimed; time.Sleep(50 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the probe never saw the expired lease")
+		}
+	}
+}
