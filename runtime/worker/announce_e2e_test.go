@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -479,23 +478,8 @@ func BenchmarkCrossProcessDependencyWake(b *testing.B) {
 			b.Fatalf("woke %d (%v)", woken, err)
 		}
 		at := time.Now()
-		fields := strings.Fields(w.next(b))
-		if len(fields) != 3 || fields[0] != "ran" {
-			b.Fatalf("unexpected line %q", strings.Join(fields, " "))
-		}
-		ns, err := strconv.ParseInt(fields[2], 10, 64)
-		if err != nil {
-			b.Fatal(err)
-		}
-		lat = append(lat, time.Unix(0, ns).Sub(at))
+		lat = append(lat, w.ranAt(b).Sub(at))
 	}
 	b.StopTimer()
-	slices.Sort(lat)
-	ms := func(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
-	b.ReportMetric(ms(queuetest.Percentile(lat, 50)), "p50-ms")
-	b.ReportMetric(ms(queuetest.Percentile(lat, 99)), "p99-ms")
-	b.ReportMetric(ms(lat[len(lat)-1]), "max-ms")
-	st := w.report(b, "stats", map[string]int{})
-	b.ReportMetric(float64(st.Stats.Controller.GenerationChanges), "probe-finds")
-	w.send(b, "stop")
+	reportLatencies(b, w, lat)
 }

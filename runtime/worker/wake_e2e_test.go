@@ -203,18 +203,31 @@ func BenchmarkCrossProcessWakeLatency(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		at := <-committed
-		fields := strings.Fields(w.next(b))
-		if len(fields) != 3 || fields[0] != "ran" {
-			b.Fatalf("unexpected line %q", strings.Join(fields, " "))
-		}
-		ns, err := strconv.ParseInt(fields[2], 10, 64)
-		if err != nil {
-			b.Fatal(err)
-		}
-		lat = append(lat, time.Unix(0, ns).Sub(at))
+		lat = append(lat, w.ranAt(b).Sub(<-committed))
 	}
 	b.StopTimer()
+	reportLatencies(b, w, lat)
+}
+
+// ranAt reads the stamping helper's next line, "ran ID UNIXNANO", and
+// returns when the handler started.
+func (h *helperProc) ranAt(b *testing.B) time.Time {
+	b.Helper()
+	fields := strings.Fields(h.next(b))
+	if len(fields) != 3 || fields[0] != "ran" {
+		b.Fatalf("unexpected line %q", strings.Join(fields, " "))
+	}
+	ns, err := strconv.ParseInt(fields[2], 10, 64)
+	if err != nil {
+		b.Fatal(err)
+	}
+	return time.Unix(0, ns)
+}
+
+// reportLatencies reports p50-ms, p99-ms and max-ms of lat, and how often
+// the worker process's probe found work (not a wake), then stops it.
+func reportLatencies(b *testing.B, w *helperProc, lat []time.Duration) {
+	b.Helper()
 	slices.Sort(lat)
 	ms := func(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
 	b.ReportMetric(ms(queuetest.Percentile(lat, 50)), "p50-ms")

@@ -100,18 +100,23 @@ func WireEndpoints(eps []WakeEndpoint) []wakewire.Endpoint {
 // the calls. A worker listens while it runs, so work made claimable in its
 // process starts without a Wake call of the caller's.
 func (qu *Queue) OnAnnounce(fn func(Announcement)) (stop func()) {
-	a := &qu.ann
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	a.nextID++
-	id := a.nextID
-	a.listeners[id] = fn
+	return register(&qu.ann.mu, &qu.ann.nextID, qu.ann.listeners, fn)
+}
+
+// register adds v to m under mu with a fresh id and returns the function
+// that removes it (once).
+func register[V any](mu *sync.Mutex, nextID *uint64, m map[uint64]V, v V) (remove func()) {
+	mu.Lock()
+	defer mu.Unlock()
+	*nextID++
+	id := *nextID
+	m[id] = v
 	var once sync.Once
 	return func() {
 		once.Do(func() {
-			a.mu.Lock()
-			defer a.mu.Unlock()
-			delete(a.listeners, id)
+			mu.Lock()
+			defer mu.Unlock()
+			delete(m, id)
 		})
 	}
 }
@@ -120,20 +125,7 @@ func (qu *Queue) OnAnnounce(fn func(Announcement)) (stop func()) {
 // processes instead of the Queue's own publisher, until detach is called.
 // With several attached, each hears every announcement.
 func (qu *Queue) AttachAnnouncer(an Announcer) (detach func()) {
-	a := &qu.ann
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	a.nextID++
-	id := a.nextID
-	a.announcers[id] = an
-	var once sync.Once
-	return func() {
-		once.Do(func() {
-			a.mu.Lock()
-			defer a.mu.Unlock()
-			delete(a.announcers, id)
-		})
-	}
+	return register(&qu.ann.mu, &qu.ann.nextID, qu.ann.announcers, an)
 }
 
 // Announce says work may have become claimable in scope by a commit the
