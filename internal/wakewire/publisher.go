@@ -80,7 +80,7 @@ type Publisher struct {
 	done  chan struct{}
 
 	mu      sync.Mutex
-	dirty   map[string]bool // scope -> look far
+	dirty   map[string]Flags // scope -> what its receivers are asked to do
 	closed  bool
 	started bool
 
@@ -120,20 +120,30 @@ func NewPublisher(cfg PublisherConfig) *Publisher {
 		cfg.Logger = slog.Default()
 	}
 	return &Publisher{cfg: cfg, kick: make(chan struct{}, 1), flush: make(chan chan struct{}), stop: make(chan struct{}), done: make(chan struct{}),
-		dirty: map[string]bool{}, lastSent: map[string]time.Time{}, cache: map[string]cachedEndpoints{}, conn: cfg.Conn}
+		dirty: map[string]Flags{}, lastSent: map[string]time.Time{}, cache: map[string]cachedEndpoints{}, conn: cfg.Conn}
 }
 
-// Mark announces that work may be claimable in scope (lookFar: some of it
-// later, so receivers look for the next due time as far as their
-// backstop). It never blocks. After Close it does nothing.
-func (p *Publisher) Mark(scope string, lookFar bool) {
+// Flags are what an announcement asks its receivers beyond a look.
+type Flags struct {
+	// LookFar: some of the work is due later, so receivers look for the
+	// next due time as far as their backstop.
+	LookFar bool
+	// Rewind: the commit came later than a claimer's straggler window
+	// after the due times it set, so receivers scan from the front.
+	Rewind bool
+}
+
+// Mark announces that work may be claimable in scope. It never blocks.
+// After Close it does nothing.
+func (p *Publisher) Mark(scope string, f Flags) {
 	p.mu.Lock()
 	if p.closed {
 		p.mu.Unlock()
 		return
 	}
 	p.publishes.Add(1)
-	p.dirty[scope] = p.dirty[scope] || lookFar
+	was := p.dirty[scope]
+	p.dirty[scope] = Flags{LookFar: was.LookFar || f.LookFar, Rewind: was.Rewind || f.Rewind}
 	if !p.started {
 		p.started = true
 		go p.loop()
@@ -221,9 +231,9 @@ func (p *Publisher) loop() {
 func (p *Publisher) sendDue(flush bool) time.Duration {
 	now := p.cfg.Clock.Now()
 	p.mu.Lock()
-	due := map[string]bool{}
+	due := map[string]Flags{}
 	var wait time.Duration
-	for scope, lookFar := range p.dirty {
+	for scope, f := range p.dirty {
 		left := p.cfg.CoalesceEvery - now.Sub(p.lastSent[scope])
 		if left > 0 && !flush {
 			if wait == 0 || left < wait {
@@ -232,13 +242,13 @@ func (p *Publisher) sendDue(flush bool) time.Duration {
 			continue
 		}
 		delete(p.dirty, scope)
-		due[scope] = lookFar
+		due[scope] = f
 	}
 	dirty := len(p.dirty)
 	p.mu.Unlock()
-	for scope, lookFar := range due {
+	for scope, f := range due {
 		p.lastSent[scope] = now
-		p.send(scope, lookFar, now)
+		p.send(scope, f, now)
 	}
 	p.prune(now, dirty)
 	return wait
@@ -268,7 +278,7 @@ func (p *Publisher) prune(now time.Time, dirty int) {
 
 // send sends scope's live endpoints, other than the skipped ones, one
 // datagram each.
-func (p *Publisher) send(scope string, lookFar bool, now time.Time) {
+func (p *Publisher) send(scope string, f Flags, now time.Time) {
 	eps, ok := p.endpoints(scope, now)
 	if !ok {
 		return
@@ -291,7 +301,7 @@ func (p *Publisher) send(scope string, lookFar bool, now time.Time) {
 			}
 			p.conn, p.ownConn = conn, true
 		}
-		b = Message{LookFar: lookFar, SentUs: time.Now().UnixMicro(), Nonce: NewNonce(), Endpoint: ep.ID, Scope: scope}.Append(b[:0], ep.Key)
+		b = Message{LookFar: f.LookFar, Rewind: f.Rewind, SentUs: time.Now().UnixMicro(), Nonce: NewNonce(), Endpoint: ep.ID, Scope: scope}.Append(b[:0], ep.Key)
 		if _, err := p.conn.WriteToUDP(b, ep.addr); err != nil {
 			// Unreachable now (ICMP refused, no route): that process
 			// probes; the next burst tries again.

@@ -61,7 +61,7 @@ func TestMarkInsideTheCoalescingGapIsSentAfterIt(t *testing.T) {
 	})
 	defer p.Close()
 	for round := int64(1); round <= 5; round++ {
-		p.Mark("s", false)
+		p.Mark("s", Flags{})
 		waitCount(t, "datagrams", e.got.Load, round)
 	}
 }
@@ -78,7 +78,7 @@ func TestPublisherForgetsOldScopes(t *testing.T) {
 	defer p.Close()
 	const scopes = 1000
 	for i := range scopes {
-		p.Mark(fmt.Sprint("tenant-", i), false)
+		p.Mark(fmt.Sprint("tenant-", i), Flags{})
 	}
 	sent := func() int64 { return int64(p.Stats().Sent) } // loopback UDP may drop some of a burst
 	waitCount(t, "datagrams sent", sent, scopes)
@@ -86,7 +86,7 @@ func TestPublisherForgetsOldScopes(t *testing.T) {
 		t.Fatalf("state for %d scopes, want %d while they are recent", st.Scopes, scopes)
 	}
 	fc.Advance(DefaultEndpointCacheTTL)
-	p.Mark("tenant-new", false)
+	p.Mark("tenant-new", Flags{})
 	waitCount(t, "datagrams sent", sent, scopes+1)
 	p.Flush()
 	if st := p.Stats(); st.Scopes != 1 {

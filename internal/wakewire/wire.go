@@ -29,6 +29,7 @@ const (
 	magic        = "LQW1"
 	flagSelfTest = 1 << 0
 	flagLookFar  = 1 << 1 // something announced is due later: look ahead
+	flagRewind   = 1 << 2 // its commit came late: scan from the front
 	// NonceSize is the length of a datagram's nonce.
 	NonceSize  = 16
 	tagSize    = sha256.Size
@@ -41,6 +42,7 @@ const (
 type Message struct {
 	SelfTest bool
 	LookFar  bool
+	Rewind   bool
 	SentUs   int64
 	Nonce    [NonceSize]byte
 	Endpoint string
@@ -56,6 +58,9 @@ func (m Message) Append(b []byte, key []byte) []byte {
 	}
 	if m.LookFar {
 		flags |= flagLookFar
+	}
+	if m.Rewind {
+		flags |= flagRewind
 	}
 	b = append(b, flags)
 	b = binary.BigEndian.AppendUint64(b, uint64(m.SentUs))
@@ -82,6 +87,7 @@ func Parse(b []byte) (Message, error) {
 	p := b[len(magic):]
 	m.SelfTest = p[0]&flagSelfTest != 0
 	m.LookFar = p[0]&flagLookFar != 0
+	m.Rewind = p[0]&flagRewind != 0
 	m.SentUs = int64(binary.BigEndian.Uint64(p[1:9]))
 	copy(m.Nonce[:], p[9:9+NonceSize])
 	p = p[9+NonceSize:]

@@ -286,20 +286,22 @@ func (h *Hub) Watch(q *workqueue.Queue) {
 }
 
 // Announce is workqueue.Announcer: Publish, or PublishLookFar.
-func (h *Hub) Announce(a workqueue.Announcement) { h.pub.Mark(a.Scope, a.LookFar) }
+func (h *Hub) Announce(a workqueue.Announcement) {
+	h.pub.Mark(a.Scope, wakewire.Flags{LookFar: a.LookFar, Rewind: a.Rewind})
+}
 
 // Publish announces that work may be claimable in scope now (after the
 // commit that made it so). It never blocks: the datagrams go out from the
 // hub's sender, coalesced with other announcements of the scope. A
 // watched Queue publishes by itself; call it for rows written by other
 // means.
-func (h *Hub) Publish(scope string) { h.pub.Mark(scope, false) }
+func (h *Hub) Publish(scope string) { h.pub.Mark(scope, wakewire.Flags{}) }
 
 // PublishLookFar is Publish for work that becomes claimable later: the
 // receivers also look for the scope's next due time as far as their
 // backstop (a quiet worker otherwise looks only as far as the normal
 // backstop period after a claim turn).
-func (h *Hub) PublishLookFar(scope string) { h.pub.Mark(scope, true) }
+func (h *Hub) PublishLookFar(scope string) { h.pub.Mark(scope, wakewire.Flags{LookFar: true}) }
 
 // Stats returns the counters.
 func (h *Hub) Stats() Stats {

@@ -73,7 +73,7 @@ func (h *Hub) accept(b []byte) {
 		s.setState(func() { s.selfTested = true })
 		return
 	}
-	s.wake(m.LookFar)
+	s.wake(m.LookFar, m.Rewind)
 }
 
 // firstSight records nonce and reports whether it was new.

@@ -21,6 +21,10 @@ type Handlers struct {
 	// lookFar: some of it only later, so look for the next due time as
 	// far as the backstop.
 	Wake func(lookFar bool)
+	// Rewind, when set, is called before a Wake whose announcement came
+	// from a commit later than workqueue.LateCommit after its write began:
+	// the receiver's claim scans start from the front (Claimer.Rewind).
+	Rewind func()
 	// Health: whether other processes can wake this one now. True once
 	// the self-test datagram came back through the advertised address,
 	// the endpoint is registered, and it has been for EndpointCacheTTL
@@ -50,6 +54,7 @@ type Subscription struct {
 	known      bool // registered EndpointCacheTTL ago: every sender's endpoint list has it
 	healthy    bool
 	lookFar    atomic.Bool // a pending wake asked to look far
+	rewind     atomic.Bool // a pending wake asked to rewind
 }
 
 // ScopeSweepLimit bounds the expired endpoints a Subscribe deletes.
@@ -182,9 +187,12 @@ func (h *Hub) selfTest(s *Subscription) {
 }
 
 // wake queues one delivery; deliveries already queued absorb it.
-func (s *Subscription) wake(lookFar bool) {
+func (s *Subscription) wake(lookFar, rewind bool) {
 	if lookFar {
 		s.lookFar.Store(true)
+	}
+	if rewind {
+		s.rewind.Store(true)
 	}
 	select {
 	case s.kick <- struct{}{}:
@@ -207,6 +215,9 @@ func (s *Subscription) deliverLoop() {
 			return
 		}
 		s.h.st.delivered.Add(1)
+		if s.rewind.Swap(false) && s.on.Rewind != nil {
+			s.on.Rewind()
+		}
 		s.on.Wake(s.lookFar.Swap(false))
 		t.Reset(gap)
 		select {

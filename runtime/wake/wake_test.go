@@ -617,3 +617,27 @@ func TestHealthyOnlyOnceSendersCachesHaveIt(t *testing.T) {
 		t.Fatalf("sender %+v, want a second endpoint read and one datagram", st)
 	}
 }
+
+// An announcement of a late commit asks the receivers to rewind: the flag
+// crosses the wire and Handlers.Rewind runs before the wake; an ordinary
+// one does not call it.
+func TestRewindCrossesTheWire(t *testing.T) {
+	ctx, qa, qb, _ := newEnv(t)
+	ha, hb := newHub(t, qa, Config{EndpointCacheTTL: time.Millisecond}), newHub(t, qb, Config{})
+	var rewinds atomic.Int64
+	l := newListener()
+	on := l.handlers()
+	on.Rewind = func() { rewinds.Add(1) }
+	if _, err := ha.Subscribe(ctx, scope, on); err != nil {
+		t.Fatal(err)
+	}
+	l.waitHealth(t, true)
+	hb.Announce(workqueue.Announcement{Scope: scope})
+	l.waitWake(t)
+	if rewinds.Load() != 0 {
+		t.Fatal("an ordinary announcement asked for a rewind")
+	}
+	hb.Announce(workqueue.Announcement{Scope: scope, Rewind: true})
+	waitFor(t, func() bool { return rewinds.Load() == 1 })
+	l.waitWake(t)
+}

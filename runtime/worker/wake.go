@@ -46,6 +46,7 @@ func (w *Worker) startWakes(ctx context.Context) (stop func(), err error) {
 				w.ctrl.SetQuiet(true) // a wake arrived: the path works again
 			}
 		},
+		Rewind: w.claimer.Rewind,
 		Health: w.ctrl.SetQuiet,
 	})
 	if err != nil {

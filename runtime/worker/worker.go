@@ -284,6 +284,9 @@ func (w *Worker) Run(ctx context.Context) error {
 	// Work due later makes its next lookup look far enough to arm the due
 	// timer for it.
 	stopListening := w.q.OnAnnounce(func(n workqueue.Announcement) {
+		if n.Scope == w.cfg.Scope && n.Rewind {
+			w.claimer.Rewind() // a late commit's rows may lie behind the floors
+		}
 		switch {
 		case n.Scope != w.cfg.Scope:
 		case n.LookFar:

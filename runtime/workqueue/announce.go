@@ -28,7 +28,19 @@ type Announcement struct {
 	// LookFar: some of it is due later (a delay, a retry's backoff), so a
 	// listener that arms timers must look further ahead than now.
 	LookFar bool
+	// Rewind: the write committed more than LateCommit after it began, so
+	// the due times it set may lie behind a claimer's floor by more than
+	// its straggler window: a listener's claimer scans from the front
+	// (Claimer.Rewind) before it claims.
+	Rewind bool
 }
+
+// LateCommit is how long after it began a write may commit before its
+// announcement asks for a rewind. A transition sets its rows' due time to
+// the database time of its statement; a claimer scanning from its floor
+// finds a row whose commit came at most its StragglerWindow (default 2s)
+// after that time. Keep StragglerWindow above LateCommit.
+const LateCommit = time.Second
 
 // Announcer carries a Queue's announcements to other processes; a
 // runtime/wake Hub is one (Hub.Watch attaches it).
@@ -134,8 +146,17 @@ func (qu *Queue) AttachAnnouncer(an Announcer) (detach func()) {
 func (qu *Queue) Announce(scope string, lookFar bool) { qu.announce(scope, lookFar) }
 
 func (qu *Queue) announce(scope string, lookFar bool) {
+	qu.send(Announcement{Scope: scope, LookFar: lookFar})
+}
+
+// announceSince announces a write that began at began: one that committed
+// LateCommit or more after it asks for a rewind.
+func (qu *Queue) announceSince(scope string, lookFar bool, began time.Time) {
+	qu.send(Announcement{Scope: scope, LookFar: lookFar, Rewind: time.Since(began) >= LateCommit})
+}
+
+func (qu *Queue) send(n Announcement) {
 	a := &qu.ann
-	n := Announcement{Scope: scope, LookFar: lookFar}
 	a.mu.Lock()
 	fns := make([]func(Announcement), 0, len(a.listeners))
 	for _, fn := range a.listeners {
@@ -153,7 +174,7 @@ func (qu *Queue) announce(scope string, lookFar bool) {
 		an.Announce(n)
 	}
 	if len(ans) == 0 && a.pub != nil {
-		a.pub.Mark(scope, lookFar)
+		a.pub.Mark(n.Scope, wakewire.Flags{LookFar: n.LookFar, Rewind: n.Rewind})
 	}
 }
 

@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/laneq/laneq/gen"
 )
@@ -50,9 +51,10 @@ func (qu *Queue) CompleteMany(ctx context.Context, leases []Lease) ([]error, Fin
 		qu.completeLaneless(ctx, leases, batch, errs)
 	}
 	for batch := range slices.Chunk(laned, MaxCompleteBatch) {
+		began := time.Now()
 		one := qu.completeLaned(ctx, leases, batch, errs)
 		if one.Promoted > 0 || one.PromotionsUnknown {
-			qu.announceScopes(leases, batch)
+			qu.announceScopes(leases, batch, began)
 		}
 		fin.add(one)
 	}
@@ -61,12 +63,12 @@ func (qu *Queue) CompleteMany(ctx context.Context, leases []Lease) ([]error, Fin
 
 // announceScopes announces the scopes of leases[idx...] (known from their
 // claims), each once.
-func (qu *Queue) announceScopes(leases []Lease, idx []int) {
+func (qu *Queue) announceScopes(leases []Lease, idx []int, began time.Time) {
 	var done []string
 	for _, i := range idx {
 		if l := leases[i].lanes; l != nil && l.scope != "" && !slices.Contains(done, l.scope) {
 			done = append(done, l.scope)
-			qu.announce(l.scope, false)
+			qu.announceSince(l.scope, false, began)
 		}
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"slices"
+	"time"
 	"unicode/utf8"
 
 	"github.com/laneq/laneq/gen"
@@ -139,6 +140,7 @@ func (qu *Queue) Wait(ctx context.Context, c Claimed, dep Dependency) (runnable 
 	}
 	registration := Lease{WorkID: c.WorkID, Token: c.Lease.Token + 1}
 	var state string
+	began := time.Now()
 	err = qu.inTx(ctx, fmt.Sprintf("settle dependency wait of work %d", c.WorkID), readCommitted, func(ctx context.Context, q *gen.Queries) error {
 		var err error
 		state, err = settleRegistration(ctx, q, c.Scope, registration, dep.Keys)
@@ -150,7 +152,7 @@ func (qu *Queue) Wait(ctx context.Context, c Claimed, dep Dependency) (runnable 
 	// Settled by someone else (a producer's wake, the safety pass): the item
 	// may be pending, and that one announced it.
 	if state == StatePending {
-		qu.announce(c.Scope, false)
+		qu.announceSince(c.Scope, false, began)
 	}
 	return state != StateWaitingDependency, nil
 }
@@ -257,7 +259,7 @@ func (qu *Queue) wakeWaiters(ctx context.Context, scope, wakeKey string) (int64,
 	var woken int64
 	for {
 		var n int64
-		runs := 0
+		runs, began := 0, time.Now()
 		err := qu.retryWrite(ctx, "wake dependency waiters", func(ctx context.Context) error {
 			runs++
 			var err error
@@ -267,7 +269,7 @@ func (qu *Queue) wakeWaiters(ctx context.Context, scope, wakeKey string) (int64,
 			return err
 		})
 		if n > 0 || runs > 1 {
-			qu.announce(scope, false)
+			qu.announceSince(scope, false, began)
 		}
 		if err != nil {
 			return woken, fmt.Errorf("%w (the key is satisfied; the dependency safety pass wakes the waiters left)", err)

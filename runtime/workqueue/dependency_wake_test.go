@@ -144,3 +144,50 @@ func TestSatisfyPagesTenThousandWaiters(t *testing.T) {
 		t.Fatalf("the safety pass woke %d of the %d left; %d pending", swept, left, count(workqueue.StatePending))
 	}
 }
+
+// A write whose commit comes LateCommit or more after it began (here a
+// release held up by another transaction's lock on its row) announces a
+// rewind: the due time it set may lie behind a claimer's floor by more
+// than its straggler window, so listeners scan from the front. A prompt
+// write does not.
+func TestLateCommitAnnouncesARewind(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, workqueue.Config{})
+	c := f.claimer("holder")
+	f.one(workqueue.Work{})
+	f.one(workqueue.Work{})
+	held := f.claim(c, workqueue.ClaimRequest{Max: 2})
+	if len(held) != 2 {
+		t.Fatalf("claimed %d", len(held))
+	}
+	heard := make(chan workqueue.Announcement, 4)
+	stop := f.qu.OnAnnounce(func(a workqueue.Announcement) { heard <- a })
+	defer stop()
+
+	if err := f.qu.Release(f.ctx, held[0].Lease); err != nil {
+		t.Fatal(err)
+	}
+	if a := <-heard; a.Rewind {
+		t.Fatalf("a prompt release asked for a rewind: %+v", a)
+	}
+
+	blocker, err := f.db.BeginTx(f.ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := blocker.ExecContext(f.ctx, "SELECT work_id FROM work_item WHERE work_id = ? FOR UPDATE", held[1].WorkID); err != nil {
+		t.Fatal(err)
+	}
+	released := make(chan error, 1)
+	go func() { released <- f.qu.Release(f.ctx, held[1].Lease) }()
+	time.Sleep(workqueue.LateCommit + 200*time.Millisecond) // the lock holder's own work
+	if err := blocker.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-released; err != nil {
+		t.Fatal(err)
+	}
+	if a := <-heard; !a.Rewind || a.Scope != scope {
+		t.Fatalf("a release that committed %s late announced %+v, want a rewind", workqueue.LateCommit, a)
+	}
+}

@@ -70,9 +70,10 @@ func (qu *Queue) RecoverLanes(ctx context.Context, scope string, from LaneCursor
 			stranded = append(stranded, r.WorkID)
 		}
 	}
+	began := time.Now()
 	out.Promoted, err = promoteHeads(ctx, qu.q, stranded, false)
 	if out.Promoted > 0 || (err != nil && len(stranded) > 0) {
-		qu.announce(scope, false) // an error may follow a commit
+		qu.announceSince(scope, false, began) // an error may follow a commit
 	}
 	if err != nil {
 		return out, fmt.Errorf("workqueue: lane recovery of scope %q: %w", scope, err)

@@ -99,27 +99,28 @@ func (qu *Queue) RecordProgress(ctx context.Context, c *Claimed) error {
 // Release hands the item back unexecuted, due now (drain, shutdown); the
 // attempt does not count against its budget.
 func (qu *Queue) Release(ctx context.Context, l Lease) error {
+	began := time.Now()
 	err := qu.fencedWrite(ctx, l, "release", StatePending, func(ctx context.Context) (int64, error) {
 		return qu.q.ReleaseLease(ctx, gen.ReleaseLeaseParams{WorkID: l.WorkID, LeaseToken: l.Token})
 	})
 	if err == nil {
-		qu.announceLease(ctx, l, false)
+		qu.announceLease(ctx, l, false, began)
 	}
 	return err
 }
 
 // announceLease announces the scope of a leased item; a Lease built by
 // hand does not know it, so its row is read (a primary-key point get).
-func (qu *Queue) announceLease(ctx context.Context, l Lease, lookFar bool) {
+func (qu *Queue) announceLease(ctx context.Context, l Lease, lookFar bool, began time.Time) {
 	if l.lanes != nil && l.lanes.scope != "" {
-		qu.announce(l.lanes.scope, lookFar)
+		qu.announceSince(l.lanes.scope, lookFar, began)
 		return
 	}
 	row, err := qu.q.GetLaneIdentity(context.WithoutCancel(ctx), l.WorkID)
 	if err != nil {
 		return // the receivers' probes find it (see Announcement)
 	}
-	qu.announce(row.ScopeID, lookFar)
+	qu.announceSince(row.ScopeID, lookFar, began)
 }
 
 // Retry schedules another attempt after the policy's backoff for the item's
@@ -129,6 +130,7 @@ func (qu *Queue) Retry(ctx context.Context, c Claimed, f Failure) (time.Duration
 		return 0, err
 	}
 	delay := qu.cfg.Retry.jittered(c.SafeRetries)
+	began := time.Now()
 	err := qu.fencedWrite(ctx, c.Lease, "retry", StatePending, func(ctx context.Context) (int64, error) {
 		return qu.q.RetryLater(ctx, gen.RetryLaterParams{
 			DelayMicros: micros(delay), FailureClass: nullString(f.Class), FailureSummary: nullString(f.Summary),
@@ -141,9 +143,9 @@ func (qu *Queue) Retry(ctx context.Context, c Claimed, f Failure) (time.Duration
 	// Due later: a process that dies before then takes its due timer with
 	// it, so the others look far enough to arm theirs.
 	if c.Scope != "" {
-		qu.announce(c.Scope, true)
+		qu.announceSince(c.Scope, true, began)
 	} else {
-		qu.announceLease(ctx, c.Lease, true)
+		qu.announceLease(ctx, c.Lease, true, began)
 	}
 	return delay, nil
 }
@@ -233,6 +235,7 @@ func (qu *Queue) finish(ctx context.Context, l Lease, state string, f *Failure) 
 	var res Finished
 	var replyLost bool
 	var scope string
+	began := time.Now()
 	err := qu.inTx(ctx, fmt.Sprintf("finish work %d", l.WorkID), readCommitted, func(ctx context.Context, q *gen.Queries) error {
 		res = Finished{}
 		n, err := q.Finish(ctx, p)
@@ -265,9 +268,9 @@ func (qu *Queue) finish(ctx context.Context, l Lease, state string, f *Failure) 
 	})
 	if err == nil && (res.Promoted > 0 || res.PromotionsUnknown) {
 		if scope != "" {
-			qu.announce(scope, false)
+			qu.announceSince(scope, false, began)
 		} else {
-			qu.announceLease(ctx, l, false)
+			qu.announceLease(ctx, l, false, began)
 		}
 	}
 	return res, err
@@ -281,7 +284,7 @@ func (qu *Queue) expireToDead(ctx context.Context, r gen.StaleCandidatesRow) err
 	f := Failure{Class: FailureAttemptsExhausted,
 		Summary: fmt.Sprintf("lease expired after attempt %d of %d (the process running it stopped or stalled each time)", r.AttemptCount, qu.cfg.MaxAttempts)}
 	lanes := &laneIdentity{workID: r.WorkID, generation: r.Generation, ordinal: r.LaneOrdinal, source: r.SourceLaneKey, target: r.TargetLaneKey}
-	promoted := 0
+	promoted, began := 0, time.Now()
 	err := qu.inTx(ctx, fmt.Sprintf("expire work %d to dead", r.WorkID), readCommitted, func(ctx context.Context, q *gen.Queries) error {
 		promoted = 0
 		n, err := q.FinishExpired(ctx, gen.FinishExpiredParams{
@@ -302,7 +305,7 @@ func (qu *Queue) expireToDead(ctx context.Context, r gen.StaleCandidatesRow) err
 		return err
 	})
 	if err == nil && promoted > 0 {
-		qu.announce(lanes.scope, false)
+		qu.announceSince(lanes.scope, false, began)
 	}
 	return err
 }

@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/laneq/laneq/gen"
 )
@@ -52,6 +53,7 @@ func (qu *Queue) Replay(ctx context.Context, scope string, workID int64) (Replay
 		return Replayed{}, err
 	}
 	var out Replayed
+	began := time.Now()
 	err := qu.inTx(ctx, "replay", readCommitted, func(ctx context.Context, q *gen.Queries) error {
 		var err error
 		out, err = replayTx(ctx, q, scope, workID)
@@ -60,7 +62,7 @@ func (qu *Queue) Replay(ctx context.Context, scope string, workID int64) (Replay
 	if err != nil {
 		return out, err
 	}
-	qu.announce(scope, false)
+	qu.announceSince(scope, false, began)
 	return out, nil
 }
 
