@@ -81,9 +81,11 @@ const dependencySafetyPage = `-- name: DependencySafetyPage :many
  WHERE r.scope_id = ?
    AND r.generation = (SELECT s.active_generation FROM scope s WHERE s.scope_id = ?)
    AND r.state = 'dependency_registration'
-   AND r.run_after <= DATE_SUB(NOW(6), INTERVAL CAST(? AS SIGNED) MICROSECOND)
+   AND ((r.run_after > ?
+         AND r.run_after <= LEAST(CAST(? AS DATETIME(6)), DATE_SUB(NOW(6), INTERVAL CAST(? AS SIGNED) MICROSECOND)))
+        OR (r.run_after = ? AND r.work_id > ?))
  ORDER BY r.run_after, r.work_id
- LIMIT 100)
+ LIMIT 32)
 UNION ALL
 (SELECT w.work_id, w.lease_token, w.state, w.run_after, w.dependency_keys
  FROM work_item w
@@ -96,11 +98,14 @@ UNION ALL
 `
 
 type DependencySafetyPageParams struct {
-	ScopeID     string
-	GraceMicros int64
-	AfterTime   time.Time
-	AfterWorkID int64
-	Limit       int32
+	ScopeID        string
+	RegAfterTime   time.Time
+	RegUntil       time.Time
+	GraceMicros    int64
+	RegAfterWorkID int64
+	AfterTime      time.Time
+	AfterWorkID    int64
+	Limit          int32
 }
 
 type DependencySafetyPageRow struct {
@@ -111,23 +116,40 @@ type DependencySafetyPageRow struct {
 	DependencyKeys []byte
 }
 
-// One page of the safety pass over a scope's waiters of the active
-// generation, on idx_work_item_due, in wait order (run_after is when the
-// wait began): registrations older than a grace (a worker interrupted
-// between BeginDependencyWait and SettleDependencyRegistration left them),
-// from the front each pass, since the pass settles them; and waiting rows
-// after the pass's cursor. The cursor is a (run_after, work_id) pair: the OR
-// becomes two ranges of the index, so ties at one time are neither skipped
-// nor read twice. Each branch reads at most its LIMIT of entries whatever
-// the number of waiters (registrations are seconds-long and rare, so a
-// fixed 100 per pass; the waiting page is the caller's); the scalar subquery
-// (the scope's primary key) is folded into the range before execution. A
-// scope with no waiters costs this one statement.
+// The safety pass's first statement, and the next ones while its
+// registration reads come back full: registrations older than a grace (a
+// worker interrupted between BeginDependencyWait and
+// SettleDependencyRegistration left them) after the registration cursor,
+// beside one page of waiting rows after the waiting cursor, both on
+// idx_work_item_due in wait order (run_after is when the wait began), so a
+// scope with no waiters and no registrations costs this one statement a
+// pass. Each cursor is a (run_after, work_id) pair whose OR becomes two
+// ranges of the index, so ties at one time are neither skipped nor read
+// twice. The registration ranges end at reg_until or the grace, whichever
+// comes first (one LEAST bound, so TiDB keeps both ranges exact; the tie
+// range is at the cursor, the time of a registration the pass already
+// found past the grace). The embedded engine reads every entry of a range
+// before the LIMIT applies, so a pass working through a backlog of
+// registrations reads it one span of wait times at a time from the last
+// one it settled (reg_until is that one's time plus the span), never the
+// whole backlog per statement. Looking from the front (the zero cursor, a
+// far-future reg_until), it reads every registration not yet settled on
+// that engine (TiKV stops at the LIMIT): the newly old ones of a settled
+// scope; a backlog only when the pass meets it and when a span within it
+// runs dry. Registrations are
+// rare: a fixed 32 a statement (the runtime's registrationPage, which takes
+// a full 32 to mean more may follow); the waiting page is the caller's.
+// The scalar subquery (the scope's primary key) is folded into the ranges
+// before execution. DependencyWaitingPage is the waiting branch alone.
 func (q *Queries) DependencySafetyPage(ctx context.Context, arg DependencySafetyPageParams) ([]DependencySafetyPageRow, error) {
 	rows, err := q.db.QueryContext(ctx, dependencySafetyPage,
 		arg.ScopeID,
 		arg.ScopeID,
+		arg.RegAfterTime,
+		arg.RegUntil,
 		arg.GraceMicros,
+		arg.RegAfterTime,
+		arg.RegAfterWorkID,
 		arg.ScopeID,
 		arg.ScopeID,
 		arg.AfterTime,
@@ -142,6 +164,76 @@ func (q *Queries) DependencySafetyPage(ctx context.Context, arg DependencySafety
 	items := []DependencySafetyPageRow{}
 	for rows.Next() {
 		var i DependencySafetyPageRow
+		if err := rows.Scan(
+			&i.WorkID,
+			&i.LeaseToken,
+			&i.State,
+			&i.RunAfter,
+			&i.DependencyKeys,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Close(); err != nil {
+		return nil, err
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const dependencyWaitingPage = `-- name: DependencyWaitingPage :many
+SELECT w.work_id, w.lease_token, w.state, w.run_after, w.dependency_keys
+FROM work_item w
+WHERE w.scope_id = ?
+  AND w.generation = (SELECT s.active_generation FROM scope s WHERE s.scope_id = ?)
+  AND w.state = 'waiting_dependency'
+  AND (w.run_after > ? OR (w.run_after = ? AND w.work_id > ?))
+ORDER BY w.run_after, w.work_id
+LIMIT ?
+`
+
+type DependencyWaitingPageParams struct {
+	ScopeID     string
+	AfterTime   time.Time
+	AfterWorkID int64
+	Limit       int32
+}
+
+type DependencyWaitingPageRow struct {
+	WorkID         int64
+	LeaseToken     int64
+	State          string
+	RunAfter       time.Time
+	DependencyKeys []byte
+}
+
+// The safety pass's later pages: waiting rows of the active generation after
+// the pass's (run_after, work_id) cursor on idx_work_item_due, in wait
+// order, as DependencySafetyPage's second branch, without its registration
+// branch: a page over waiters reads no registration, however many crashed
+// workers left. The OR becomes two ranges of the index, so ties at one time
+// are neither skipped nor read twice; a page reads at most its LIMIT of
+// entries (plus their row lookups) however many rows wait; the scalar
+// subquery is folded into the range before execution.
+func (q *Queries) DependencyWaitingPage(ctx context.Context, arg DependencyWaitingPageParams) ([]DependencyWaitingPageRow, error) {
+	rows, err := q.db.QueryContext(ctx, dependencyWaitingPage,
+		arg.ScopeID,
+		arg.ScopeID,
+		arg.AfterTime,
+		arg.AfterTime,
+		arg.AfterWorkID,
+		arg.Limit,
+	)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []DependencyWaitingPageRow{}
+	for rows.Next() {
+		var i DependencyWaitingPageRow
 		if err := rows.Scan(
 			&i.WorkID,
 			&i.LeaseToken,

@@ -200,19 +200,41 @@ type Querier interface {
 	// the filters are.
 	// The joins are index joins by hint, as in ItemDetail.
 	DeadLetterPage(ctx context.Context, arg DeadLetterPageParams) ([]DeadLetterPageRow, error)
-	// One page of the safety pass over a scope's waiters of the active
-	// generation, on idx_work_item_due, in wait order (run_after is when the
-	// wait began): registrations older than a grace (a worker interrupted
-	// between BeginDependencyWait and SettleDependencyRegistration left them),
-	// from the front each pass, since the pass settles them; and waiting rows
-	// after the pass's cursor. The cursor is a (run_after, work_id) pair: the OR
-	// becomes two ranges of the index, so ties at one time are neither skipped
-	// nor read twice. Each branch reads at most its LIMIT of entries whatever
-	// the number of waiters (registrations are seconds-long and rare, so a
-	// fixed 100 per pass; the waiting page is the caller's); the scalar subquery
-	// (the scope's primary key) is folded into the range before execution. A
-	// scope with no waiters costs this one statement.
+	// The safety pass's first statement, and the next ones while its
+	// registration reads come back full: registrations older than a grace (a
+	// worker interrupted between BeginDependencyWait and
+	// SettleDependencyRegistration left them) after the registration cursor,
+	// beside one page of waiting rows after the waiting cursor, both on
+	// idx_work_item_due in wait order (run_after is when the wait began), so a
+	// scope with no waiters and no registrations costs this one statement a
+	// pass. Each cursor is a (run_after, work_id) pair whose OR becomes two
+	// ranges of the index, so ties at one time are neither skipped nor read
+	// twice. The registration ranges end at reg_until or the grace, whichever
+	// comes first (one LEAST bound, so TiDB keeps both ranges exact; the tie
+	// range is at the cursor, the time of a registration the pass already
+	// found past the grace). The embedded engine reads every entry of a range
+	// before the LIMIT applies, so a pass working through a backlog of
+	// registrations reads it one span of wait times at a time from the last
+	// one it settled (reg_until is that one's time plus the span), never the
+	// whole backlog per statement. Looking from the front (the zero cursor, a
+	// far-future reg_until), it reads every registration not yet settled on
+	// that engine (TiKV stops at the LIMIT): the newly old ones of a settled
+	// scope; a backlog only when the pass meets it and when a span within it
+	// runs dry. Registrations are
+	// rare: a fixed 32 a statement (the runtime's registrationPage, which takes
+	// a full 32 to mean more may follow); the waiting page is the caller's.
+	// The scalar subquery (the scope's primary key) is folded into the ranges
+	// before execution. DependencyWaitingPage is the waiting branch alone.
 	DependencySafetyPage(ctx context.Context, arg DependencySafetyPageParams) ([]DependencySafetyPageRow, error)
+	// The safety pass's later pages: waiting rows of the active generation after
+	// the pass's (run_after, work_id) cursor on idx_work_item_due, in wait
+	// order, as DependencySafetyPage's second branch, without its registration
+	// branch: a page over waiters reads no registration, however many crashed
+	// workers left. The OR becomes two ranges of the index, so ties at one time
+	// are neither skipped nor read twice; a page reads at most its LIMIT of
+	// entries (plus their row lookups) however many rows wait; the scalar
+	// subquery is folded into the range before execution.
+	DependencyWaitingPage(ctx context.Context, arg DependencyWaitingPageParams) ([]DependencyWaitingPageRow, error)
 	// Idempotent creation. ON DUPLICATE KEY keeps an existing row untouched (its
 	// generation and ordinal counter must never be reset by a late writer).
 	EnsureScope(ctx context.Context, arg EnsureScopeParams) error

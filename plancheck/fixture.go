@@ -141,7 +141,10 @@ type distribution struct {
 const (
 	longLaneBase     = 12 * knownBase
 	headlessLaneBase = 14*knownBase + 3*MaxScale
-	maxSeededOrdinal = 14*knownBase + 5*MaxScale
+	// The old registrations' block (at most MaxScale/2 of them), after the
+	// two known rows behind the headless lane (headlessLaneBase + MaxScale).
+	oldRegistrationBase = 14*knownBase + 4*MaxScale + MaxScale/2
+	maxSeededOrdinal    = 14*knownBase + 5*MaxScale
 )
 
 // distributions are the fixture: a constant set of interesting rows in the
@@ -158,7 +161,9 @@ const (
 //   - one lane with no head and `scale` blocked rows, waiting on their
 //     other lane;
 //   - due rows of a work type the cases do not ask for, in the same class and
-//     time range as the due backlog (scale).
+//     time range as the due backlog (scale);
+//   - dependency registrations crashed workers left (scale / 2, issue 35),
+//     long past any grace, in the hour of the `scale` dependency waiters.
 func distributions(scale int64) []distribution {
 	d := func(x distribution) distribution {
 		if x.workType == "" {
@@ -221,6 +226,12 @@ func distributions(scale int64) []distribution {
 		// keys as the target scope's), and dependency registrations there.
 		d(distribution{what: "dependency waiters of another scope", scope: OtherScope, state: "waiting_dependency", at: backlog, source: "wait:", wake: "wake:", lanes: 100, idBase: 15 * noise, ordinalBase: 14 * knownBase, per: 1}),
 		d(distribution{what: "dependency registrations of another scope", scope: OtherScope, state: "dependency_registration", at: backlog, source: "wait:", wake: "wake:", lanes: 100, idBase: 16 * noise, ordinalBase: 14*knownBase + MaxScale, per: 1}),
+		// Issue 35: registrations of the target scope left behind by
+		// crashed workers (scale / 2, all long past any grace), beside its
+		// `scale` waiters in the same hour: a page over the waiters must not
+		// read them, and the pass's registration read must not grow with
+		// them.
+		d(distribution{what: "old dependency registrations", state: "dependency_registration", at: backlog, source: "stuck:", wake: "stuck:", lanes: 100, idBase: 26 * noise, ordinalBase: oldRegistrationBase, per: 0.5, skew: true}),
 		// One projection's history: `scale` terminal generations, each with
 		// its event, all of one projection key (the input and boundary
 		// reads must not grow with it).

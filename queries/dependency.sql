@@ -110,26 +110,41 @@ WHERE scope_id = sqlc.arg(scope_id)
 LIMIT ?;
 
 -- name: DependencySafetyPage :many
--- One page of the safety pass over a scope's waiters of the active
--- generation, on idx_work_item_due, in wait order (run_after is when the
--- wait began): registrations older than a grace (a worker interrupted
--- between BeginDependencyWait and SettleDependencyRegistration left them),
--- from the front each pass, since the pass settles them; and waiting rows
--- after the pass's cursor. The cursor is a (run_after, work_id) pair: the OR
--- becomes two ranges of the index, so ties at one time are neither skipped
--- nor read twice. Each branch reads at most its LIMIT of entries whatever
--- the number of waiters (registrations are seconds-long and rare, so a
--- fixed 100 per pass; the waiting page is the caller's); the scalar subquery
--- (the scope's primary key) is folded into the range before execution. A
--- scope with no waiters costs this one statement.
+-- The safety pass's first statement, and the next ones while its
+-- registration reads come back full: registrations older than a grace (a
+-- worker interrupted between BeginDependencyWait and
+-- SettleDependencyRegistration left them) after the registration cursor,
+-- beside one page of waiting rows after the waiting cursor, both on
+-- idx_work_item_due in wait order (run_after is when the wait began), so a
+-- scope with no waiters and no registrations costs this one statement a
+-- pass. Each cursor is a (run_after, work_id) pair whose OR becomes two
+-- ranges of the index, so ties at one time are neither skipped nor read
+-- twice. The registration ranges end at reg_until or the grace, whichever
+-- comes first (one LEAST bound, so TiDB keeps both ranges exact; the tie
+-- range is at the cursor, the time of a registration the pass already
+-- found past the grace). The embedded engine reads every entry of a range
+-- before the LIMIT applies, so a pass working through a backlog of
+-- registrations reads it one span of wait times at a time from the last
+-- one it settled (reg_until is that one's time plus the span), never the
+-- whole backlog per statement. Looking from the front (the zero cursor, a
+-- far-future reg_until), it reads every registration not yet settled on
+-- that engine (TiKV stops at the LIMIT): the newly old ones of a settled
+-- scope; a backlog only when the pass meets it and when a span within it
+-- runs dry. Registrations are
+-- rare: a fixed 32 a statement (the runtime's registrationPage, which takes
+-- a full 32 to mean more may follow); the waiting page is the caller's.
+-- The scalar subquery (the scope's primary key) is folded into the ranges
+-- before execution. DependencyWaitingPage is the waiting branch alone.
 (SELECT r.work_id, r.lease_token, r.state, r.run_after, r.dependency_keys
  FROM work_item r
  WHERE r.scope_id = sqlc.arg(scope_id)
    AND r.generation = (SELECT s.active_generation FROM scope s WHERE s.scope_id = sqlc.arg(scope_id))
    AND r.state = 'dependency_registration'
-   AND r.run_after <= DATE_SUB(NOW(6), INTERVAL CAST(sqlc.arg(grace_micros) AS SIGNED) MICROSECOND)
+   AND ((r.run_after > sqlc.arg(reg_after_time)
+         AND r.run_after <= LEAST(CAST(sqlc.arg(reg_until) AS DATETIME(6)), DATE_SUB(NOW(6), INTERVAL CAST(sqlc.arg(grace_micros) AS SIGNED) MICROSECOND)))
+        OR (r.run_after = sqlc.arg(reg_after_time) AND r.work_id > sqlc.arg(reg_after_work_id)))
  ORDER BY r.run_after, r.work_id
- LIMIT 100)
+ LIMIT 32)
 UNION ALL
 (SELECT w.work_id, w.lease_token, w.state, w.run_after, w.dependency_keys
  FROM work_item w
@@ -139,6 +154,24 @@ UNION ALL
    AND (w.run_after > sqlc.arg(after_time) OR (w.run_after = sqlc.arg(after_time) AND w.work_id > sqlc.arg(after_work_id)))
  ORDER BY w.run_after, w.work_id
  LIMIT ?);
+
+-- name: DependencyWaitingPage :many
+-- The safety pass's later pages: waiting rows of the active generation after
+-- the pass's (run_after, work_id) cursor on idx_work_item_due, in wait
+-- order, as DependencySafetyPage's second branch, without its registration
+-- branch: a page over waiters reads no registration, however many crashed
+-- workers left. The OR becomes two ranges of the index, so ties at one time
+-- are neither skipped nor read twice; a page reads at most its LIMIT of
+-- entries (plus their row lookups) however many rows wait; the scalar
+-- subquery is folded into the range before execution.
+SELECT w.work_id, w.lease_token, w.state, w.run_after, w.dependency_keys
+FROM work_item w
+WHERE w.scope_id = sqlc.arg(scope_id)
+  AND w.generation = (SELECT s.active_generation FROM scope s WHERE s.scope_id = sqlc.arg(scope_id))
+  AND w.state = 'waiting_dependency'
+  AND (w.run_after > sqlc.arg(after_time) OR (w.run_after = sqlc.arg(after_time) AND w.work_id > sqlc.arg(after_work_id)))
+ORDER BY w.run_after, w.work_id
+LIMIT ?;
 
 -- name: WakeDependencyWaiter :execrows
 -- The safety pass wakes one waiter whose key is satisfied: an idempotent CAS

@@ -277,7 +277,7 @@ func TestDependencyQuietBacklog(t *testing.T) {
 			if d := stats1.Scheduler.Claimed - stats0.Scheduler.Claimed; d != 0 {
 				t.Fatalf("%d items claimed", d)
 			}
-			reads := []string{"DependencySafetyPage", "SatisfiedDependencies", "BlockedPage"}
+			reads := []string{"DependencySafetyPage", "DependencyWaitingPage", "SatisfiedDependencies", "BlockedPage"}
 			if tc.defaults {
 				// Probes and reconciliation: the scope, first claimable rows,
 				// the work kinds, and the next-work lookup after a claim turn.
@@ -294,7 +294,7 @@ func TestDependencyQuietBacklog(t *testing.T) {
 			// A pass reads at most ProbeBudget/PageSize pages and their keys,
 			// plus one page that finds the end.
 			perPass := int64(2*workqueue.DefaultSweepProbeBudget/workqueue.DefaultSweepPageSize + 1)
-			if n := sent["DependencySafetyPage"] + sent["SatisfiedDependencies"]; n > int64(passes)*perPass {
+			if n := sent["DependencySafetyPage"] + sent["DependencyWaitingPage"] + sent["SatisfiedDependencies"]; n > int64(passes)*perPass {
 				t.Fatalf("%d safety-pass statements in %d passes, over %d per pass", n, passes, perPass)
 			}
 			t.Logf("quiet hour: %d passes, statements %v, controller claims %d", passes, sent, stats1.Controller.Claims-stats0.Controller.Claims)

@@ -78,7 +78,18 @@ func (c DependencySweepConfig) withDefaults() (DependencySweepConfig, error) {
 // all missing costs no write and no retry. A pass stops at its time or probe
 // budget, or at the first error, keeping the cursor past the last waiter it
 // finished: wakes already committed stay, and the next pass resumes there.
-// With no waiters in the scope a pass is one indexed statement.
+//
+// Registrations past their grace are read, registrationPage at a time,
+// by the pass's first statement (DependencySafetyPage, beside its first page
+// of waiters) and, while there are more, by the pages after it; the other
+// pages (DependencyWaitingPage) read waiters only, so they never read the
+// registrations crashed workers left. A pass looks for registrations from
+// the front; after a full read it goes on from the last one it settled,
+// registrationSpan of wait times a read (the embedded engine reads a range
+// whole before its LIMIT), in this pass and the next ones; a span that runs
+// dry sends it back to the front, and a short read from the front ends the
+// registrations. With no waiters and no registrations in the scope a pass
+// is one indexed statement.
 //
 // A pass interval is not a per-waiter recovery bound: a backlog larger than
 // a pass's budget takes several passes to go round.
@@ -91,7 +102,24 @@ type DependencySweep struct {
 	mu        sync.Mutex // one pass at a time
 	afterTime time.Time  // the cursor: waiters after (afterTime, afterID)
 	afterID   int64
+	// The registration cursor, set while passes work through a backlog of
+	// registrations (the last read was full): the next read is the span
+	// after (regTime, regID). Unset, the next read is from the front.
+	regSpan bool
+	regTime time.Time
+	regID   int64
 }
+
+// The registration reads: registrationPage is DependencySafetyPage's fixed
+// LIMIT on its registration branch (registrations are rare), and a read
+// from the registration cursor covers registrationSpan of wait times.
+// regFront is the reg_until of a read from the front: no span.
+const (
+	registrationPage = 32
+	registrationSpan = time.Minute
+)
+
+var regFront = time.Date(9999, 12, 31, 0, 0, 0, 0, time.UTC)
 
 // SweepStats is what one pass did.
 type SweepStats struct {
@@ -128,9 +156,10 @@ func (qu *Queue) NewDependencySweep(scope string, cfg DependencySweepConfig) (*D
 // failed) leaves the sweep usable: the next pass resumes from the cursor.
 // A pass that made waiters claimable, or may have, announces the scope.
 func (s *DependencySweep) Pass(ctx context.Context) (SweepStats, error) {
+	began := time.Now()
 	st, err := s.pass(ctx)
 	if st.Claimable() {
-		s.qu.announce(s.scope, false)
+		s.qu.announceSince(s.scope, false, began)
 	}
 	return st, err
 }
@@ -141,14 +170,18 @@ func (s *DependencySweep) pass(ctx context.Context) (SweepStats, error) {
 	var st SweepStats
 	deadline := s.now().Add(s.cfg.TimeBudget)
 	budget := s.cfg.ProbeBudget
+	registrations := true // the pass's first statement reads them
 	for budget > 0 && s.now().Before(deadline) {
 		limit := min(s.cfg.PageSize, budget)
-		rows, err := s.page(ctx, deadline, limit)
+		rows, err := s.page(ctx, deadline, registrations, limit)
 		st.Pages++
 		if err != nil {
 			return st, err
 		}
 		var waiting []gen.DependencySafetyPageRow
+		var settled int
+		var lastTime time.Time
+		var lastID int64
 		for _, r := range rows {
 			if r.State != StateDependencyRegistration {
 				waiting = append(waiting, r)
@@ -157,13 +190,38 @@ func (s *DependencySweep) pass(ctx context.Context) (SweepStats, error) {
 			if err := s.settle(ctx, r, &st); err != nil {
 				return st, err
 			}
+			settled++
 			budget--
+			if r.RunAfter.After(lastTime) || (r.RunAfter.Equal(lastTime) && r.WorkID > lastID) {
+				lastTime, lastID = r.RunAfter, r.WorkID
+			}
+		}
+		if registrations {
+			switch {
+			case settled == registrationPage:
+				// A full read: more may follow the last one; read on from
+				// there, a span at a time (in this pass and the next).
+				s.regSpan, s.regTime, s.regID = true, lastTime, lastID
+			case s.regSpan:
+				// The span ran dry, not necessarily the backlog: look from
+				// the front again.
+				s.regSpan = false
+			default:
+				// A short read from the front: none left up to the grace.
+				registrations = false
+			}
 		}
 		if err := s.wakeSatisfied(ctx, deadline, waiting, &st); err != nil {
 			return st, err
 		}
 		budget -= len(waiting)
 		if len(waiting) < limit {
+			if registrations {
+				// The end of the waiters, not of the registrations: the
+				// next pages read past the last waiter, which holds none
+				// but those that began waiting since.
+				continue
+			}
 			// A short page: the end of the waiters.
 			s.afterTime, s.afterID = epochTime, 0
 			st.Wrapped = true
@@ -173,15 +231,33 @@ func (s *DependencySweep) pass(ctx context.Context) (SweepStats, error) {
 	return st, nil
 }
 
-// page reads registrations past their grace and the waiters after the
-// cursor, the read cut off at the pass's deadline.
-func (s *DependencySweep) page(ctx context.Context, deadline time.Time, limit int) ([]gen.DependencySafetyPageRow, error) {
+// page reads the waiters after the cursor and, with registrations, the
+// registrations past their grace (from the front, or the span after the
+// registration cursor), the read cut off at the pass's deadline.
+func (s *DependencySweep) page(ctx context.Context, deadline time.Time, registrations bool, limit int) ([]gen.DependencySafetyPageRow, error) {
 	ctx, cancel := context.WithDeadline(ctx, deadline)
 	defer cancel()
-	rows, err := s.qu.q.DependencySafetyPage(ctx, gen.DependencySafetyPageParams{
-		ScopeID: s.scope, GraceMicros: micros(s.cfg.RegistrationGrace),
-		AfterTime: s.afterTime, AfterWorkID: s.afterID, Limit: int32(limit),
-	})
+	var rows []gen.DependencySafetyPageRow
+	var err error
+	if registrations {
+		regTime, regID, regUntil := epochTime, int64(0), regFront
+		if s.regSpan {
+			regTime, regID, regUntil = s.regTime, s.regID, s.regTime.Add(registrationSpan)
+		}
+		rows, err = s.qu.q.DependencySafetyPage(ctx, gen.DependencySafetyPageParams{
+			ScopeID: s.scope, GraceMicros: micros(s.cfg.RegistrationGrace),
+			RegAfterTime: regTime, RegAfterWorkID: regID, RegUntil: regUntil,
+			AfterTime: s.afterTime, AfterWorkID: s.afterID, Limit: int32(limit),
+		})
+	} else {
+		var page []gen.DependencyWaitingPageRow
+		page, err = s.qu.q.DependencyWaitingPage(ctx, gen.DependencyWaitingPageParams{
+			ScopeID: s.scope, AfterTime: s.afterTime, AfterWorkID: s.afterID, Limit: int32(limit),
+		})
+		for _, r := range page {
+			rows = append(rows, gen.DependencySafetyPageRow(r))
+		}
+	}
 	if err != nil {
 		return nil, fmt.Errorf("workqueue: dependency safety page of scope %q: %w", s.scope, err)
 	}
