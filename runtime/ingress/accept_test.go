@@ -161,15 +161,7 @@ func TestInboxRefusesASessionInAnotherTimeZone(t *testing.T) {
 func TestAcceptAnnouncesWhenTheReadBackFails(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t)
-	db, faults, err := faultdb.Open(f.dsn)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer db.Close()
-	in, err := ingress.New(db, ingress.Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	in, faults := f.faultyInbox()
 	faults.Add(faultdb.Rule{Statement: "GetReceipt", Fault: faultdb.DropBefore, Times: 2})
 	stop := in.AnnounceTo(newHub(t, f.qu))
 	defer stop()

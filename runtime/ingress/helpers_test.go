@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/laneq/laneq/internal/faultdb"
 	"github.com/laneq/laneq/internal/queuetest"
 	"github.com/laneq/laneq/internal/tidbtest"
 	"github.com/laneq/laneq/runtime/ingress"
@@ -201,4 +202,20 @@ func (f *fixture) count(query string, args ...any) int {
 		f.t.Fatalf("%s: %v", query, err)
 	}
 	return n
+}
+
+// faultyInbox is an Inbox on its own pool of the fixture's database whose
+// statements the returned injector can fault.
+func (f *fixture) faultyInbox() (*ingress.Inbox, *faultdb.Injector) {
+	f.t.Helper()
+	db, faults, err := faultdb.Open(f.dsn)
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	f.t.Cleanup(func() { db.Close() })
+	in, err := ingress.New(db, ingress.Config{})
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	return in, faults
 }

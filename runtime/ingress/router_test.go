@@ -288,15 +288,7 @@ func TestFailedClaimKeepsTheFloor(t *testing.T) {
 		t.Run(fault.String(), func(t *testing.T) {
 			t.Parallel()
 			f := newFixture(t)
-			db, faults, err := faultdb.Open(f.dsn)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer db.Close()
-			in, err := ingress.New(db, ingress.Config{})
-			if err != nil {
-				t.Fatal(err)
-			}
+			in, faults := f.faultyInbox()
 			older := f.accept(delivery("older", "", "o1"))
 			newer := f.accept(delivery("newer", "", "n1"))
 			// Test-only SQL: the older receipt due a minute before the
