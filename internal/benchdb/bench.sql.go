@@ -169,7 +169,7 @@ func (q *Queries) LeasesHeldBy(ctx context.Context, process string) (int64, erro
 
 const listAttempts = `-- name: ListAttempts :many
 SELECT attempt_id, process, work_id, lease_token, attempt, reclaimed, claim_us,
-       started_at, ended_at, outcome, finish, finish_error
+       started_at, ended_at, outcome, finish, finish_error, finish_at
 FROM bench_attempt
 ORDER BY work_id, started_at, attempt_id
 `
@@ -196,6 +196,7 @@ func (q *Queries) ListAttempts(ctx context.Context) ([]BenchAttempt, error) {
 			&i.Outcome,
 			&i.Finish,
 			&i.FinishError,
+			&i.FinishAt,
 		); err != nil {
 			return nil, err
 		}
@@ -327,7 +328,7 @@ func (q *Queries) MoveAttemptStart(ctx context.Context, arg MoveAttemptStartPara
 }
 
 const setFinishAccepted = `-- name: SetFinishAccepted :exec
-UPDATE bench_attempt SET finish = 'accepted'
+UPDATE bench_attempt SET finish = 'accepted', finish_at = NOW(6)
 WHERE attempt_id IN (/*SLICE:attempt_ids*/?)
 `
 
@@ -348,7 +349,7 @@ func (q *Queries) SetFinishAccepted(ctx context.Context, attemptIds []int64) err
 }
 
 const setFinishRejected = `-- name: SetFinishRejected :exec
-UPDATE bench_attempt SET finish = 'rejected', finish_error = ?
+UPDATE bench_attempt SET finish = 'rejected', finish_error = ?, finish_at = NOW(6)
 WHERE attempt_id = ?
 `
 

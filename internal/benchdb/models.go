@@ -22,6 +22,7 @@ type BenchAttempt struct {
 	Outcome     sql.NullString
 	Finish      sql.NullString
 	FinishError sql.NullString
+	FinishAt    sql.NullTime
 }
 
 type BenchFault struct {

@@ -16,11 +16,11 @@ WHERE attempt_id = sqlc.arg(attempt_id);
 
 -- name: SetFinishAccepted :exec
 -- Accepted verdicts are written in batches (one statement per flush).
-UPDATE bench_attempt SET finish = 'accepted'
+UPDATE bench_attempt SET finish = 'accepted', finish_at = NOW(6)
 WHERE attempt_id IN (sqlc.slice(attempt_ids));
 
 -- name: SetFinishRejected :exec
-UPDATE bench_attempt SET finish = 'rejected', finish_error = sqlc.arg(finish_error)
+UPDATE bench_attempt SET finish = 'rejected', finish_error = sqlc.arg(finish_error), finish_at = NOW(6)
 WHERE attempt_id = sqlc.arg(attempt_id);
 
 -- name: MoveAttemptStart :exec
@@ -39,7 +39,7 @@ WHERE fault_id = sqlc.arg(fault_id);
 
 -- name: ListAttempts :many
 SELECT attempt_id, process, work_id, lease_token, attempt, reclaimed, claim_us,
-       started_at, ended_at, outcome, finish, finish_error
+       started_at, ended_at, outcome, finish, finish_error, finish_at
 FROM bench_attempt
 ORDER BY work_id, started_at, attempt_id;
 

@@ -26,6 +26,12 @@ CREATE TABLE bench_attempt (
     -- The queue's answer to the outcome's write: accepted | rejected.
     finish       VARCHAR(16)  CHARACTER SET ascii COLLATE ascii_bin NULL,
     finish_error VARCHAR(255) NULL,
+    -- When the verdict was recorded (accepted ones in batches, so no earlier
+    -- than the queue's answer): a fault caught the attempt in flight if it
+    -- started before the fault and its verdict was recorded after. A frozen
+    -- process can have ended its handler and still be waiting for its
+    -- outcome's answer; its rejection is recorded after it wakes.
+    finish_at    DATETIME(6)  NULL,
     PRIMARY KEY (attempt_id) CLUSTERED,
     KEY idx_bench_attempt_work (work_id, lease_token)
 );

@@ -89,7 +89,7 @@ type FaultReport struct {
 	Lasted  time.Duration `json:"lasted_ns"` // fault start to end (kill: to the restart)
 	// Caught is the attempts the fault caught in flight: for a kill or a
 	// freeze, its process's attempts that had started and were running
-	// or never got their outcome answered; for a TiDB pause or dropped
+	// or had no verdict recorded yet; for a TiDB pause or dropped
 	// connections, the attempts running at its start.
 	// Rejected is how many of those had their finalization refused.
 	Caught   int `json:"caught"`
@@ -214,10 +214,12 @@ func faultReports(d runData, first time.Time) []FaultReport {
 		case faultKill, faultFreeze:
 			for _, a := range d.attempts {
 				// In flight when it hit: started, and its handler still
-				// running or its outcome never answered (the kill took the
-				// verdict with it).
+				// running or its verdict not recorded yet (a kill takes the
+				// verdict with it; a frozen process records it, often a
+				// rejection, after it wakes).
 				inFlight := !a.StartedAt.After(f.StartedAt) &&
-					(!a.EndedAt.Valid || a.EndedAt.Time.After(f.StartedAt) || !a.Finish.Valid)
+					(!a.EndedAt.Valid || a.EndedAt.Time.After(f.StartedAt) ||
+						!a.FinishAt.Valid || a.FinishAt.Time.After(f.StartedAt))
 				if a.Process != f.Process || !inFlight {
 					continue
 				}

@@ -80,3 +80,31 @@ func TestStaleClaimStartedAfterAFreeze(t *testing.T) {
 		}
 	}
 }
+
+// TestFreezeCatchesAnAttemptAwaitingItsVerdict: a process frozen after its
+// handler returned but before its outcome's write was answered still holds
+// the lease; the takeover raises the token and the write it makes on waking
+// is rejected. The freeze caught that attempt even though its handler had
+// ended before the freeze: its verdict was recorded after. An attempt whose
+// verdict was recorded before the freeze was not caught.
+func TestFreezeCatchesAnAttemptAwaitingItsVerdict(t *testing.T) {
+	t0 := time.Date(2026, 12, 4, 6, 0, 0, 0, time.UTC)
+	at := func(d time.Duration) time.Time { return t0.Add(d) }
+	when := func(d time.Duration) sql.NullTime { return sql.NullTime{Time: at(d), Valid: true} }
+	word := func(s string) sql.NullString { return sql.NullString{String: s, Valid: true} }
+	d := runData{
+		faults: []benchdb.BenchFault{{Kind: faultFreeze, Process: "p3", StartedAt: at(5 * time.Second), EndedAt: when(10 * time.Second)}},
+		attempts: []benchdb.BenchAttempt{
+			{AttemptID: 1, Process: "p3", WorkID: 1, LeaseToken: 1, StartedAt: at(4 * time.Second), EndedAt: when(4900 * time.Millisecond),
+				Outcome: word("ok"), Finish: word("rejected"), FinishAt: when(10100 * time.Millisecond)},
+			{AttemptID: 2, Process: "p1", WorkID: 1, LeaseToken: 2, StartedAt: at(7 * time.Second), EndedAt: when(7200 * time.Millisecond),
+				Outcome: word("ok"), Finish: word("accepted"), FinishAt: when(7300 * time.Millisecond)},
+			{AttemptID: 3, Process: "p3", WorkID: 2, LeaseToken: 1, StartedAt: at(3 * time.Second), EndedAt: when(3200 * time.Millisecond),
+				Outcome: word("ok"), Finish: word("accepted"), FinishAt: when(3300 * time.Millisecond)},
+		},
+	}
+	got := faultReports(d, t0)
+	if len(got) != 1 || got[0].Caught != 1 || got[0].Rejected != 1 || got[0].Recovery != 2*time.Second {
+		t.Fatalf("freeze report %+v, want 1 caught, 1 rejected, recovered in 2s", got)
+	}
+}
