@@ -256,7 +256,7 @@ func TestGoldenShapes(t *testing.T) {
 }
 
 // skewCases names, for each skewed distribution of the fixture, the cases
-// whose statements it used to defeat (issue 9): each must stay within its
+// whose statements it used to defeat (issues 9 and 35): each must stay within its
 // rows budget and its time ratio with the skew present at both scales.
 var skewCases = map[string][]string{
 	"not-due retries in the claim range":               {"ClaimCandidates", "NextWorkAt", "NextWorkAt#inside-the-retry-backlog"},
@@ -266,6 +266,7 @@ var skewCases = map[string][]string{
 	"one lane without a head and `scale` blocked rows": {"HeadsAhead#headless-lane", "FirstBlockedInSourceLanes"},
 	"due rows of another work type":                    {"ClaimCandidates", "ClaimCandidates#first-scan"},
 	"one projection with `scale` terminal generations": {"PreviousProjectionEvent", "ProjectionInput"},
+	"old dependency registrations":                     {"DependencySafetyPage", "DependencySafetyPage#catch-up", "DependencyWaitingPage"},
 }
 
 // testEachSkewStaysBounded checks the cases each skewed distribution aims
