@@ -276,10 +276,15 @@ func checkCase(ctx context.Context, c Case, stmt string, values map[string]any, 
 				var err error
 				// One slow median on a busy machine is not a finding: time
 				// both again, and judge the second pair.
-				if v, err = retime(ctx, c, stmt, values, fixtures[0], fixtures[n-1], opts.Runs, &small, &large); err != nil {
+				var m [2]time.Duration
+				v, m, err = retime(ctx, c, stmt, values, [2]Fixture{fixtures[0], fixtures[n-1]}, opts.Runs, func(m [2]time.Duration) []string {
+					small.Median, large.Median = m[0], m[1]
+					return judgeTime(c, small, large)
+				})
+				if err != nil {
 					return res, timedCase{}, err
 				}
-				res.MedianMs[0], res.MedianMs[n-1] = ms(small.Median), ms(large.Median)
+				res.MedianMs[0], res.MedianMs[n-1] = ms(m[0]), ms(m[1])
 			}
 			res.Violations = append(res.Violations, v...)
 		}
@@ -306,8 +311,21 @@ func checkCase(ctx context.Context, c Case, stmt string, values map[string]any, 
 	if err != nil {
 		return res, timedCase{}, fmt.Errorf("plancheck: time %s churned: %w", c.Name(), err)
 	}
+	v := judgeChurn(c, last.Median, churned)
+	if len(v) > 0 {
+		// As for the time rule: time the fresh and the churned fixture
+		// again, alternately, and judge that pair.
+		var m [2]time.Duration
+		v, m, err = retime(ctx, c, stmt, values, [2]Fixture{fixtures[len(fixtures)-1], {Name: "churned", DB: opts.Churned}}, opts.Runs, func(m [2]time.Duration) []string {
+			return judgeChurn(c, m[0], m[1])
+		})
+		if err != nil {
+			return res, timedCase{}, err
+		}
+		churned = m[1]
+	}
 	res.ChurnedMs = ms(churned)
-	res.Violations = append(res.Violations, judgeChurn(c, last.Median, churned)...)
+	res.Violations = append(res.Violations, v...)
 	return res, timedCase{query: query, args: bound, median: churned}, nil
 }
 
@@ -348,31 +366,33 @@ func checkPlanCache(ctx context.Context, c Case, stmt string, values map[string]
 // a failing first pair before its time rule counts.
 const retimeAttempts = 2
 
-// retime measures a case's medians on the smallest and largest fixture
-// again and judges the time rule on them. Each attempt alternates the two
-// fixtures run by run, so a burst of load on a shared machine slows both
-// sides alike instead of one; a range that really grows with the backlog
-// is slower at the largest fixture in every attempt and still fails.
-func retime(ctx context.Context, c Case, stmt string, values map[string]any, small, large Fixture, runs int, so, lo *Observation) ([]string, error) {
+// retime measures a case's medians on two fixtures again (the smallest
+// and the largest, or the largest and its churned copy) and judges them.
+// Each attempt alternates the two fixtures run by run, so a burst of load
+// on a shared machine slows both sides alike instead of one; a range that
+// really grows with the backlog (or with the delete markers) is slower on
+// the second side in every attempt and still fails. It returns the last
+// attempt's verdict and medians.
+func retime(ctx context.Context, c Case, stmt string, values map[string]any, sides [2]Fixture, runs int, judge func(medians [2]time.Duration) []string) ([]string, [2]time.Duration, error) {
 	var bound [2]struct {
 		f     Fixture
 		query string
 		args  []any
 	}
-	for i, f := range []Fixture{small, large} {
+	var medians [2]time.Duration
+	for i, f := range sides {
 		args, err := resolveOn(ctx, f.DB, c.Args, values)
 		if err != nil {
-			return nil, err
+			return nil, medians, err
 		}
 		query, b, err := Bind(stmt, args)
 		if err != nil {
-			return nil, err
+			return nil, medians, err
 		}
 		bound[i].f, bound[i].query, bound[i].args = f, query, b
 	}
 	var v []string
 	for range retimeAttempts {
-		var medians [2]time.Duration
 		err := interleavedMedians(runs, func(side int) (time.Duration, error) {
 			b := bound[side]
 			o, err := explainBound(ctx, b.f.DB, b.query, b.args)
@@ -386,14 +406,13 @@ func retime(ctx context.Context, c Case, stmt string, values map[string]any, sma
 			return d, nil
 		}, &medians)
 		if err != nil {
-			return nil, err
+			return nil, medians, err
 		}
-		so.Median, lo.Median = medians[0], medians[1]
-		if v = judgeTime(c, *so, *lo); len(v) == 0 {
-			return nil, nil
+		if v = judge(medians); len(v) == 0 {
+			return nil, medians, nil
 		}
 	}
-	return v, nil
+	return v, medians, nil
 }
 
 // Explain runs EXPLAIN ANALYZE of one catalog statement with its named

@@ -122,6 +122,7 @@ const (
 	DefaultMaintainEvery        = 2 * time.Minute
 	DefaultQuietProbeEvery      = 20 * time.Minute
 	DefaultQuietBackstopEvery   = 4 * time.Hour
+	DefaultMissedWakeGrace      = time.Second
 	MaintainRetryMin            = time.Second
 )
 
@@ -148,6 +149,12 @@ type Config struct {
 	// ReconcileEvery stays disabled). Maintenance keeps MaintainEvery in
 	// quiet mode. Default 4h.
 	QuietBackstopEvery time.Duration
+	// MissedWakeGrace is how long after a quiet probe's claim turn found
+	// work that no wake had announced a wake may still arrive and explain
+	// it: a probe can read between another process's commit and its
+	// datagram. Only when none arrives does the controller count a missed
+	// wake and leave quiet mode. Default 1s; negative judges at once.
+	MissedWakeGrace time.Duration
 	// Logger receives lifecycle and error records. Default slog.Default().
 	Logger *slog.Logger
 }
@@ -170,6 +177,9 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	if c.QuietBackstopEvery == 0 {
 		c.QuietBackstopEvery = DefaultQuietBackstopEvery
+	}
+	if c.MissedWakeGrace == 0 {
+		c.MissedWakeGrace = DefaultMissedWakeGrace
 	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
@@ -210,8 +220,8 @@ type Stats struct {
 	MaintenanceErrors    uint64
 	MaintenanceClaims    uint64 // runs that asked for a claim turn
 	// QuietEntries counts switches into quiet mode; MissedWakes counts
-	// quiet probes whose claim turn found work no wake announced (each
-	// one leaves quiet mode).
+	// quiet probes whose claim turn found work no wake announced, then or
+	// within MissedWakeGrace (each one leaves quiet mode).
 	QuietEntries, MissedWakes uint64
 	// FarLookups counts next-work lookups that looked as far as the
 	// quiet backstop (see LookAhead).
@@ -251,6 +261,7 @@ type Controller struct {
 	maintainBackoff time.Duration // the last retry delay after failed maintenance; zero when the last run succeeded
 	quiet           bool          // the mode the timers and baseline are in
 	probeFound      bool          // a quiet probe saw a change, and no wake came in its period
+	missSuspected   bool          // that change's claim found work; a wake within the grace explains it
 	wokenSinceProbe bool          // a wake arrived since the last probe
 	lookFar         bool          // the next lookup looks as far as the quiet backstop
 
@@ -261,7 +272,7 @@ type Controller struct {
 }
 
 // loopTimers are Run's periodic timers.
-type loopTimers struct{ probe, backstop, maintain clock.Timer }
+type loopTimers struct{ probe, backstop, maintain, grace clock.Timer }
 
 // New returns a Controller for src.
 func New(src Source, cfg Config) (*Controller, error) {
@@ -462,12 +473,13 @@ func (c *Controller) Run(ctx context.Context) error {
 	c.due = c.cfg.Clock.NewTimer()
 	defer c.due.Stop()
 	c.dueAt, c.lookedUp = time.Time{}, time.Time{}
-	c.timers = loopTimers{probe: c.cfg.Clock.NewTimer(), backstop: c.cfg.Clock.NewTimer(), maintain: c.cfg.Clock.NewTimer()}
+	c.timers = loopTimers{probe: c.cfg.Clock.NewTimer(), backstop: c.cfg.Clock.NewTimer(), maintain: c.cfg.Clock.NewTimer(), grace: c.cfg.Clock.NewTimer()}
 	defer c.timers.probe.Stop()
 	defer c.timers.backstop.Stop()
 	defer c.timers.maintain.Stop()
+	defer c.timers.grace.Stop()
 
-	c.quiet, c.probeFound = false, false
+	c.quiet, c.probeFound, c.missSuspected = false, false, false
 	if err := c.startup(ctx); err != nil {
 		return err
 	}
@@ -500,6 +512,8 @@ func (c *Controller) handleNext(ctx context.Context) error {
 		c.onBackstop()
 	case <-c.timers.maintain.C():
 		c.onMaintain(ctx)
+	case <-c.timers.grace.C():
+		c.onGrace()
 	case ack := <-c.settleReq:
 		defer close(ack)
 		// Handle everything already pending before acknowledging.
@@ -521,6 +535,20 @@ func (c *Controller) handleNext(ctx context.Context) error {
 func (c *Controller) onDue() {
 	c.dueAt = time.Time{}
 	c.rearm()
+}
+
+// onGrace judges a suspected missed wake once its grace passed: no wake
+// came, so the wake path is broken (an unreachable address, a lost
+// registration). Probe on the normal period until a wake arrives again.
+func (c *Controller) onGrace() {
+	if !c.missSuspected || !c.quiet {
+		return
+	}
+	c.missSuspected = false
+	c.missedWakes.Add(1)
+	c.log.Warn("a quiet generation probe found work no wake announced; probing on the normal period until wakes arrive again",
+		"grace", c.cfg.MissedWakeGrace, "probe_every", c.cfg.GenerationProbeEvery)
+	c.quietWant.Store(false)
 }
 
 func (c *Controller) onProbe(ctx context.Context) error {
@@ -585,7 +613,7 @@ func (c *Controller) switchMode(ctx context.Context) error {
 			return err
 		}
 	}
-	c.quiet, c.probeFound = want, false
+	c.quiet, c.probeFound, c.missSuspected = want, false, false
 	if want {
 		c.quietEntries.Add(1)
 	}
@@ -648,6 +676,8 @@ func (c *Controller) drainOne(ctx context.Context) (bool, error) {
 		c.onBackstop()
 	case <-c.timers.maintain.C():
 		c.onMaintain(ctx)
+	case <-c.timers.grace.C():
+		c.onGrace()
 	default:
 		return false, nil
 	}
@@ -717,7 +747,7 @@ func (c *Controller) step(ctx context.Context) error {
 		}
 		if c.wake.take() {
 			c.external = true
-			c.probeFound = false // a wake explains what the probe saw
+			c.probeFound, c.missSuspected = false, false // a wake explains what the probe saw
 			c.wokenSinceProbe = true
 		}
 		c.takeHints()
@@ -804,14 +834,14 @@ func (c *Controller) claim(ctx context.Context) error {
 	if c.probeFound {
 		c.probeFound = false
 		if batch.Started > 0 {
-			// Work a quiet probe found and no wake announced: the wake
-			// path is broken (an unreachable address, a lost
-			// registration). Probe on the normal period until a wake
-			// arrives again.
-			c.missedWakes.Add(1)
-			c.log.Warn("a quiet generation probe found work no wake announced; probing on the normal period until wakes arrive again",
-				"started", batch.Started, "probe_every", c.cfg.GenerationProbeEvery)
-			c.quietWant.Store(false)
+			// Work a quiet probe found and no wake announced yet: the
+			// wake path is broken unless its datagram was still in flight.
+			c.missSuspected = true
+			if c.cfg.MissedWakeGrace > 0 {
+				c.timers.grace.Reset(c.cfg.MissedWakeGrace)
+			} else {
+				c.onGrace()
+			}
 		}
 	}
 	c.more = batch.More

@@ -39,8 +39,9 @@ func TestQuietModeStretchesThePeriods(t *testing.T) {
 	h.wantCounts(want)
 }
 
-// A quiet probe that finds work no wake announced leaves quiet mode: the
-// next probes are normal ones on the normal period.
+// A quiet probe that finds work no wake announced, then or within the
+// grace, leaves quiet mode: the next probes are normal ones on the normal
+// period.
 func TestQuietProbeFindingWorkLeavesQuietMode(t *testing.T) {
 	h := newQuietHarness(t, controller.Config{}, func(s *countingSource) {
 		s.claim = func(n int, turn controller.Turn) (controller.ClaimBatch, error) {
@@ -56,6 +57,7 @@ func TestQuietProbeFindingWorkLeavesQuietMode(t *testing.T) {
 	h.settle()
 	h.src.SetGeneration(7) // another process enqueued; its wake was lost
 	h.advance(controller.DefaultQuietProbeEvery, 15*time.Second)
+	h.advance(controller.DefaultMissedWakeGrace, controller.DefaultMissedWakeGrace) // no wake trails it
 	st := h.ctrl.Stats()
 	if st.MissedWakes != 1 || h.ctrl.Quiet() {
 		t.Fatalf("still quiet after a missed wake: %+v", st)
@@ -84,6 +86,53 @@ func TestWakeExplainsWhatTheQuietProbeSaw(t *testing.T) {
 	h.advance(controller.DefaultQuietProbeEvery, time.Minute)
 	if st := h.ctrl.Stats(); st.MissedWakes != 0 || !h.ctrl.Quiet() {
 		t.Fatalf("a woken change counted as missed: %+v", st)
+	}
+}
+
+// A wake can trail the probe that found its work: the probe read between
+// another process's commit and its datagram. A wake within
+// MissedWakeGrace of the claim explains it; the same work with no wake
+// by then is a missed wake.
+func TestWakeTrailingTheQuietProbeIsNotAMissedWake(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		wake   bool
+		missed uint64
+	}{
+		{"wake within the grace", true, 0},
+		{"no wake", false, 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			claims := 0
+			h := newQuietHarness(t, controller.Config{}, func(s *countingSource) {
+				s.claim = func(n int, turn controller.Turn) (controller.ClaimBatch, error) {
+					claims = n
+					if n == 2 {
+						return controller.ClaimBatch{Started: 1}, nil // the probe's claim
+					}
+					return controller.ClaimBatch{}, nil
+				}
+			})
+			h.run()
+			h.settle()
+			h.ctrl.SetQuiet(true)
+			h.settle()
+			h.src.SetGeneration(7)
+			h.clock.Advance(controller.DefaultQuietProbeEvery)
+			h.settle()
+			if claims != 2 {
+				t.Fatalf("%d claims after the probe, want the probe's own", claims)
+			}
+			if tc.wake {
+				h.clock.Advance(controller.DefaultMissedWakeGrace / 2)
+				h.ctrl.Wake() // the commit's datagram, a moment late
+				h.settle()
+			}
+			h.advance(controller.DefaultMissedWakeGrace, controller.DefaultMissedWakeGrace/4)
+			if st := h.ctrl.Stats(); st.MissedWakes != tc.missed || h.ctrl.Quiet() != (tc.missed == 0) {
+				t.Fatalf("missed wakes %d, quiet %t; want %d missed", st.MissedWakes, h.ctrl.Quiet(), tc.missed)
+			}
+		})
 	}
 }
 

@@ -17,6 +17,7 @@ import (
 
 	"github.com/laneq/laneq/internal/sqlcount"
 	"github.com/laneq/laneq/runtime/clock"
+	"github.com/laneq/laneq/runtime/controller"
 	"github.com/laneq/laneq/runtime/worker"
 	"github.com/laneq/laneq/runtime/workqueue"
 )
@@ -104,6 +105,9 @@ func runHelperProcess() int {
 			return fail(err)
 		}
 		cfg.Controller.Clock = clock.Scaled(f)
+		// A wake's datagram travels in real time: a second of grace, not
+		// a second of the scaled clock.
+		cfg.Controller.MissedWakeGrace = time.Duration(f * float64(controller.DefaultMissedWakeGrace))
 	}
 	stamp := os.Getenv(helperStampEnv) != ""
 	var outMu sync.Mutex

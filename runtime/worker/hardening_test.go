@@ -102,7 +102,10 @@ func TestPoisonItemThatKillsItsProcessEndsDead(t *testing.T) {
 // claim turn reclaims expired leases of every class it serves, on any shape
 // with a free slot.
 func TestDeadProcessItemsAreReclaimedWithinALease(t *testing.T) {
-	const lease = 2 * time.Second
+	// The leases must outlast the survivor's start-up (its first claim and
+	// lookup), however slow the machine, or that claim takes them and the
+	// due timer has nothing to do.
+	const lease = 5 * time.Second
 	f := newFixture(t, workqueue.Config{Lease: lease})
 	f.enqueue(6, 0, "deliver", "interactive", "default", "bulk")
 	dead, err := f.qu.NewClaimer(scope, "dead-process", workqueue.ClaimerConfig{})
@@ -177,7 +180,10 @@ func TestReleaseByAnotherProcessIsFoundByTheProbe(t *testing.T) {
 // locks the running head only for its last statements, so the head's lease
 // renewals go through and its handler is not cancelled.
 func TestEnqueueIntoARunningLaneDoesNotCancelItsHandler(t *testing.T) {
-	const lease = 3 * time.Second
+	// A renewal may wait up to a heartbeat (lease / 3) for the row lock the
+	// batch takes at its end: 3s, room for that batch's commit on a loaded
+	// machine, still short beside a batch that locked the head throughout.
+	const lease = 9 * time.Second
 	f := newFixture(t, workqueue.Config{Lease: lease})
 	head := f.one("head", "L")
 	running, release := make(chan struct{}), make(chan struct{})

@@ -80,11 +80,10 @@ func TestTwoProcessesIdleWithWakes(t *testing.T) {
 	}
 	// Both registered and past their self-tests.
 	for _, p := range []*helperProc{a, b} {
-		for tries := 0; !p.report(t, "stats", ran).Stats.Quiet; tries++ {
-			if tries > 500 {
-				t.Fatalf("%s never became quiet", p.name)
+		for deadline := time.Now().Add(time.Minute); !p.report(t, "stats", ran).Stats.Quiet; time.Sleep(10 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatalf("%s not quiet after a minute", p.name)
 			}
-			time.Sleep(10 * time.Millisecond)
 		}
 	}
 	eps, err := f.qu.WakeEndpoints(f.ctx, scope)
@@ -287,6 +286,14 @@ func TestMissedWakeFallsBackToProbing(t *testing.T) {
 	if err := w.Settle(f.ctx); err != nil {
 		t.Fatal(err)
 	}
+	// No wake within the grace after the probe's claim.
+	if !clk.WaitArmed(clk.Now().Add(controller.DefaultMissedWakeGrace), 30*time.Second) {
+		t.Fatal("the missed-wake grace was not armed")
+	}
+	clk.Advance(controller.DefaultMissedWakeGrace)
+	if err := w.Settle(f.ctx); err != nil {
+		t.Fatal(err)
+	}
 	st := w.Stats()
 	if st.Controller.MissedWakes != 1 || st.Quiet {
 		t.Fatalf("after a missed wake: quiet %t, %+v", st.Quiet, st.Controller)
@@ -377,7 +384,7 @@ func TestDelayedWorkFromAnotherProcessRunsOnTime(t *testing.T) {
 	defer hub.Close()
 	before := w.Stats().Controller
 	_, err = other.Enqueue(f.ctx, scope, []workqueue.Event{{IdempotencyKey: "later", RouteID: "r", RouteVersion: 1, EventKind: "k",
-		SourceKind: "s", SourceID: "later", Payload: []byte("{}"), Work: []workqueue.Work{{WorkType: "deliver", Delay: 3 * time.Second}}}})
+		SourceKind: "s", SourceID: "later", Payload: []byte("{}"), Work: []workqueue.Work{{WorkType: "deliver", Delay: 8 * time.Second}}}}) // past the wake, its claim turn and the far lookup, however slow the machine
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -75,6 +75,28 @@ func (f *fixture) enqueue(n, laneSize int, workType string, classes ...string) {
 	}
 }
 
+// completedIDs is the set of the scope's completed items.
+func (f *fixture) completedIDs() map[int64]bool {
+	f.t.Helper()
+	rows, err := f.db.QueryContext(f.ctx, "SELECT work_id FROM work_item WHERE scope_id = ? AND state = ?", scope, workqueue.StateCompleted)
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	defer rows.Close()
+	out := map[int64]bool{}
+	for rows.Next() {
+		var id int64
+		if err := rows.Scan(&id); err != nil {
+			f.t.Fatal(err)
+		}
+		out[id] = true
+	}
+	if err := rows.Err(); err != nil {
+		f.t.Fatal(err)
+	}
+	return out
+}
+
 func (f *fixture) states() map[string]int {
 	f.t.Helper()
 	rows, err := f.db.QueryContext(f.ctx, "SELECT state, COUNT(*) FROM work_item WHERE scope_id = ? GROUP BY state", scope)

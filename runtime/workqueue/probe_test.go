@@ -13,7 +13,10 @@ import (
 // each within a probe period.
 func TestProbeSeesEnqueueReleaseAndExpiredLease(t *testing.T) {
 	t.Parallel()
-	f := newFixture(t, workqueue.Config{Lease: time.Second})
+	// The lease must outlast the claim and the probe after it, however
+	// slow the machine: that probe's value is the one expiry must change.
+	const lease = 5 * time.Second
+	f := newFixture(t, workqueue.Config{Lease: lease})
 	classes, types := []string{"default"}, []string{"deliver"}
 	c := f.claimer("prober")
 	probe := func() uint64 {
@@ -42,8 +45,8 @@ func TestProbeSeesEnqueueReleaseAndExpiredLease(t *testing.T) {
 	if claimed == afterEnqueue {
 		t.Fatal("the probe did not change when the only claimable row was claimed")
 	}
-	// The claimer stops; its one-second lease expires.
-	for deadline := time.Now().Add(30 * time.Second); probe() == claimed; time.Sleep(50 * time.Millisecond) {
+	// The claimer stops; its lease expires.
+	for deadline := time.Now().Add(lease + time.Minute); probe() == claimed; time.Sleep(50 * time.Millisecond) {
 		if time.Now().After(deadline) {
 			t.Fatal("the probe never saw the expired lease")
 		}

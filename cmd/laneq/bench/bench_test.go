@@ -52,7 +52,7 @@ func TestBenchFaultsShort(t *testing.T) {
 		Items: 500, SourceLanes: 40, BurstSize: 20, FreeEvery: 2,
 		Processes: 3, Executors: 4,
 		Lease: time.Second, HandlerLatency: 200 * time.Millisecond,
-		EnqueueBatch: 10, EnqueueRate: 30,
+		EnqueueBatch: 10, EnqueueRate: 20,
 		Faults: FaultPlan{
 			Kills: 2, Freezes: 1, TiDBPauses: pauses, Drops: 1,
 			Every: 1500 * time.Millisecond, Freeze: 4 * time.Second, Pause: 2500 * time.Millisecond, Restart: 200 * time.Millisecond,
