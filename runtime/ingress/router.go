@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/laneq/laneq/gen"
+	"github.com/laneq/laneq/runtime/controller"
 	"github.com/laneq/laneq/runtime/wake"
 	"github.com/laneq/laneq/runtime/workqueue"
 )
@@ -89,6 +90,12 @@ type RouterConfig struct {
 	Wakes *wake.Hub
 	// QuietBackstop replaces Backstop while wakes are healthy (default 20m).
 	QuietBackstop time.Duration
+	// MissedWakeGrace is how long after a quiet look found receipts a wake
+	// may still arrive and explain them (a look can read between another
+	// process's accept and its datagram) before the look counts a missed
+	// wake (default 1s, as controller.DefaultMissedWakeGrace; negative
+	// judges at once).
+	MissedWakeGrace time.Duration
 	// Logger receives database errors the loops retry past, and missed
 	// wakes (never a body); nil: slog.Default().
 	Logger *slog.Logger
@@ -139,6 +146,7 @@ func (c RouterConfig) withDefaults() (RouterConfig, error) {
 	setDefault(&c.MaxAttempts, DefaultMaxAttempts)
 	setDefault(&c.Backstop, DefaultRouterBackstop)
 	setDefault(&c.QuietBackstop, DefaultQuietBackstop)
+	setDefault(&c.MissedWakeGrace, controller.DefaultMissedWakeGrace)
 	if c.Backoff == nil {
 		c.Backoff = defaultBackoff
 	}
@@ -185,7 +193,11 @@ type RouterStats struct {
 	Errors       int64 // turns that ended in a database error
 	Wakes        int64 // wakes from other processes (Wakes)
 	MissedWakes  int64 // looks on its own that found receipts no wake announced
-	Quiet        bool  // wakes are healthy: the loops look every QuietBackstop
+	// ExplainedLooks counts looks of its own, after a quiet sleep, that
+	// found receipts and that a wake then explained (it arrived during the
+	// look or within MissedWakeGrace after it).
+	ExplainedLooks int64
+	Quiet          bool // wakes are healthy: the loops look every QuietBackstop
 }
 
 // Router claims due receipts of one scope and materializes them.
@@ -204,6 +216,7 @@ type Router struct {
 
 	turns, claimed, reclaimed, materialized, events, transactions atomic.Int64
 	retried, failed, leaseLost, errs, wakes, missedWakes          atomic.Int64
+	explainedLooks                                                atomic.Int64
 
 	// Cross-process wakes (RouterConfig.Wakes): healthy is the
 	// subscription's health; trusted is cleared by a missed wake and set
@@ -247,7 +260,7 @@ func (r *Router) Stats() RouterStats {
 		Turns: r.turns.Load(), Claimed: r.claimed.Load(), Reclaimed: r.reclaimed.Load(),
 		Materialized: r.materialized.Load(), Events: r.events.Load(), Transactions: r.transactions.Load(),
 		Retried: r.retried.Load(), Failed: r.failed.Load(), LeaseLost: r.leaseLost.Load(), Errors: r.errs.Load(),
-		Wakes: r.wakes.Load(), MissedWakes: r.missedWakes.Load(), Quiet: r.quiet(),
+		Wakes: r.wakes.Load(), MissedWakes: r.missedWakes.Load(), ExplainedLooks: r.explainedLooks.Load(), Quiet: r.quiet(),
 	}
 }
 
@@ -348,9 +361,21 @@ func (r *Router) loop(ctx context.Context, class string) {
 			continue
 		}
 		failures = 0
-		if n > 0 && lookedAlone && r.missedWake(wakesAtSleep) {
-			r.cfg.Logger.Info("ingress: router found receipts no wake announced; looking every Backstop until the next wake",
-				"scope", r.cfg.Scope, "class", class, "backstop", r.cfg.Backstop)
+		if n > 0 && lookedAlone {
+			since := wakesAtSleep // the loop moves on and counts again
+			judge := func() {
+				if r.missedWake(since) {
+					r.cfg.Logger.Info("ingress: router found receipts no wake announced; looking every Backstop until the next wake",
+						"scope", r.cfg.Scope, "class", class, "backstop", r.cfg.Backstop, "grace", r.cfg.MissedWakeGrace)
+				}
+			}
+			if r.cfg.MissedWakeGrace < 0 {
+				judge()
+			} else {
+				// A wake within the grace may still explain what the
+				// look found: judge then, without holding up the loop.
+				time.AfterFunc(r.cfg.MissedWakeGrace, judge)
+			}
 		}
 		lookedAlone = false
 		if n > 0 {
@@ -383,7 +408,8 @@ func (r *Router) loop(ctx context.Context, class string) {
 
 // missedWake books a look of the loop's own, after a quiet sleep that
 // began at wake count wakesAtSleep, that found receipts: when no wake
-// arrived since that sleep began and the router is still quiet, no wake
+// arrived from that sleep's start to the grace's end after the look and
+// the router is still quiet, no wake
 // announced them (an accepting process does not announce), so the loops
 // look every Backstop again until a wake proves the path. A wake that
 // arrived meanwhile may have been for what the look found: the look cannot
@@ -391,7 +417,11 @@ func (r *Router) loop(ctx context.Context, class string) {
 func (r *Router) missedWake(wakesAtSleep int64) bool {
 	r.trustMu.Lock()
 	defer r.trustMu.Unlock()
-	if r.wakes.Load() != wakesAtSleep || !r.quiet() {
+	if r.wakes.Load() != wakesAtSleep {
+		r.explainedLooks.Add(1)
+		return false
+	}
+	if !r.quiet() {
 		return false
 	}
 	r.missedWakes.Add(1)

@@ -139,6 +139,50 @@ func TestMissedWakeEndsQuiet(t *testing.T) {
 	}
 }
 
+// TestWakeTrailingALookIsNotAMissedWake: a quiet router's look of its own
+// finds a receipt whose announcing process's datagram is still on its way
+// (the look read between the accept's commit and the wake). A wake within
+// MissedWakeGrace of the look explains it: no missed wake, still quiet.
+// With no grace the same look counts one at once.
+func TestWakeTrailingALookIsNotAMissedWake(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name  string
+		grace time.Duration
+	}{
+		// Longer than the default, so that a loaded machine's slow wake
+		// still trails within it; the default works the same way.
+		{"a grace", 5 * time.Second},
+		{"no grace", -1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			f := newFixture(t)
+			other := f.otherProcess()
+			const quietBackstop = 300 * time.Millisecond
+			r := f.router(ingress.RouterConfig{Wakes: newHub(t, f.qu), Backstop: 100 * time.Millisecond, QuietBackstop: quietBackstop, MissedWakeGrace: tc.grace})
+			idle := countSleeps(r, quietBackstop)
+			f.run(r)
+			f.waitQuiet(r, true)
+			f.waitCount(&idle.of, 1, "quiet sleeps")
+			acc, err := other.in.Accept(f.ctx, delivery("trailed", "", "t1"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			f.waitStatus(acc.Receipt.ID, ingress.StatusMaterialized) // found by a look of its own
+			if tc.grace < 0 {
+				f.waitStats(r, "a missed wake, judged as the look ended", func(st ingress.RouterStats) bool { return st.MissedWakes == 1 && !st.Quiet })
+				return
+			}
+			other.hub.Publish(scope) // the accept's datagram, late
+			f.waitStats(r, "the look explained by the wake", func(st ingress.RouterStats) bool { return st.ExplainedLooks >= 1 })
+			if st := r.Stats(); st.MissedWakes != 0 || !st.Quiet {
+				t.Fatalf("router stats %+v, want no missed wake and still quiet", st)
+			}
+		})
+	}
+}
+
 // TestWakeDuringALookIsNotAMissedWake: a quiet router's look of its own
 // finds a receipt, and while that look routes it a wake arrives (the
 // announcing process's, racing the backstop). The look cannot tell the
@@ -156,6 +200,7 @@ func TestWakeDuringALookIsNotAMissedWake(t *testing.T) {
 	const quietBackstop = 300 * time.Millisecond
 	r := f.router(ingress.RouterConfig{
 		Wakes: newHub(t, f.qu), Backstop: 100 * time.Millisecond, QuietBackstop: quietBackstop,
+		MissedWakeGrace: -1, // judged as the look ends: the wake during it must explain it by itself
 		Route: func(ctx context.Context, c ingress.Claimed) ([]workqueue.Event, error) {
 			close(entered)
 			<-release
