@@ -52,3 +52,25 @@ func Up(ctx context.Context, db *sql.DB) (int, error) {
 	}
 	return len(results), nil
 }
+
+// Pending reports how many migrations db has not applied yet (0: the schema
+// is current). It applies nothing; on a database laneq never migrated it
+// reports every migration (goose creates its empty version table, VersionTable,
+// to read it).
+func Pending(ctx context.Context, db *sql.DB) (int, error) {
+	p, err := NewProvider(db)
+	if err != nil {
+		return 0, err
+	}
+	status, err := p.Status(ctx)
+	if err != nil {
+		return 0, fmt.Errorf("schema: read migration status: %w", err)
+	}
+	pending := 0
+	for _, s := range status {
+		if s.State == goose.StatePending {
+			pending++
+		}
+	}
+	return pending, nil
+}

@@ -34,17 +34,74 @@ var (
 // Main runs the tests and then stops the shared server, if one was started.
 func Main(m *testing.M) int {
 	code := m.Run()
+	stop()
+	return code
+}
+
+func stop() {
 	if server != nil {
 		if err := server.Close(); err != nil {
 			fmt.Fprintf(os.Stderr, "tidbtest: stop TiDB: %v\n", err)
 		}
 	}
+}
+
+// MainWithDB is Main for a binary whose examples need a database: before
+// the tests it creates one with every migration applied and passes its DSN
+// to use, and drops it afterwards. An Example has no *testing.T to fail, so
+// when no TiDB can start MainWithDB reports it and fails the binary.
+func MainWithDB(m *testing.M, use func(dsn string)) int {
+	srv, err := start()
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "tidbtest: these tests need TiDB: %v\n", err)
+		return 1
+	}
+	name := "laneq_x_" + randomHex(6)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	if err := createMigrated(ctx, srv, name); err != nil {
+		fmt.Fprintf(os.Stderr, "tidbtest: %v\n", err)
+		stop()
+		return 1
+	}
+	use(srv.DSN(name))
+	code := m.Run()
+	ctx, cancel = context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if err := srv.DropDatabase(ctx, name); err != nil {
+		fmt.Fprintf(os.Stderr, "tidbtest: %v\n", err)
+		code = 1
+	}
+	stop()
 	return code
+}
+
+func createMigrated(ctx context.Context, srv *tidbenv.Server, name string) error {
+	if err := srv.CreateDatabase(ctx, name); err != nil {
+		return err
+	}
+	db, err := srv.Open(name)
+	if err != nil {
+		return err
+	}
+	defer db.Close()
+	if _, err := schema.Up(ctx, db); err != nil {
+		return fmt.Errorf("migrate %s: %w", name, err)
+	}
+	return nil
 }
 
 // Server returns the binary's shared TiDB, starting it on first use.
 func Server(t testing.TB) *tidbenv.Server {
 	t.Helper()
+	srv, err := start()
+	if err != nil {
+		t.Fatalf("tidbtest: this test needs TiDB: %v", err)
+	}
+	return srv
+}
+
+func start() (*tidbenv.Server, error) {
 	startOnce.Do(func() {
 		opts, err := tidbenv.OptionsFromEnv()
 		if err != nil {
@@ -54,10 +111,7 @@ func Server(t testing.TB) *tidbenv.Server {
 		opts.Progress = os.Stderr
 		server, startErr = tidbenv.Start(context.Background(), opts)
 	})
-	if startErr != nil {
-		t.Fatalf("tidbtest: this test needs TiDB: %v", startErr)
-	}
-	return server
+	return server, startErr
 }
 
 // NewEmptyDB creates an empty database for this test, dropped when it ends,

@@ -106,33 +106,35 @@ func (b backend) Finish(ctx context.Context, cp *workqueue.Claimed, outcome erro
 		h.BeforeFinish(c, outcome)
 	}
 	var (
-		err  error
-		kind string
-		wait *DependencyWait
+		err     error
+		kind    Outcome
+		retryIn time.Duration
+		wait    *DependencyWait
 	)
 	switch {
 	case errors.As(outcome, &wait) && wait.Dependency.Validate() == nil:
-		kind = "waiting"
+		kind = OutcomeWaiting
 		_, err = w.q.Wait(ctx, c, wait.Dependency) // a runnable item is announced by the queue
 	case outcome == nil && w.complete != nil:
-		kind = "completed" // group-committed; the batch wakes the controller for followers it promoted
+		kind = OutcomeCompleted // group-committed; the batch wakes the controller for followers it promoted
 		err = w.complete.do(ctx, c.Lease)
 	case outcome == nil:
-		kind = "completed"
+		kind = OutcomeCompleted
 		_, err = w.q.Complete(ctx, c.Lease)
 	case errors.Is(outcome, ErrSkip):
-		kind = "skipped"
+		kind = OutcomeSkipped
 		_, err = w.q.Skip(ctx, c.Lease)
 	case errors.Is(outcome, scheduler.ErrShutdown) || errors.Is(outcome, scheduler.ErrNotStarted):
-		kind = "released"
+		kind = OutcomeReleased
 		err = w.q.Release(ctx, c.Lease)
 	default:
 		var out workqueue.FailOutcome
 		out, err = w.q.Fail(ctx, c, failureOf(outcome), outcome)
-		kind = "retried"
+		kind = OutcomeRetried
 		if out.Dead {
-			kind = "dead"
+			kind = OutcomeDead
 		} else if err == nil {
+			retryIn = out.RetryIn
 			w.ctrl.NotifyDue(w.clock.Now().Add(out.RetryIn))
 		}
 	}
@@ -147,9 +149,38 @@ func (b backend) Finish(ctx context.Context, cp *workqueue.Claimed, outcome erro
 		w.log.Warn("finishing an item failed", "work_id", c.WorkID, "outcome", kind, "err", err)
 		return fmt.Errorf("worker: %s work %d: %w", kind, c.WorkID, err)
 	}
+	if w.cfg.OnFinished != nil {
+		w.cfg.OnFinished(Finished{Item: c, Outcome: kind, Err: outcome, RetryIn: retryIn})
+	}
 	// Promoted followers, a released item and a retry were announced by
 	// the queue itself (see workqueue.Announcement).
 	return nil
+}
+
+// Outcome is what a finished attempt made of its item.
+type Outcome string
+
+// Outcomes, as Finished and the finished metric's outcome attribute name
+// them.
+const (
+	OutcomeCompleted Outcome = "completed" // the handler returned nil
+	OutcomeSkipped   Outcome = "skipped"   // the handler returned ErrSkip
+	OutcomeRetried   Outcome = "retried"   // a failure with retries left: due again after RetryIn
+	OutcomeDead      Outcome = "dead"      // a permanent failure, or the retry or attempt budget spent
+	OutcomeWaiting   Outcome = "waiting"   // WaitForDependency: parked until a producer satisfies a key
+	OutcomeReleased  Outcome = "released"  // shutdown: given back unrun, due at once
+)
+
+// Finished reports an attempt whose outcome this worker made durable.
+type Finished struct {
+	Item    workqueue.Claimed
+	Outcome Outcome
+	// Err is what the handler returned (nil for a completion; the
+	// shutdown error for a release).
+	Err error
+	// RetryIn is how long after the write the next attempt is due
+	// (OutcomeRetried only).
+	RetryIn time.Duration
 }
 
 // failureOf describes an outcome for the item row: a class and a bounded
@@ -166,10 +197,10 @@ func failureOf(outcome error) workqueue.Failure {
 		class = "deadline"
 	case errors.Is(outcome, scheduler.ErrLeaseRenewal):
 		class = "lease_renewal"
+	case errors.As(outcome, &fc) && fc.FailureClass() != "":
+		class = fc.FailureClass() // a named class says more than "permanent"
 	case errors.Is(outcome, workqueue.ErrPermanent):
 		class = "permanent"
-	case errors.As(outcome, &fc) && fc.FailureClass() != "":
-		class = fc.FailureClass()
 	}
 	if len(class) > 64 {
 		class = class[:64]

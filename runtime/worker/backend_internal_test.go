@@ -25,6 +25,8 @@ func TestFailureOf(t *testing.T) {
 		{errors.Join(scheduler.ErrLeaseRenewal, workqueue.ErrLeaseLost), "lease_renewal"},
 		{fmt.Errorf("bad mapping: %w", workqueue.ErrPermanent), "permanent"},
 		{fmt.Errorf("wrapped: %w", classed{errors.New("503")}), "dependency_unavailable"},
+		// A named class says more than "permanent" (laneq.DecodeError is both).
+		{classed{fmt.Errorf("bad bytes: %w", workqueue.ErrPermanent)}, "dependency_unavailable"},
 	}
 	for _, tc := range cases {
 		if got := failureOf(tc.outcome); got.Class != tc.class || got.Summary != tc.outcome.Error() {

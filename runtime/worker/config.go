@@ -85,6 +85,11 @@ type Config struct {
 	// MeterProvider receives the worker's metrics (OpenTelemetry). Default:
 	// none recorded.
 	MeterProvider metric.MeterProvider
+	// OnFinished, when set, is called once an attempt's outcome is durable
+	// (see Finished), on the executor's goroutine: keep it short and
+	// non-blocking. An outcome whose write failed is not reported: the
+	// lease decides that item, and another attempt reports it.
+	OnFinished func(Finished)
 	// Hooks are fault-injection points for crash tests; leave nil.
 	Hooks *Hooks
 }

@@ -159,12 +159,12 @@ func (m *metrics) swept(ctx context.Context, st workqueue.SweepStats) {
 	}
 }
 
-func (m *metrics) finished(ctx context.Context, c workqueue.Claimed, outcome string, err error) {
+func (m *metrics) finished(ctx context.Context, c workqueue.Claimed, outcome Outcome, err error) {
 	if err != nil {
-		m.finishErrs.Add(ctx, 1, metric.WithAttributes(attribute.String("outcome", outcome)))
+		m.finishErrs.Add(ctx, 1, metric.WithAttributes(attribute.String("outcome", string(outcome))))
 		return
 	}
-	m.finishedN.Add(ctx, 1, metric.WithAttributes(attribute.String("queue_class", c.QueueClass), attribute.String("outcome", outcome)))
+	m.finishedN.Add(ctx, 1, metric.WithAttributes(attribute.String("queue_class", c.QueueClass), attribute.String("outcome", string(outcome))))
 }
 
 // processing is the number of items claimed and not yet finished.

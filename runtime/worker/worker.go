@@ -90,7 +90,10 @@ func (e *DependencyWait) Error() string {
 func WaitForDependency(dep workqueue.Dependency) error { return &DependencyWait{Dependency: dep} }
 
 // FailureClass lets a handler's error name its failure class (stored on the
-// item, low-cardinality, no payloads); otherwise "handler_error".
+// item, low-cardinality, no payloads), also for a permanent error;
+// otherwise "permanent" for an error wrapping workqueue.ErrPermanent and
+// "handler_error" for others. A panic, a blown deadline and a failed lease
+// renewal are "panic", "deadline" and "lease_renewal" whatever they wrap.
 type FailureClass interface{ FailureClass() string }
 
 // Worker runs one scope's work in this process.

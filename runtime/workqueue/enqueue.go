@@ -510,3 +510,18 @@ func checkASCII(i, j int, field, v string, minLen, maxLen int) error {
 	}
 	return nil
 }
+
+// ValidWorkType returns an error wrapping ErrInvalid unless s can name a
+// work type: 1..64 printable ASCII characters without spaces (Enqueue's
+// rule), for callers that register handlers before anything is enqueued.
+func ValidWorkType(s string) error {
+	if len(s) < 1 || len(s) > 64 {
+		return invalidf("work type must be 1..64 ASCII characters, got %d bytes", len(s))
+	}
+	for k := 0; k < len(s); k++ {
+		if s[k] < 0x21 || s[k] > 0x7e {
+			return invalidf("work type %q must be printable ASCII without spaces", s)
+		}
+	}
+	return nil
+}

@@ -1,0 +1,501 @@
+package laneq_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/laneq/laneq"
+	"github.com/laneq/laneq/internal/tidbtest"
+	"github.com/laneq/laneq/laneqtest"
+	"github.com/laneq/laneq/runtime/controller"
+	"github.com/laneq/laneq/runtime/worker"
+	"github.com/laneq/laneq/runtime/workqueue"
+)
+
+// guard bounds every wait for a condition; it is a failure guard, not a
+// timing assertion.
+const guard = 2 * time.Minute
+
+type greet struct {
+	Name string `json:"name"`
+}
+
+func (greet) Kind() string { return "greet" }
+
+type flaky struct{ N int }
+
+func (flaky) Kind() string { return "flaky" }
+
+// openClient opens a Client on a fresh database of the shared TiDB, closed
+// when the test ends.
+func openClient(t *testing.T, cfg laneq.Config) (*laneq.Client, string) {
+	t.Helper()
+	_, dsn := tidbtest.NewDBWithDSN(t)
+	if cfg.Scope == "" {
+		cfg.Scope = "tenant-a"
+	}
+	c, err := laneq.Open(context.Background(), dsn, cfg)
+	if err != nil {
+		t.Fatalf("Open: %v", err)
+	}
+	t.Cleanup(func() {
+		if err := c.Close(); err != nil {
+			t.Errorf("Close: %v", err)
+		}
+	})
+	return c, dsn
+}
+
+// nextEvent returns the next event from ch, failing after the guard.
+func nextEvent(t *testing.T, ch <-chan laneq.Event) laneq.Event {
+	t.Helper()
+	select {
+	case e, ok := <-ch:
+		if !ok {
+			t.Fatal("subscription closed")
+		}
+		return e
+	case <-time.After(guard):
+		t.Fatalf("no event within %s", guard)
+	}
+	return laneq.Event{}
+}
+
+func TestClientRunsTypedHandlerAndReportsCompletion(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	c, _ := openClient(t, laneq.Config{})
+	got := make(chan greet, 1)
+	if err := laneq.AddWorker(c, func(ctx context.Context, job *laneq.Job[greet]) error {
+		got <- job.Args
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	events, stop := c.Subscribe()
+	defer stop()
+	if err := c.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	res, err := c.Enqueue(ctx, greet{Name: "ada"}, laneq.WithIdempotencyKey("g-1"), laneq.WithSourceLane("user:1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.WorkID == 0 || res.State != workqueue.StatePending || res.Duplicate {
+		t.Fatalf("Enqueue = %+v, want a new pending item", res)
+	}
+	e := nextEvent(t, events)
+	if diff := cmp.Diff(laneq.Event{Kind: laneq.EventCompleted, WorkID: res.WorkID, WorkType: "greet", QueueClass: "default", Attempt: 1},
+		e, cmpIgnoreAt); diff != "" {
+		t.Errorf("event (-want +got):\n%s", diff)
+	}
+	if a := <-got; a.Name != "ada" {
+		t.Errorf("handler got %+v", a)
+	}
+	it, err := c.Item(ctx, res.WorkID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if it.State != workqueue.StateCompleted || it.SourceLane != "user:1" {
+		t.Errorf("item %+v, want completed in lane user:1", it)
+	}
+	dup, err := c.Enqueue(ctx, greet{Name: "ada again"}, laneq.WithIdempotencyKey("g-1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !dup.Duplicate || dup.WorkID != res.WorkID || dup.State != workqueue.StateCompleted {
+		t.Errorf("second enqueue with the key = %+v, want the duplicate of %d, completed", dup, res.WorkID)
+	}
+}
+
+var cmpIgnoreAt = cmp.Comparer(func(a, b time.Time) bool { return true })
+
+func TestClientRetriesThenCompletes(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	c, _ := openClient(t, laneq.Config{Queue: workqueue.Config{Retry: workqueue.RetryPolicy{Initial: time.Millisecond, Max: time.Millisecond}}})
+	if err := laneq.AddWorker(c, func(ctx context.Context, job *laneq.Job[flaky]) error {
+		if job.Item.Attempt <= int32(job.Args.N) {
+			return fmt.Errorf("attempt %d fails", job.Item.Attempt)
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	events, stop := c.Subscribe(laneq.EventRetried, laneq.EventCompleted)
+	defer stop()
+	if err := c.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	res, err := c.Enqueue(ctx, flaky{N: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var kinds []laneq.EventKind
+	for len(kinds) < 3 {
+		e := nextEvent(t, events)
+		if e.WorkID != res.WorkID {
+			t.Fatalf("event of item %d, want %d", e.WorkID, res.WorkID)
+		}
+		if e.Kind == laneq.EventRetried && (e.Err == nil || e.Err.Error() != fmt.Sprintf("attempt %d fails", e.Attempt)) {
+			t.Errorf("retried event carries %v", e.Err)
+		}
+		kinds = append(kinds, e.Kind)
+	}
+	if diff := cmp.Diff([]laneq.EventKind{laneq.EventRetried, laneq.EventRetried, laneq.EventCompleted}, kinds); diff != "" {
+		t.Errorf("events (-want +got):\n%s", diff)
+	}
+}
+
+// Args that do not decode as their kind's type cannot be fixed by a retry:
+// the item is dead at once, with its own failure class, and a replay
+// through the Client is announced as an event.
+func TestClientUndecodableArgsAreDeadAndReplayable(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	c, _ := openClient(t, laneq.Config{})
+	ran := make(chan string, 1)
+	if err := laneq.AddWorker(c, func(ctx context.Context, job *laneq.Job[greet]) error {
+		ran <- job.Args.Name
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	events, stop := c.Subscribe(laneq.EventDead, laneq.EventReplayed)
+	defer stop()
+	if err := c.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	// Bytes of another encoding, under the typed kind, through the layer
+	// below the Client.
+	res, err := c.Queue().Enqueue(ctx, c.Scope(), []workqueue.Event{{IdempotencyKey: "raw-1", Payload: []byte("name=ada"),
+		Work: []workqueue.Work{{WorkType: "greet"}}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := res[0].Work[0].WorkID
+	e := nextEvent(t, events)
+	var de *laneq.DecodeError
+	if e.Kind != laneq.EventDead || e.WorkID != id || e.Attempt != 1 || !errors.As(e.Err, &de) || de.Kind != "greet" {
+		t.Fatalf("event %+v, want item %d dead on its first attempt with a DecodeError", e, id)
+	}
+	it, err := c.Item(ctx, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if it.State != workqueue.StateDead || it.Failure == nil || it.Failure.Class != "undecodable_args" {
+		t.Fatalf("item %+v (failure %+v), want dead with class undecodable_args", it, it.Failure)
+	}
+	child, err := c.Replay(ctx, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if e := nextEvent(t, events); e.Kind != laneq.EventReplayed || e.WorkID != child || e.ReplayOf != id {
+		t.Errorf("event %+v, want replayed %d of %d", e, child, id)
+	}
+	select {
+	case name := <-ran:
+		t.Fatalf("handler ran with %q", name)
+	default:
+	}
+}
+
+// Stop lets a running handler see its context end and gives its item back,
+// due at once; it never waits past its own context.
+func TestClientStopReleasesRunningItems(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	c, _ := openClient(t, laneq.Config{})
+	started := make(chan int64, 1)
+	if err := laneq.AddWorker(c, func(ctx context.Context, job *laneq.Job[greet]) error {
+		started <- job.Item.WorkID
+		<-ctx.Done()
+		return ctx.Err()
+	}); err != nil {
+		t.Fatal(err)
+	}
+	events, stop := c.Subscribe(laneq.EventReleased)
+	defer stop()
+	if err := c.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	res, err := c.Enqueue(ctx, greet{Name: "slow"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-started:
+	case <-time.After(guard):
+		t.Fatal("handler did not start")
+	}
+	stopCtx, cancel := context.WithTimeout(ctx, guard)
+	defer cancel()
+	if err := c.Stop(stopCtx); err != nil {
+		t.Fatalf("Stop: %v", err)
+	}
+	if e := nextEvent(t, events); e.WorkID != res.WorkID {
+		t.Errorf("released event %+v, want item %d", e, res.WorkID)
+	}
+	it, err := c.Item(ctx, res.WorkID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if it.State != workqueue.StatePending || it.LeaseOwner != "" {
+		t.Errorf("after Stop the item is %s owned by %q, want pending and unowned", it.State, it.LeaseOwner)
+	}
+	if err := c.Start(ctx); !errors.Is(err, laneq.ErrStopped) {
+		t.Errorf("Start after Stop = %v, want ErrStopped", err)
+	}
+}
+
+type badKind struct{}
+
+func (badKind) Kind() string { return "has space" }
+
+type ptrKind struct{ name string }
+
+func (p *ptrKind) Kind() string { return p.name }
+
+func TestClientRefusesBadConfigurationAndRegistration(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	if _, err := laneq.Open(ctx, "root@tcp(127.0.0.1:1)/x", laneq.Config{}); !errors.Is(err, laneq.ErrConfig) {
+		t.Errorf("Open without a scope = %v, want ErrConfig", err)
+	}
+	_, emptyDSN := emptyDatabase(t)
+	if _, err := laneq.Open(ctx, emptyDSN, laneq.Config{Scope: "s"}); !errors.Is(err, laneq.ErrSchemaNotCurrent) {
+		t.Errorf("Open on an unmigrated database = %v, want ErrSchemaNotCurrent", err)
+	}
+	c, _ := openClient(t, laneq.Config{})
+	if err := c.Start(ctx); !errors.Is(err, laneq.ErrNoWorkers) {
+		t.Errorf("Start with no workers = %v, want ErrNoWorkers", err)
+	}
+	if err := laneq.AddWorker(c, func(context.Context, *laneq.Job[badKind]) error { return nil }); !errors.Is(err, laneq.ErrInvalidKind) {
+		t.Errorf("AddWorker of kind %q = %v, want ErrInvalidKind", badKind{}.Kind(), err)
+	}
+	if err := laneq.AddWorker(c, func(context.Context, *laneq.Job[*ptrKind]) error { return nil }); !errors.Is(err, laneq.ErrInvalidKind) {
+		t.Errorf("AddWorker of a pointer type = %v, want ErrInvalidKind", err)
+	}
+	if _, err := c.Enqueue(ctx, badKind{}); !errors.Is(err, laneq.ErrInvalidKind) {
+		t.Errorf("Enqueue of kind %q = %v, want ErrInvalidKind", badKind{}.Kind(), err)
+	}
+	if _, err := c.Enqueue(ctx, greet{}, laneq.WithDelay(-time.Second)); !errors.Is(err, workqueue.ErrInvalid) {
+		t.Errorf("Enqueue with a negative delay = %v, want ErrInvalid", err)
+	}
+	if _, err := c.Enqueue(ctx, greet{}, laneq.WithQueueClass("no such class!")); !errors.Is(err, workqueue.ErrInvalid) {
+		t.Errorf("Enqueue with a bad class = %v, want ErrInvalid", err)
+	}
+	handle := func(context.Context, *laneq.Job[greet]) error { return nil }
+	if err := laneq.AddWorker(c, handle); err != nil {
+		t.Fatal(err)
+	}
+	if err := laneq.AddWorker(c, handle); !errors.Is(err, laneq.ErrDuplicateKind) {
+		t.Errorf("second AddWorker of greet = %v, want ErrDuplicateKind", err)
+	}
+	if err := laneq.AddWorkerRaw(c, "greet", func(context.Context, *worker.Job) error { return nil }); !errors.Is(err, laneq.ErrDuplicateKind) {
+		t.Errorf("AddWorkerRaw of greet = %v, want ErrDuplicateKind", err)
+	}
+	if err := c.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Start(ctx); !errors.Is(err, laneq.ErrStarted) {
+		t.Errorf("second Start = %v, want ErrStarted", err)
+	}
+	if err := laneq.AddWorker(c, func(context.Context, *laneq.Job[flaky]) error { return nil }); !errors.Is(err, laneq.ErrStarted) {
+		t.Errorf("AddWorker after Start = %v, want ErrStarted", err)
+	}
+}
+
+func emptyDatabase(t *testing.T) (string, string) {
+	t.Helper()
+	_, name := tidbtest.NewEmptyDB(t)
+	return name, tidbtest.Server(t).DSN(name)
+}
+
+// A transaction's enqueue and satisfy are invisible before the commit and
+// gone after a rollback; the commit makes the satisfied waiter run.
+func TestClientInTx(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	c, _ := openClient(t, laneq.Config{})
+	if err := laneq.AddWorker(c, func(context.Context, *laneq.Job[greet]) error { return nil }); err != nil {
+		t.Fatal(err)
+	}
+	events, stop := c.Subscribe(laneq.EventCompleted)
+	defer stop()
+	if err := c.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	rollback := errors.New("roll back")
+	var rolledBack laneq.Enqueued
+	err := c.InTx(ctx, func(ctx context.Context, tx *laneq.Tx) error {
+		var err error
+		rolledBack, err = tx.Enqueue(ctx, greet{Name: "never"}, laneq.WithIdempotencyKey("tx-1"))
+		if err != nil {
+			return err
+		}
+		return rollback
+	})
+	if !errors.Is(err, rollback) {
+		t.Fatalf("InTx = %v, want the rollback error", err)
+	}
+	if _, err := c.Item(ctx, rolledBack.WorkID); err == nil {
+		t.Errorf("rolled-back item %d exists", rolledBack.WorkID)
+	}
+	waiter, err := c.Enqueue(ctx, greet{Name: "waits"}, laneq.WithWaitFor(workqueue.Dependency{WakeKey: "order:9", Keys: []string{"order:9/paid"}}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The waiter is claimed, finds its key missing and parks. Waiting for
+	// that state is the condition; the guard only bounds it.
+	laneqtest.WaitForState(t, c, waiter.WorkID, workqueue.StateWaitingDependency)
+	var inTx laneq.Enqueued
+	if err := c.InTx(ctx, func(ctx context.Context, tx *laneq.Tx) error {
+		if _, err := tx.SQL().ExecContext(ctx, "SELECT 1"); err != nil {
+			return err
+		}
+		if err := tx.Satisfy(ctx, "order:9", "order:9/paid"); err != nil {
+			return err
+		}
+		var err error
+		inTx, err = tx.Enqueue(ctx, greet{Name: "in tx"}, laneq.WithIdempotencyKey("tx-2"))
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	done := map[int64]bool{}
+	for !done[waiter.WorkID] || !done[inTx.WorkID] {
+		done[nextEvent(t, events).WorkID] = true
+	}
+}
+
+const producerEnv = "LANEQ_TEST_CLIENT_PRODUCER_DSN"
+
+// A producer that is only a Client (no workers, no hub of its own) in
+// another OS process wakes a quiet worker: the worker's probes and
+// backstops are an hour apart, so only the producer's announcements can
+// start its items.
+func TestClientProducerInAnotherProcessWakesQuietWorker(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	hour := time.Hour
+	c, dsn := openClient(t, laneq.Config{Worker: worker.Config{Controller: controller.Config{
+		GenerationProbeEvery: hour, QuietProbeEvery: hour, ReconcileEvery: hour, QuietBackstopEvery: hour, MaintainEvery: hour,
+	}}})
+	if err := laneq.AddWorker(c, func(context.Context, *laneq.Job[greet]) error { return nil }); err != nil {
+		t.Fatal(err)
+	}
+	events, stop := c.Subscribe(laneq.EventCompleted)
+	defer stop()
+	if err := c.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(guard)
+	for !c.Worker().Stats().Quiet {
+		if time.Now().After(deadline) {
+			t.Fatalf("worker not quiet after %s: %+v", guard, c.Worker().Stats())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	const n = 20
+	cmd := exec.Command(os.Args[0], "-test.run=^TestHelperProducerProcess$", "-test.count=1")
+	cmd.Env = append(os.Environ(), producerEnv+"="+dsn, "LANEQ_TEST_PRODUCER_N="+strconv.Itoa(n))
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("producer process: %v\n%s", err, out)
+	}
+	seen := map[int64]bool{}
+	for len(seen) < n {
+		seen[nextEvent(t, events).WorkID] = true
+	}
+	st := c.Worker().Stats()
+	if !st.Quiet || st.Controller.MissedWakes != 0 {
+		t.Errorf("worker stats %+v: want quiet with no missed wake", st)
+	}
+}
+
+// TestHelperProducerProcess is the producer process of
+// TestClientProducerInAnotherProcessWakesQuietWorker; it does nothing
+// unless started by it.
+func TestHelperProducerProcess(t *testing.T) {
+	dsn := os.Getenv(producerEnv)
+	if dsn == "" {
+		return
+	}
+	n, err := strconv.Atoi(os.Getenv("LANEQ_TEST_PRODUCER_N"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	c, err := laneq.Open(ctx, dsn, laneq.Config{Scope: "tenant-a"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range n {
+		if _, err := c.Enqueue(ctx, greet{Name: fmt.Sprint(i)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := c.Close(); err != nil { // sends what is still coalescing
+		t.Fatal(err)
+	}
+}
+
+func TestSubscribeNeverBlocksAndCountsDrops(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	c, _ := openClient(t, laneq.Config{SubscribeBuffer: 1})
+	full, stopFull := c.Subscribe(laneq.EventReplayed)
+	defer stopFull()
+	other, stopOther := c.Subscribe(laneq.EventCompleted)
+	stopOther()
+	if _, ok := <-other; ok {
+		t.Error("a stopped subscription delivered an event")
+	}
+	// Replays publish through the broker: dead letters first.
+	if err := laneq.AddWorker(c, func(context.Context, *laneq.Job[greet]) error {
+		return fmt.Errorf("no: %w", workqueue.ErrPermanent)
+	}); err != nil {
+		t.Fatal(err)
+	}
+	dead, stopDead := c.Subscribe(laneq.EventDead)
+	defer stopDead()
+	if err := c.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	var ids []int64
+	for i := range 3 {
+		res, err := c.Enqueue(ctx, greet{Name: fmt.Sprint(i)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, res.WorkID)
+	}
+	for range ids {
+		nextEvent(t, dead)
+	}
+	for _, id := range ids {
+		if _, err := c.Replay(ctx, id); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := c.DroppedEvents(); got < 2 {
+		t.Errorf("DroppedEvents = %d after 3 replays into a buffer of 1, want at least 2", got)
+	}
+	if e := nextEvent(t, full); e.Kind != laneq.EventReplayed || e.ReplayOf != ids[0] {
+		t.Errorf("first buffered event %+v, want the replay of %d", e, ids[0])
+	}
+	if err := c.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := <-full; ok {
+		t.Error("Close left a subscription open")
+	}
+}

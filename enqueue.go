@@ -1,0 +1,203 @@
+package laneq
+
+import (
+	"context"
+	"crypto/rand"
+	"database/sql"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"time"
+
+	"github.com/laneq/laneq/runtime/workqueue"
+)
+
+// EnqueueOption shapes one Enqueue.
+type EnqueueOption func(*enqueueOptions)
+
+type enqueueOptions struct {
+	key  string
+	work workqueue.Work
+}
+
+// WithIdempotencyKey makes the enqueue idempotent: a second enqueue with
+// the same key in the scope changes nothing and reports Duplicate. Without
+// it every Enqueue gets a fresh random key (no deduplication).
+func WithIdempotencyKey(key string) EnqueueOption {
+	return func(o *enqueueOptions) { o.key = key }
+}
+
+// WithQueueClass puts the item in a queue class (default "default"; the
+// worker's queue profile decides which classes it serves and how).
+func WithQueueClass(class string) EnqueueOption {
+	return func(o *enqueueOptions) { o.work.QueueClass = class }
+}
+
+// WithSourceLane serializes the item behind every earlier live item of the
+// same source lane (for example one contact's messages).
+func WithSourceLane(lane string) EnqueueOption {
+	return func(o *enqueueOptions) { o.work.SourceLane = lane }
+}
+
+// WithTargetLane serializes the item behind every earlier live item of the
+// same target lane (for example one account written to).
+func WithTargetLane(lane string) EnqueueOption {
+	return func(o *enqueueOptions) { o.work.TargetLane = lane }
+}
+
+// WithDelay postpones the first attempt by d after the commit's database
+// time.
+func WithDelay(d time.Duration) EnqueueOption {
+	return func(o *enqueueOptions) { o.work.Delay = d }
+}
+
+// WithPriority stores a priority for operators (claim order does not use it
+// yet: lane ordinal, then due time).
+func WithPriority(p int32) EnqueueOption {
+	return func(o *enqueueOptions) { o.work.Priority = p }
+}
+
+// WithWaitFor declares a prerequisite: the item waits, unrun and without
+// spending attempts, until any of dep.Keys is satisfied (Client.Satisfy,
+// Tx.Satisfy).
+func WithWaitFor(dep workqueue.Dependency) EnqueueOption {
+	return func(o *enqueueOptions) { o.work.WaitFor = &dep }
+}
+
+// Enqueued reports one Enqueue.
+type Enqueued struct {
+	WorkID  int64
+	EventID int64
+	// State is the item's state: pending (runnable when due), blocked
+	// (behind an earlier item of a lane), or, for a duplicate, its current
+	// state.
+	State string
+	// Duplicate: the idempotency key existed; nothing was written.
+	Duplicate bool
+}
+
+// Enqueue stores args as an immutable event with one work item of
+// args.Kind(), in one transaction, and announces it to every worker of the
+// scope (this process's and others') after the commit. Invalid input
+// (an option's lane or class, a kind) returns an error wrapping
+// workqueue.ErrInvalid and writes nothing.
+func (c *Client) Enqueue(ctx context.Context, args Args, opts ...EnqueueOption) (Enqueued, error) {
+	ev, err := c.event(args, opts)
+	if err != nil {
+		return Enqueued{}, err
+	}
+	res, err := c.qu.Enqueue(ctx, c.cfg.Scope, []workqueue.Event{ev})
+	if err != nil {
+		return Enqueued{}, fmt.Errorf("laneq: enqueue %s: %w", args.Kind(), err)
+	}
+	return enqueuedOf(res), nil
+}
+
+// Satisfy records the dependency key of the scope as satisfied and makes
+// the items waiting on wakeKey runnable (woken counts them), announced to
+// every worker of the scope. It is idempotent.
+func (c *Client) Satisfy(ctx context.Context, wakeKey, key string) (woken int64, err error) {
+	woken, err = c.qu.Satisfy(ctx, c.cfg.Scope, wakeKey, key)
+	if err != nil {
+		return woken, fmt.Errorf("laneq: satisfy %q: %w", key, err)
+	}
+	return woken, nil
+}
+
+// Replay gives a dead item a new attempt as a child item with a fresh
+// budget (workqueue.Queue.Replay) and publishes EventReplayed. It returns
+// the child's id; an item already replayed returns the earlier child's id
+// with an error wrapping workqueue.ErrAlreadyReplayed.
+func (c *Client) Replay(ctx context.Context, workID int64) (int64, error) {
+	r, err := c.qu.Replay(ctx, c.cfg.Scope, workID)
+	if err != nil {
+		return r.WorkID, fmt.Errorf("laneq: replay %d: %w", workID, err)
+	}
+	c.events.publish(Event{Kind: EventReplayed, WorkID: r.WorkID, ReplayOf: workID})
+	return r.WorkID, nil
+}
+
+// Tx is a transaction in which your own rows and the work they cause
+// commit together (see InTx).
+type Tx struct {
+	c  *Client
+	tx *workqueue.Tx
+}
+
+// SQL is the transaction for your own statements.
+func (t *Tx) SQL() *sql.Tx { return t.tx.SQL() }
+
+// Enqueue is Client.Enqueue inside the transaction: nothing is visible
+// before the commit, nothing is left after a rollback, and the commit
+// announces it. It locks the scope row until the transaction ends: enqueue
+// last.
+func (t *Tx) Enqueue(ctx context.Context, args Args, opts ...EnqueueOption) (Enqueued, error) {
+	ev, err := t.c.event(args, opts)
+	if err != nil {
+		return Enqueued{}, err
+	}
+	res, err := t.tx.Enqueue(ctx, t.c.cfg.Scope, []workqueue.Event{ev})
+	if err != nil {
+		return Enqueued{}, fmt.Errorf("laneq: enqueue %s: %w", args.Kind(), err)
+	}
+	return enqueuedOf(res), nil
+}
+
+// Satisfy records the dependency key with the transaction; its waiters are
+// woken and announced after the commit.
+func (t *Tx) Satisfy(ctx context.Context, wakeKey, key string) error {
+	if err := t.tx.Satisfy(ctx, t.c.cfg.Scope, wakeKey, key); err != nil {
+		return fmt.Errorf("laneq: satisfy %q: %w", key, err)
+	}
+	return nil
+}
+
+// InTx runs fn in a transaction and commits it (workqueue.Queue.InTx):
+// after a transient error before the commit it runs fn again in a new
+// transaction, so fn must do nothing outside it that cannot run twice; a
+// commit whose reply was lost is not run again and returns an error
+// wrapping workqueue.ErrCommitUnknown.
+func (c *Client) InTx(ctx context.Context, fn func(ctx context.Context, tx *Tx) error) error {
+	return c.qu.InTx(ctx, func(ctx context.Context, tx *workqueue.Tx) error {
+		return fn(ctx, &Tx{c: c, tx: tx})
+	})
+}
+
+func (c *Client) event(args Args, opts []EnqueueOption) (workqueue.Event, error) {
+	if args == nil {
+		return workqueue.Event{}, fmt.Errorf("laneq: enqueue: %w: nil args", workqueue.ErrInvalid)
+	}
+	var o enqueueOptions
+	for _, opt := range opts {
+		opt(&o)
+	}
+	kind := args.Kind()
+	if err := workqueue.ValidWorkType(kind); err != nil {
+		return workqueue.Event{}, fmt.Errorf("laneq: enqueue: %w %q: %w", ErrInvalidKind, kind, err)
+	}
+	payload, err := json.Marshal(args)
+	if err != nil {
+		return workqueue.Event{}, fmt.Errorf("laneq: enqueue %s: %w: encode args: %w", kind, workqueue.ErrInvalid, err)
+	}
+	if o.key == "" {
+		o.key = randomKey()
+	}
+	o.work.WorkType = kind
+	return workqueue.Event{IdempotencyKey: o.key, EventKind: kind, Payload: payload, Work: []workqueue.Work{o.work}}, nil
+}
+
+// randomKey is the idempotency key of an enqueue without one: 128 random
+// bits, so it never collides with another.
+func randomKey() string {
+	var b [16]byte
+	_, _ = rand.Read(b[:]) // crypto/rand.Read never fails (Go 1.24+)
+	return "laneq:" + hex.EncodeToString(b[:])
+}
+
+func enqueuedOf(res []workqueue.EnqueuedEvent) Enqueued {
+	e := Enqueued{EventID: res[0].EventID, Duplicate: res[0].Duplicate}
+	if len(res[0].Work) > 0 {
+		e.WorkID, e.State = res[0].Work[0].WorkID, res[0].Work[0].State
+	}
+	return e
+}
