@@ -54,6 +54,19 @@ func openClient(t *testing.T, cfg laneq.Config) (*laneq.Client, string) {
 	return c, dsn
 }
 
+// startWorker registers handle, subscribes to kinds (every kind when none)
+// and starts c.
+func startWorker[T laneq.Args](t *testing.T, c *laneq.Client, handle func(context.Context, *laneq.Job[T]) error, kinds ...laneq.EventKind) <-chan laneq.Event {
+	t.Helper()
+	if err := laneq.AddWorker(c, handle); err != nil {
+		t.Fatal(err)
+	}
+	events, stop := c.Subscribe(kinds...)
+	t.Cleanup(stop)
+	laneqtest.Start(t, c)
+	return events
+}
+
 // nextEvent returns the next event from ch, failing after the guard.
 func nextEvent(t *testing.T, ch <-chan laneq.Event) laneq.Event {
 	t.Helper()
@@ -74,17 +87,10 @@ func TestClientRunsTypedHandlerAndReportsCompletion(t *testing.T) {
 	ctx := context.Background()
 	c, _ := openClient(t, laneq.Config{})
 	got := make(chan greet, 1)
-	if err := laneq.AddWorker(c, func(ctx context.Context, job *laneq.Job[greet]) error {
+	events := startWorker(t, c, func(ctx context.Context, job *laneq.Job[greet]) error {
 		got <- job.Args
 		return nil
-	}); err != nil {
-		t.Fatal(err)
-	}
-	events, stop := c.Subscribe()
-	defer stop()
-	if err := c.Start(ctx); err != nil {
-		t.Fatal(err)
-	}
+	})
 	res, err := c.Enqueue(ctx, greet{Name: "ada"}, laneq.WithIdempotencyKey("g-1"), laneq.WithSourceLane("user:1"))
 	if err != nil {
 		t.Fatal(err)
@@ -122,19 +128,12 @@ func TestClientRetriesThenCompletes(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	c, _ := openClient(t, laneq.Config{Queue: workqueue.Config{Retry: workqueue.RetryPolicy{Initial: time.Millisecond, Max: time.Millisecond}}})
-	if err := laneq.AddWorker(c, func(ctx context.Context, job *laneq.Job[flaky]) error {
+	events := startWorker(t, c, func(ctx context.Context, job *laneq.Job[flaky]) error {
 		if job.Item.Attempt <= int32(job.Args.N) {
 			return fmt.Errorf("attempt %d fails", job.Item.Attempt)
 		}
 		return nil
-	}); err != nil {
-		t.Fatal(err)
-	}
-	events, stop := c.Subscribe(laneq.EventRetried, laneq.EventCompleted)
-	defer stop()
-	if err := c.Start(ctx); err != nil {
-		t.Fatal(err)
-	}
+	}, laneq.EventRetried, laneq.EventCompleted)
 	res, err := c.Enqueue(ctx, flaky{N: 2})
 	if err != nil {
 		t.Fatal(err)
@@ -163,17 +162,10 @@ func TestClientUndecodableArgsAreDeadAndReplayable(t *testing.T) {
 	ctx := context.Background()
 	c, _ := openClient(t, laneq.Config{})
 	ran := make(chan string, 1)
-	if err := laneq.AddWorker(c, func(ctx context.Context, job *laneq.Job[greet]) error {
+	events := startWorker(t, c, func(ctx context.Context, job *laneq.Job[greet]) error {
 		ran <- job.Args.Name
 		return nil
-	}); err != nil {
-		t.Fatal(err)
-	}
-	events, stop := c.Subscribe(laneq.EventDead, laneq.EventReplayed)
-	defer stop()
-	if err := c.Start(ctx); err != nil {
-		t.Fatal(err)
-	}
+	}, laneq.EventDead, laneq.EventReplayed)
 	// Bytes of another encoding, under the typed kind, through the layer
 	// below the Client.
 	res, err := c.Queue().Enqueue(ctx, c.Scope(), []workqueue.Event{{IdempotencyKey: "raw-1", Payload: []byte("name=ada"),
@@ -215,18 +207,11 @@ func TestClientStopReleasesRunningItems(t *testing.T) {
 	ctx := context.Background()
 	c, _ := openClient(t, laneq.Config{})
 	started := make(chan int64, 1)
-	if err := laneq.AddWorker(c, func(ctx context.Context, job *laneq.Job[greet]) error {
+	events := startWorker(t, c, func(ctx context.Context, job *laneq.Job[greet]) error {
 		started <- job.Item.WorkID
 		<-ctx.Done()
 		return ctx.Err()
-	}); err != nil {
-		t.Fatal(err)
-	}
-	events, stop := c.Subscribe(laneq.EventReleased)
-	defer stop()
-	if err := c.Start(ctx); err != nil {
-		t.Fatal(err)
-	}
+	}, laneq.EventReleased)
 	res, err := c.Enqueue(ctx, greet{Name: "slow"})
 	if err != nil {
 		t.Fatal(err)
@@ -326,14 +311,7 @@ func TestClientInTx(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	c, _ := openClient(t, laneq.Config{})
-	if err := laneq.AddWorker(c, func(context.Context, *laneq.Job[greet]) error { return nil }); err != nil {
-		t.Fatal(err)
-	}
-	events, stop := c.Subscribe(laneq.EventCompleted)
-	defer stop()
-	if err := c.Start(ctx); err != nil {
-		t.Fatal(err)
-	}
+	events := startWorker(t, c, func(context.Context, *laneq.Job[greet]) error { return nil }, laneq.EventCompleted)
 	rollback := errors.New("roll back")
 	var rolledBack laneq.Enqueued
 	err := c.InTx(ctx, func(ctx context.Context, tx *laneq.Tx) error {
@@ -385,19 +363,11 @@ const producerEnv = "LANEQ_TEST_CLIENT_PRODUCER_DSN"
 // start its items.
 func TestClientProducerInAnotherProcessWakesQuietWorker(t *testing.T) {
 	t.Parallel()
-	ctx := context.Background()
 	hour := time.Hour
 	c, dsn := openClient(t, laneq.Config{Worker: worker.Config{Controller: controller.Config{
 		GenerationProbeEvery: hour, QuietProbeEvery: hour, ReconcileEvery: hour, QuietBackstopEvery: hour, MaintainEvery: hour,
 	}}})
-	if err := laneq.AddWorker(c, func(context.Context, *laneq.Job[greet]) error { return nil }); err != nil {
-		t.Fatal(err)
-	}
-	events, stop := c.Subscribe(laneq.EventCompleted)
-	defer stop()
-	if err := c.Start(ctx); err != nil {
-		t.Fatal(err)
-	}
+	events := startWorker(t, c, func(context.Context, *laneq.Job[greet]) error { return nil }, laneq.EventCompleted)
 	deadline := time.Now().Add(guard)
 	for !c.Worker().Stats().Quiet {
 		if time.Now().After(deadline) {
@@ -460,16 +430,9 @@ func TestSubscribeNeverBlocksAndCountsDrops(t *testing.T) {
 		t.Error("a stopped subscription delivered an event")
 	}
 	// Replays publish through the broker: dead letters first.
-	if err := laneq.AddWorker(c, func(context.Context, *laneq.Job[greet]) error {
+	dead := startWorker(t, c, func(context.Context, *laneq.Job[greet]) error {
 		return fmt.Errorf("no: %w", workqueue.ErrPermanent)
-	}); err != nil {
-		t.Fatal(err)
-	}
-	dead, stopDead := c.Subscribe(laneq.EventDead)
-	defer stopDead()
-	if err := c.Start(ctx); err != nil {
-		t.Fatal(err)
-	}
+	}, laneq.EventDead)
 	var ids []int64
 	for i := range 3 {
 		res, err := c.Enqueue(ctx, greet{Name: fmt.Sprint(i)})
