@@ -4,8 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
-	"os/exec"
 	"strconv"
 	"testing"
 	"time"
@@ -15,7 +13,6 @@ import (
 	"github.com/laneq/laneq"
 	"github.com/laneq/laneq/internal/tidbtest"
 	"github.com/laneq/laneq/laneqtest"
-	"github.com/laneq/laneq/runtime/controller"
 	"github.com/laneq/laneq/runtime/worker"
 	"github.com/laneq/laneq/runtime/workqueue"
 )
@@ -36,7 +33,7 @@ func (flaky) Kind() string { return "flaky" }
 
 // openClient opens a Client on a fresh database of the shared TiDB, closed
 // when the test ends.
-func openClient(t *testing.T, cfg laneq.Config) (*laneq.Client, string) {
+func openClient(t testing.TB, cfg laneq.Config) (*laneq.Client, string) {
 	t.Helper()
 	_, dsn := tidbtest.NewDBWithDSN(t)
 	if cfg.Scope == "" {
@@ -355,69 +352,6 @@ func TestClientInTx(t *testing.T) {
 	}
 }
 
-const producerEnv = "LANEQ_TEST_CLIENT_PRODUCER_DSN"
-
-// A producer that is only a Client (no workers, no hub of its own) in
-// another OS process wakes a quiet worker: the worker's probes and
-// backstops are an hour apart, so only the producer's announcements can
-// start its items.
-func TestClientProducerInAnotherProcessWakesQuietWorker(t *testing.T) {
-	t.Parallel()
-	hour := time.Hour
-	c, dsn := openClient(t, laneq.Config{Worker: worker.Config{Controller: controller.Config{
-		GenerationProbeEvery: hour, QuietProbeEvery: hour, ReconcileEvery: hour, QuietBackstopEvery: hour, MaintainEvery: hour,
-	}}})
-	events := startWorker(t, c, func(context.Context, *laneq.Job[greet]) error { return nil }, laneq.EventCompleted)
-	deadline := time.Now().Add(guard)
-	for !c.Worker().Stats().Quiet {
-		if time.Now().After(deadline) {
-			t.Fatalf("worker not quiet after %s: %+v", guard, c.Worker().Stats())
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	const n = 20
-	cmd := exec.Command(os.Args[0], "-test.run=^TestHelperProducerProcess$", "-test.count=1")
-	cmd.Env = append(os.Environ(), producerEnv+"="+dsn, "LANEQ_TEST_PRODUCER_N="+strconv.Itoa(n))
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("producer process: %v\n%s", err, out)
-	}
-	seen := map[int64]bool{}
-	for len(seen) < n {
-		seen[nextEvent(t, events).WorkID] = true
-	}
-	st := c.Worker().Stats()
-	if !st.Quiet || st.Controller.MissedWakes != 0 {
-		t.Errorf("worker stats %+v: want quiet with no missed wake", st)
-	}
-}
-
-// TestHelperProducerProcess is the producer process of
-// TestClientProducerInAnotherProcessWakesQuietWorker; it does nothing
-// unless started by it.
-func TestHelperProducerProcess(t *testing.T) {
-	dsn := os.Getenv(producerEnv)
-	if dsn == "" {
-		return
-	}
-	n, err := strconv.Atoi(os.Getenv("LANEQ_TEST_PRODUCER_N"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx := context.Background()
-	c, err := laneq.Open(ctx, dsn, laneq.Config{Scope: "tenant-a"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	for i := range n {
-		if _, err := c.Enqueue(ctx, greet{Name: fmt.Sprint(i)}); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if err := c.Close(); err != nil { // sends what is still coalescing
-		t.Fatal(err)
-	}
-}
-
 func TestSubscribeNeverBlocksAndCountsDrops(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -460,5 +394,98 @@ func TestSubscribeNeverBlocksAndCountsDrops(t *testing.T) {
 	}
 	if _, ok := <-full; ok {
 		t.Error("Close left a subscription open")
+	}
+}
+
+// The whole life of a Client: two typed handlers, enqueues committed with
+// the user's own rows in the user's transactions, a transaction rolled
+// back, completion events for exactly the committed items, and a Stop
+// that leaves nothing running.
+func TestClientLifecycle(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	c, _ := openClient(t, laneq.Config{})
+	if _, err := c.DB().ExecContext(ctx, "CREATE TABLE orders (id BIGINT PRIMARY KEY, note VARCHAR(64) NOT NULL)"); err != nil {
+		t.Fatal(err)
+	}
+	if err := laneq.AddWorker(c, func(context.Context, *laneq.Job[greet]) error { return nil }); err != nil {
+		t.Fatal(err)
+	}
+	if err := laneq.AddWorker(c, func(context.Context, *laneq.Job[flaky]) error { return nil }); err != nil {
+		t.Fatal(err)
+	}
+	events, stop := c.Subscribe()
+	defer stop()
+	laneqtest.Start(t, c)
+	order := func(id int, outcome error) (ids []int64) {
+		t.Helper()
+		err := c.InTx(ctx, func(ctx context.Context, tx *laneq.Tx) error {
+			ids = ids[:0] // a rerun after a transient error starts over
+			if _, err := tx.SQL().ExecContext(ctx, "INSERT INTO orders (id, note) VALUES (?, ?)", id, "order"); err != nil {
+				return err
+			}
+			for _, args := range []laneq.Args{greet{Name: strconv.Itoa(id)}, flaky{N: id}} {
+				res, err := tx.Enqueue(ctx, args, laneq.WithIdempotencyKey(fmt.Sprintf("order-%d/%s", id, args.Kind())))
+				if err != nil {
+					return err
+				}
+				ids = append(ids, res.WorkID)
+			}
+			return outcome
+		})
+		if !errors.Is(err, outcome) {
+			t.Fatalf("order %d: InTx = %v, want %v", id, err, outcome)
+		}
+		return ids
+	}
+	rollback := errors.New("roll back")
+	want := map[int64]bool{}
+	var rolledBack []int64
+	for id := range 6 {
+		if id%3 == 2 {
+			rolledBack = append(rolledBack, order(id, rollback)...)
+			continue
+		}
+		for _, w := range order(id, nil) {
+			want[w] = true
+		}
+	}
+	completed := map[int64]int{}
+	for len(completed) < len(want) {
+		e := nextEvent(t, events)
+		if e.Kind != laneq.EventCompleted || !want[e.WorkID] {
+			t.Fatalf("event %+v: want only completions of the committed items %v", e, want)
+		}
+		completed[e.WorkID]++
+	}
+	stopCtx, cancel := context.WithTimeout(ctx, guard)
+	defer cancel()
+	if err := c.Stop(stopCtx); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case e := <-events:
+		t.Errorf("event after every committed item completed: %+v", e)
+	default:
+	}
+	for id, n := range completed {
+		if n != 1 {
+			t.Errorf("item %d completed %d times", id, n)
+		}
+	}
+	for _, id := range rolledBack {
+		if it, err := c.Item(ctx, id); err == nil {
+			t.Errorf("rolled-back item %d exists: %+v", id, it)
+		}
+	}
+	var orders int
+	if err := c.DB().QueryRowContext(ctx, "SELECT COUNT(*) FROM orders").Scan(&orders); err != nil {
+		t.Fatal(err)
+	}
+	if orders != 4 {
+		t.Errorf("%d orders, want the 4 committed", orders)
+	}
+	if drained, err := c.Drained(ctx); err != nil || !drained {
+		t.Errorf("Drained after Stop = %v, %v: want nothing pending or processing", drained, err)
 	}
 }

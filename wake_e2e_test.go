@@ -1,0 +1,182 @@
+package laneq_test
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/laneq/laneq"
+	"github.com/laneq/laneq/internal/queuetest"
+	"github.com/laneq/laneq/runtime/controller"
+	"github.com/laneq/laneq/runtime/worker"
+	"github.com/laneq/laneq/runtime/workqueue"
+)
+
+const workerProcessEnv = "LANEQ_TEST_CLIENT_WORKER_DSN"
+
+// workerProcess is a worker Client in another OS process, quiet, with its
+// probes and backstops off: only announcements can start its items. It
+// reports each handler start as "ran WORKID UNIXNANO".
+type workerProcess struct {
+	cmd   *exec.Cmd
+	lines *bufio.Scanner
+	mu    sync.Mutex
+}
+
+func startWorkerProcess(tb testing.TB, dsn string) *workerProcess {
+	tb.Helper()
+	cmd := exec.Command(os.Args[0], "-test.run=^TestHelperWorkerProcess$", "-test.count=1")
+	cmd.Env = append(os.Environ(), workerProcessEnv+"="+dsn)
+	cmd.Stderr = os.Stderr
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		tb.Fatal(err)
+	}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		tb.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() {
+		_ = stdin.Close() // the helper stops its client when stdin ends
+		if err := cmd.Wait(); err != nil {
+			tb.Errorf("worker process: %v", err)
+		}
+	})
+	p := &workerProcess{cmd: cmd, lines: bufio.NewScanner(stdout)}
+	if line := p.next(tb); line != "quiet" {
+		tb.Fatalf("worker process said %q, want quiet", line)
+	}
+	return p
+}
+
+// next returns the helper's next line, failing after the guard.
+func (p *workerProcess) next(tb testing.TB) string {
+	tb.Helper()
+	got := make(chan string, 1)
+	go func() {
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		if p.lines.Scan() {
+			got <- p.lines.Text()
+		} else {
+			got <- "EOF " + fmt.Sprint(p.lines.Err())
+		}
+	}()
+	select {
+	case line := <-got:
+		return line
+	case <-time.After(guard):
+		tb.Fatalf("worker process said nothing for %s", guard)
+	}
+	return ""
+}
+
+func (p *workerProcess) ranAt(tb testing.TB, workID int64) time.Time {
+	tb.Helper()
+	f := strings.Fields(p.next(tb))
+	if len(f) != 3 || f[0] != "ran" || f[1] != strconv.FormatInt(workID, 10) {
+		tb.Fatalf("worker process said %q, want ran %d", strings.Join(f, " "), workID)
+	}
+	ns, err := strconv.ParseInt(f[2], 10, 64)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return time.Unix(0, ns)
+}
+
+// TestHelperWorkerProcess is the worker process of the tests below; it does
+// nothing unless one of them started it.
+func TestHelperWorkerProcess(t *testing.T) {
+	dsn := os.Getenv(workerProcessEnv)
+	if dsn == "" {
+		return
+	}
+	ctx := context.Background()
+	off := time.Duration(-1)
+	c, err := laneq.Open(ctx, dsn, laneq.Config{Scope: "tenant-a", Worker: worker.Config{Controller: controller.Config{
+		GenerationProbeEvery: off, QuietProbeEvery: off, ReconcileEvery: off, MaintainEvery: off,
+	}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out sync.Mutex
+	if err := laneq.AddWorker(c, func(ctx context.Context, job *laneq.Job[greet]) error {
+		at := time.Now().UnixNano()
+		out.Lock()
+		defer out.Unlock()
+		fmt.Printf("ran %d %d\n", job.Item.WorkID, at)
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(guard); !c.Worker().Stats().Quiet; time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("not quiet after %s: %+v", guard, c.Worker().Stats())
+		}
+	}
+	out.Lock()
+	fmt.Println("quiet")
+	out.Unlock()
+	_, _ = io.Copy(io.Discard, os.Stdin) // until the test closes stdin
+	st := c.Worker().Stats()
+	if err := c.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if st.Controller.MissedWakes != 0 || !st.Quiet {
+		t.Fatalf("worker stats %+v: want quiet with no missed wake", st)
+	}
+}
+
+// producerLatencies enqueues n items one at a time through a producer-only
+// Client (no workers: it only announces) and returns, for each, the time
+// from its commit to its handler's start in the quiet worker process.
+func producerLatencies(tb testing.TB, n int) []time.Duration {
+	tb.Helper()
+	producer, dsn := openClient(tb, laneq.Config{})
+	w := startWorkerProcess(tb, dsn)
+	committed := make(chan time.Time, 1)
+	stop := producer.Queue().OnAnnounce(func(workqueue.Announcement) { committed <- time.Now() })
+	defer stop()
+	ctx := context.Background()
+	lat := make([]time.Duration, 0, n)
+	for i := range n {
+		res, err := producer.Enqueue(ctx, greet{Name: strconv.Itoa(i)})
+		if err != nil {
+			tb.Fatal(err)
+		}
+		lat = append(lat, w.ranAt(tb, res.WorkID).Sub(<-committed))
+	}
+	return lat
+}
+
+// A producer that is only a Client in one process wakes a quiet worker
+// Client in another whose probe and backstop are off: every item starts,
+// so every one was announced.
+func TestClientProducerOnlyWakesWorkers(t *testing.T) {
+	t.Parallel()
+	lat := producerLatencies(t, 50)
+	t.Logf("commit to handler start over %d items: p50 %s, p99 %s (BenchmarkClientProducerOnlyWakesWorkers measures it)",
+		len(lat), queuetest.Percentile(lat, 50), queuetest.Percentile(lat, 99))
+}
+
+func BenchmarkClientProducerOnlyWakesWorkers(b *testing.B) {
+	lat := producerLatencies(b, b.N)
+	ms := func(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
+	b.ReportMetric(ms(queuetest.Percentile(lat, 50)), "p50-ms")
+	b.ReportMetric(ms(queuetest.Percentile(lat, 99)), "p99-ms")
+	b.ReportMetric(ms(queuetest.Percentile(lat, 100)), "max-ms")
+}
