@@ -44,6 +44,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/laneq/laneq/internal/backoff"
 	"github.com/laneq/laneq/runtime/clock"
 )
 
@@ -249,21 +250,22 @@ type Controller struct {
 	lookFarReq atomic.Bool // WakeLookFar asked the next lookup to look far
 
 	// Loop state, touched only by Run's goroutine.
-	external        bool // an event arrived since the last claim
-	dueFired        bool // the due timer fired since the last claim
-	more            bool // the last claim said More
-	generation      uint64
-	due             clock.Timer
-	dueAt           time.Time   // zero when the due timer is disarmed
-	scheduled       []time.Time // NotifyDue times not yet due, ascending
-	lookedUp        time.Time   // the last next-work lookup's time, zero when none
-	timers          loopTimers
-	maintainBackoff time.Duration // the last retry delay after failed maintenance; zero when the last run succeeded
-	quiet           bool          // the mode the timers and baseline are in
-	probeFound      bool          // a quiet probe saw a change, and no wake came in its period
-	missSuspected   bool          // that change's claim found work; a wake within the grace explains it
-	wokenSinceProbe bool          // a wake arrived since the last probe
-	lookFar         bool          // the next lookup looks as far as the quiet backstop
+	external         bool // an event arrived since the last claim
+	dueFired         bool // the due timer fired since the last claim
+	more             bool // the last claim said More
+	generation       uint64
+	due              clock.Timer
+	dueAt            time.Time   // zero when the due timer is disarmed
+	scheduled        []time.Time // NotifyDue times not yet due, ascending
+	lookedUp         time.Time   // the last next-work lookup's time, zero when none
+	timers           loopTimers
+	maintainBackoff  time.Duration // the last retry delay after failed maintenance; zero when the last run succeeded
+	maintainFailures int           // consecutive failed maintenance runs
+	quiet            bool          // the mode the timers and baseline are in
+	probeFound       bool          // a quiet probe saw a change, and no wake came in its period
+	missSuspected    bool          // that change's claim found work; a wake within the grace explains it
+	wokenSinceProbe  bool          // a wake arrived since the last probe
+	lookFar          bool          // the next lookup looks as far as the quiet backstop
 
 	readyChecks, reconciles, claims, emptyClaims, nextWork atomic.Uint64
 	probes, genChanges, dueFires, overdue                  atomic.Uint64
@@ -483,7 +485,7 @@ func (c *Controller) Run(ctx context.Context) error {
 	if err := c.startup(ctx); err != nil {
 		return err
 	}
-	c.maintainBackoff = 0
+	c.maintainBackoff, c.maintainFailures = 0, 0
 	c.armPeriods()
 	c.log.Debug("controller started", "probe_every", c.cfg.GenerationProbeEvery, "reconcile_every", c.cfg.ReconcileEvery,
 		"maintain_every", c.cfg.MaintainEvery, "maintainer", c.maintain != nil)
@@ -651,13 +653,14 @@ func (c *Controller) onMaintain(ctx context.Context) {
 	}
 	switch {
 	case err == nil:
-		c.maintainBackoff = 0
+		c.maintainBackoff, c.maintainFailures = 0, 0
 		c.arm(c.timers.maintain, c.periods().maintain)
 	case ctx.Err() != nil:
 		return // shutting down: Run returns on its next look
 	default:
 		c.maintainErrors.Add(1)
-		c.maintainBackoff = min(max(2*c.maintainBackoff, MaintainRetryMin), c.periods().maintain)
+		c.maintainFailures++
+		c.maintainBackoff = backoff.Policy{Initial: MaintainRetryMin, Max: c.periods().maintain}.Delay(c.maintainFailures, 0)
 		c.log.Warn("maintenance failed; retrying after a backoff", "err", err, "after", c.maintainBackoff)
 		c.arm(c.timers.maintain, c.maintainBackoff)
 	}

@@ -9,7 +9,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"math/rand/v2"
 	"os"
 	"runtime/debug"
 	"slices"
@@ -19,6 +18,7 @@ import (
 	"time"
 
 	"github.com/laneq/laneq/gen"
+	"github.com/laneq/laneq/internal/backoff"
 	"github.com/laneq/laneq/runtime/controller"
 	"github.com/laneq/laneq/runtime/wake"
 	"github.com/laneq/laneq/runtime/workqueue"
@@ -173,11 +173,14 @@ func setDefault[T comparable](v *T, def T) {
 	}
 }
 
-func defaultBackoff(attempt int32) time.Duration {
-	d := time.Second << min(max(attempt-1, 0), 9)
-	d = min(d, 5*time.Minute)
-	return time.Duration(float64(d) * (0.8 + 0.4*rand.Float64()))
-}
+// receiptBackoff is Backoff's default: 1s doubling to 5m, ±20%.
+var receiptBackoff = backoff.Policy{Initial: time.Second, Max: 5 * time.Minute, Jitter: 0.2}
+
+func defaultBackoff(attempt int32) time.Duration { return receiptBackoff.Next(int(attempt)) }
+
+// turnBackoff paces a loop's turns after failed turns (a database error):
+// 100ms doubling to 5s, ±20%.
+var turnBackoff = backoff.Policy{Initial: 100 * time.Millisecond, Max: 5 * time.Second, Jitter: 0.2}
 
 // RouterStats counts what a router did since it started.
 type RouterStats struct {
@@ -357,7 +360,7 @@ func (r *Router) loop(ctx context.Context, class string) {
 			r.errs.Add(1)
 			failures++
 			r.cfg.Logger.Warn("ingress: router turn failed; retrying", "scope", r.cfg.Scope, "class", class, "err", err)
-			r.sleep(ctx, timer, min(time.Duration(failures)*100*time.Millisecond, 5*time.Second), class)
+			r.sleep(ctx, timer, turnBackoff.Next(int(failures)), class)
 			continue
 		}
 		failures = 0

@@ -27,6 +27,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/laneq/laneq/internal/backoff"
 	"github.com/laneq/laneq/runtime/clock"
 	"github.com/laneq/laneq/runtime/controller"
 	"github.com/laneq/laneq/runtime/scheduler"
@@ -325,7 +326,8 @@ const (
 // runController runs the controller until ctx ends (nil) or it fails with
 // an outcome it cannot vouch for (the error).
 func (w *Worker) runController(ctx context.Context) error {
-	backoff := RestartBackoffMin
+	restart := backoff.Policy{Initial: RestartBackoffMin, Max: RestartBackoffMax}
+	failures := 0
 	timer := w.clock.NewTimer()
 	defer timer.Stop()
 	for {
@@ -335,20 +337,21 @@ func (w *Worker) runController(ctx context.Context) error {
 			return nil
 		}
 		if w.clock.Now().Sub(started) > RestartBackoffMax {
-			backoff = RestartBackoffMin // it ran healthily for a while
+			failures = 0 // it ran healthily for a while
 		}
 		if !w.ctrl.Usable() {
 			return err
 		}
 		w.restarts.Add(1)
-		w.log.Warn("controller stopped on an error that changed nothing durable; restarting", "err", err, "after", backoff)
-		timer.Reset(backoff)
+		failures++
+		wait := restart.Delay(failures, 0)
+		w.log.Warn("controller stopped on an error that changed nothing durable; restarting", "err", err, "after", wait)
+		timer.Reset(wait)
 		select {
 		case <-ctx.Done():
 			return nil
 		case <-timer.C():
 		}
-		backoff = min(2*backoff, RestartBackoffMax)
 	}
 }
 

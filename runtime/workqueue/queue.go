@@ -314,7 +314,7 @@ func (qu *Queue) retryWrite(ctx context.Context, what string, write func(ctx con
 		}
 		qu.writeRetries.Add(1)
 		qu.cfg.OnWriteRetry(what, attempt, err)
-		_ = sleepCtx(base, writeBackoff(attempt))
+		_ = sleepCtx(base, writeBackoff.Next(attempt))
 	}
 	if err != nil {
 		return fmt.Errorf("workqueue: %s: %w", what, err)

@@ -4,6 +4,8 @@ import (
 	"context"
 	"math/rand/v2"
 	"time"
+
+	"github.com/laneq/laneq/internal/backoff"
 )
 
 // RetryPolicy turns the consecutive safe-retry count of an item into the delay
@@ -71,14 +73,7 @@ func (p RetryPolicy) validate() error {
 // The jitter applies before the cap, so no delay exceeds Max.
 func (p RetryPolicy) Delay(safeRetries int32, rnd float64) time.Duration {
 	p = p.withDefaults()
-	d := p.Initial
-	for i := int32(0); i < safeRetries && d < p.Max; i++ {
-		d *= 2
-	}
-	if p.Jitter > 0 {
-		d = time.Duration(float64(d) * (1 + p.Jitter*(2*rnd-1)))
-	}
-	return min(d, p.Max)
+	return backoff.Policy{Initial: p.Initial, Max: p.Max, Jitter: p.Jitter}.Delay(int(safeRetries)+1, rnd)
 }
 
 func (p RetryPolicy) jittered(safeRetries int32) time.Duration {
@@ -88,11 +83,7 @@ func (p RetryPolicy) jittered(safeRetries int32) time.Duration {
 // writeBackoff paces re-runs of a write that failed transiently: 20ms
 // doubling to at most 1s, with full jitter so processes that failed together
 // do not retry together.
-func writeBackoff(attempt int) time.Duration {
-	d := 20 * time.Millisecond << min(attempt-1, 6)
-	d = min(d, time.Second)
-	return time.Duration(rand.Int64N(int64(d)) + 1)
-}
+var writeBackoff = backoff.Policy{Initial: 20 * time.Millisecond, Max: time.Second, Jitter: 1}
 
 // sleepCtx waits d or until ctx ends.
 func sleepCtx(ctx context.Context, d time.Duration) error {

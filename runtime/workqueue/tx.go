@@ -125,7 +125,7 @@ func (qu *Queue) InTx(ctx context.Context, fn func(ctx context.Context, tx *Tx) 
 		}
 		qu.writeRetries.Add(1)
 		qu.cfg.OnWriteRetry("transaction", attempt, err)
-		if sleepCtx(ctx, writeBackoff(attempt)) != nil {
+		if sleepCtx(ctx, writeBackoff.Next(attempt)) != nil {
 			return err
 		}
 	}
