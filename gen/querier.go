@@ -126,8 +126,9 @@ type Querier interface {
 	// Row CAS by primary key on the candidates still due: each claim bumps the
 	// fencing token, counts an attempt (a receipt that kills its router is
 	// still counted) and moves next_attempt_at to the lease's end, where an
-	// abandoned claim becomes a candidate again. Runs in the claim
-	// transaction, before ClaimedReceipts reads the rows it now holds.
+	// abandoned claim becomes a candidate again. The router runs it as a
+	// statement of its own (autocommit: no row lock outlives it), then
+	// ClaimedReceipts reads back what it took.
 	ClaimReceipts(ctx context.Context, arg ClaimReceiptsParams) (int64, error)
 	// The rows ClaimBatchCAS won, with the lease tokens it set and the events
 	// their executors run on: batch point gets on the primary keys, filtered by
@@ -140,8 +141,9 @@ type Querier interface {
 	// Reading the events here saves a claim turn its own event load.
 	ClaimedByRef(ctx context.Context, arg ClaimedByRefParams) ([]ClaimedByRefRow, error)
 	// The receipts this router's claim took (their tokens and bodies), read
-	// by primary key inside the claim transaction, which still holds their
-	// row locks: no other router can have moved them.
+	// by primary key right after ClaimReceipts committed. claim_owner keeps
+	// out a receipt another router took over since (possible only once this
+	// claim's lease ended); the token read here fences every later write.
 	ClaimedReceipts(ctx context.Context, arg ClaimedReceiptsParams) ([]ClaimedReceiptsRow, error)
 	// Not-due pending rows that were claimed before (attempt_count > 0): retries
 	// in backoff, told apart from delayed enqueues. attempt_count is not an

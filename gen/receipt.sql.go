@@ -95,8 +95,9 @@ type ClaimReceiptsParams struct {
 // Row CAS by primary key on the candidates still due: each claim bumps the
 // fencing token, counts an attempt (a receipt that kills its router is
 // still counted) and moves next_attempt_at to the lease's end, where an
-// abandoned claim becomes a candidate again. Runs in the claim
-// transaction, before ClaimedReceipts reads the rows it now holds.
+// abandoned claim becomes a candidate again. The router runs it as a
+// statement of its own (autocommit: no row lock outlives it), then
+// ClaimedReceipts reads back what it took.
 func (q *Queries) ClaimReceipts(ctx context.Context, arg ClaimReceiptsParams) (int64, error) {
 	query := claimReceipts
 	var queryParams []interface{}
@@ -152,8 +153,9 @@ type ClaimedReceiptsRow struct {
 }
 
 // The receipts this router's claim took (their tokens and bodies), read
-// by primary key inside the claim transaction, which still holds their
-// row locks: no other router can have moved them.
+// by primary key right after ClaimReceipts committed. claim_owner keeps
+// out a receipt another router took over since (possible only once this
+// claim's lease ended); the token read here fences every later write.
 func (q *Queries) ClaimedReceipts(ctx context.Context, arg ClaimedReceiptsParams) ([]ClaimedReceiptsRow, error) {
 	query := claimedReceipts
 	var queryParams []interface{}

@@ -83,8 +83,9 @@ UNION ALL
 -- Row CAS by primary key on the candidates still due: each claim bumps the
 -- fencing token, counts an attempt (a receipt that kills its router is
 -- still counted) and moves next_attempt_at to the lease's end, where an
--- abandoned claim becomes a candidate again. Runs in the claim
--- transaction, before ClaimedReceipts reads the rows it now holds.
+-- abandoned claim becomes a candidate again. The router runs it as a
+-- statement of its own (autocommit: no row lock outlives it), then
+-- ClaimedReceipts reads back what it took.
 UPDATE ingress_receipt
 SET router_status = 'routing',
     claim_owner = sqlc.arg(claim_owner),
@@ -99,8 +100,9 @@ WHERE receipt_id IN (sqlc.slice(receipt_ids))
 
 -- name: ClaimedReceipts :many
 -- The receipts this router's claim took (their tokens and bodies), read
--- by primary key inside the claim transaction, which still holds their
--- row locks: no other router can have moved them.
+-- by primary key right after ClaimReceipts committed. claim_owner keeps
+-- out a receipt another router took over since (possible only once this
+-- claim's lease ended); the token read here fences every later write.
 SELECT receipt_id, delivery_id, http_method, route_key, content_type, event_kind,
        correlation_id, route_class, payload_hash, body, received_at, accepted_at,
        attempt_count, claim_token
