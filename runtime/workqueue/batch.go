@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/laneq/laneq/gen"
+	"github.com/laneq/laneq/internal/store"
 )
 
 // InNoLane reports whether the claim showed the item in no lane: its finish
@@ -216,7 +217,7 @@ func (qu *Queue) RenewMany(ctx context.Context, leases []Lease) []error {
 		qu.fencedBatch(ctx, "renew", false, leases, idx[:n], errs,
 			func(ctx context.Context, ids []int64, fences string) (int64, error) {
 				return qu.q.RenewLeaseBatch(ctx, gen.RenewLeaseBatchParams{
-					LeaseMicros: micros(qu.cfg.Lease), WorkIDs: ids, Fences: fences,
+					LeaseMicros: store.Micros(qu.cfg.Lease), WorkIDs: ids, Fences: fences,
 				})
 			},
 			func(r gen.LeaseStatesRow, l Lease) bool { return r.State == StateProcessing && r.LeaseToken == l.Token })

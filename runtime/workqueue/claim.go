@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/laneq/laneq/gen"
+	"github.com/laneq/laneq/internal/store"
 )
 
 // Claimed is an item this process now owns until its lease ends.
@@ -824,7 +825,7 @@ func (c *Claimer) claimTier(ctx context.Context, sc gen.GetScopeRow, classes, wo
 }
 
 func (c *Claimer) newRef() sql.NullString {
-	return nullString(fmt.Sprintf("%s#%d", c.refPrefix, c.turns.Add(1)))
+	return store.NullString(fmt.Sprintf("%s#%d", c.refPrefix, c.turns.Add(1)))
 }
 
 // claimCAS runs the batch claim CAS under a context the caller cannot
@@ -835,7 +836,7 @@ func (c *Claimer) claimCAS(ctx context.Context, ids []int64, ref sql.NullString,
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.qu.cfg.WriteTimeout)
 	defer cancel()
 	return c.qu.q.ClaimBatchCAS(ctx, gen.ClaimBatchCASParams{
-		ClaimRef: ref, LeaseMicros: micros(c.qu.cfg.Lease), WorkIDs: ids, Generation: generation,
+		ClaimRef: ref, LeaseMicros: store.Micros(c.qu.cfg.Lease), WorkIDs: ids, Generation: generation,
 	})
 }
 
@@ -987,7 +988,7 @@ func (c *Claimer) reclaimCAS(ctx context.Context, r gen.StaleCandidatesRow, ref 
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.qu.cfg.WriteTimeout)
 	defer cancel()
 	return c.qu.q.ReclaimCAS(ctx, gen.ReclaimCASParams{
-		LeaseOwner: ref, LeaseMicros: micros(c.qu.cfg.Lease), WorkID: r.WorkID, LeaseToken: r.LeaseToken,
+		LeaseOwner: ref, LeaseMicros: store.Micros(c.qu.cfg.Lease), WorkID: r.WorkID, LeaseToken: r.LeaseToken,
 		MaxAttempts: c.qu.cfg.MaxAttempts, ScopeID: c.scope,
 	})
 }

@@ -10,6 +10,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/laneq/laneq/gen"
+	"github.com/laneq/laneq/internal/store"
 )
 
 // Event is one immutable fact to enqueue together with the work it asks for.
@@ -255,7 +256,7 @@ func enqueueTx(ctx context.Context, q *gen.Queries, raw *sql.Tx, scope string, e
 			res.EventID, res.Duplicate = id, true
 		} else {
 			row := eventRow(scope, head.ActiveGeneration, next, ev)
-			row.ProjectionKey = nullString(projKey[i])
+			row.ProjectionKey = store.NullString(projKey[i])
 			newEvents = append(newEvents, row)
 			newEventAt = append(newEventAt, i)
 		}
@@ -300,7 +301,7 @@ func enqueueTx(ctx context.Context, q *gen.Queries, raw *sql.Tx, scope string, e
 					res.Work = append(res.Work, EnqueuedWork{WorkID: step.advance, WorkType: work.WorkType, State: step.state, Projection: step.outcome})
 					continue
 				}
-				projCol, outcome = nullString(key), step.outcome
+				projCol, outcome = store.NullString(key), step.outcome
 				if step.outcome == ProjectionQueued {
 					state, queuedKey = StateInactive, projCol
 				} else {
@@ -321,10 +322,10 @@ func enqueueTx(ctx context.Context, q *gen.Queries, raw *sql.Tx, scope string, e
 				WorkType:      work.WorkType,
 				QueueClass:    queueClass(work.QueueClass),
 				State:         state,
-				DelayMicros:   micros(work.Delay),
+				DelayMicros:   store.Micros(work.Delay),
 				Priority:      work.Priority,
-				SourceLaneKey: nullString(work.SourceLane),
-				TargetLaneKey: nullString(work.TargetLane),
+				SourceLaneKey: store.NullString(work.SourceLane),
+				TargetLaneKey: store.NullString(work.TargetLane),
 				LaneOrdinal:   next,
 
 				DependencyWakeKey:   wake,

@@ -9,6 +9,8 @@ import (
 	"syscall"
 
 	"github.com/go-sql-driver/mysql"
+
+	"github.com/laneq/laneq/internal/store"
 )
 
 var (
@@ -67,7 +69,6 @@ func invalidf(format string, args ...any) error {
 // MySQL and TiDB error numbers laneq reacts to.
 const (
 	errDuplicateEntry     = 1062
-	errUnknownTimeZone    = 1298
 	errLockWaitTimeout    = 1205
 	errDeadlock           = 1213
 	errWriteConflictTiDB  = 8005
@@ -82,14 +83,6 @@ const (
 	errWriteConflict      = 9007
 	errTiKVStoreLimit     = 9008
 )
-
-func mysqlErrno(err error) uint16 {
-	var me *mysql.MySQLError
-	if errors.As(err, &me) {
-		return me.Number
-	}
-	return 0
-}
 
 // serverRejected reports that TiDB answered the statement with an error.
 // For an autocommit statement (and for a transaction laneq then rolls back)
@@ -108,7 +101,7 @@ func serverRejected(err error) bool {
 // safe to run again: each is idempotent or fenced by a compare-and-swap, and
 // a write whose reply was lost is resolved by reading the row back.
 func transient(err error) bool {
-	switch mysqlErrno(err) {
+	switch store.Errno(err) {
 	case errLockWaitTimeout, errDeadlock, errWriteConflictTiDB, errTxnRetryable, errInfoSchemaExpired,
 		errInfoSchemaChanged, errPDServerTimeout, errTiKVServerTimeout, errTiKVServerBusy,
 		errResolveLockTimeout, errRegionUnavailable, errWriteConflict, errTiKVStoreLimit:

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/laneq/laneq/gen"
+	"github.com/laneq/laneq/internal/store"
 )
 
 // Failure describes why an attempt failed. Both fields are stored and shown
@@ -70,7 +71,7 @@ func (qu *Queue) committedEarlier(ctx context.Context, l Lease, endState string)
 // simply run again.
 func (qu *Queue) Renew(ctx context.Context, l Lease) error {
 	return qu.retryWrite(ctx, fmt.Sprintf("renew work %d", l.WorkID), func(ctx context.Context) error {
-		n, err := qu.q.RenewLease(ctx, gen.RenewLeaseParams{LeaseMicros: micros(qu.cfg.Lease), WorkID: l.WorkID, LeaseToken: l.Token})
+		n, err := qu.q.RenewLease(ctx, gen.RenewLeaseParams{LeaseMicros: store.Micros(qu.cfg.Lease), WorkID: l.WorkID, LeaseToken: l.Token})
 		if err == nil && n == 0 {
 			return leaseLost(l, "renew")
 		}
@@ -133,7 +134,7 @@ func (qu *Queue) Retry(ctx context.Context, c Claimed, f Failure) (time.Duration
 	began := time.Now()
 	err := qu.fencedWrite(ctx, c.Lease, "retry", StatePending, func(ctx context.Context) (int64, error) {
 		return qu.q.RetryLater(ctx, gen.RetryLaterParams{
-			DelayMicros: micros(delay), FailureClass: nullString(f.Class), FailureSummary: nullString(f.Summary),
+			DelayMicros: store.Micros(delay), FailureClass: store.NullString(f.Class), FailureSummary: store.NullString(f.Summary),
 			WorkID: c.Lease.WorkID, LeaseToken: c.Lease.Token,
 		})
 	})
@@ -224,7 +225,7 @@ var readCommitted = &sql.TxOptions{Isolation: sql.LevelReadCommitted}
 func (qu *Queue) finish(ctx context.Context, l Lease, state string, f *Failure) (Finished, error) {
 	p := gen.FinishParams{TerminalState: state, WorkID: l.WorkID, LeaseToken: l.Token}
 	if f != nil {
-		p.FailureClass, p.FailureSummary = nullString(f.Class), nullString(f.Summary)
+		p.FailureClass, p.FailureSummary = store.NullString(f.Class), store.NullString(f.Summary)
 	}
 	if l.lanes != nil && !l.lanes.source.Valid && !l.lanes.target.Valid {
 		err := qu.fencedWrite(ctx, l, "finish", state, func(ctx context.Context) (int64, error) {
@@ -288,7 +289,7 @@ func (qu *Queue) expireToDead(ctx context.Context, r gen.StaleCandidatesRow) err
 	err := qu.inTx(ctx, fmt.Sprintf("expire work %d to dead", r.WorkID), readCommitted, func(ctx context.Context, q *gen.Queries) error {
 		promoted = 0
 		n, err := q.FinishExpired(ctx, gen.FinishExpiredParams{
-			FailureClass: nullString(f.Class), FailureSummary: nullString(f.Summary), WorkID: r.WorkID, LeaseToken: r.LeaseToken,
+			FailureClass: store.NullString(f.Class), FailureSummary: store.NullString(f.Summary), WorkID: r.WorkID, LeaseToken: r.LeaseToken,
 		})
 		if err != nil || n == 0 {
 			return err
@@ -358,7 +359,7 @@ func (qu *Queue) NextWorkWithin(ctx context.Context, scope string, horizon time.
 		if horizon > 0 && until >= horizon {
 			until = horizon
 		}
-		rows, err := qu.q.NextWorkAt(ctx, gen.NextWorkAtParams{ScopeID: scope, FromMicros: micros(from), UntilMicros: micros(until)})
+		rows, err := qu.q.NextWorkAt(ctx, gen.NextWorkAtParams{ScopeID: scope, FromMicros: store.Micros(from), UntilMicros: store.Micros(until)})
 		if err != nil {
 			return NextDue{}, false, fmt.Errorf("workqueue: next work time of scope %q: %w", scope, err)
 		}

@@ -10,6 +10,7 @@ import (
 	"strconv"
 
 	"github.com/laneq/laneq/gen"
+	"github.com/laneq/laneq/internal/store"
 )
 
 // StateInactive is a projection's queued successor: a durable generation
@@ -88,7 +89,7 @@ func lockProjections(ctx context.Context, q *gen.Queries, keys []string) (liveGe
 	}
 	nullKeys := make([]sql.NullString, len(keys))
 	for i, k := range keys {
-		nullKeys[i] = nullString(k)
+		nullKeys[i] = store.NullString(k)
 	}
 	active, err := q.LockActiveProjections(ctx, nullKeys)
 	if err != nil {
@@ -227,7 +228,7 @@ func (qu *Queue) ProjectionInput(ctx context.Context, c Claimed) ([]StoredEvent,
 		through = ev.EnqueueOrdinal
 	}
 	prev, err := qu.q.PreviousProjectionEvent(ctx, gen.PreviousProjectionEventParams{
-		ProjectionKey: nullString(c.ProjectionKey), LaneOrdinal: c.LaneOrdinal, SelectedEventID: c.EventID,
+		ProjectionKey: store.NullString(c.ProjectionKey), LaneOrdinal: c.LaneOrdinal, SelectedEventID: c.EventID,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("workqueue: projection input of work %d: previous generation: %w", c.WorkID, err)
@@ -241,7 +242,7 @@ func (qu *Queue) ProjectionInput(ctx context.Context, c Claimed) ([]StoredEvent,
 	var out []StoredEvent
 	for {
 		rows, err := qu.q.ProjectionInput(ctx, gen.ProjectionInputParams{
-			ProjectionKey: nullString(c.ProjectionKey), AfterOrdinal: after, ThroughOrdinal: through, Limit: projectionInputPage,
+			ProjectionKey: store.NullString(c.ProjectionKey), AfterOrdinal: after, ThroughOrdinal: through, Limit: projectionInputPage,
 		})
 		if err != nil {
 			return nil, fmt.Errorf("workqueue: projection input of work %d: %w", c.WorkID, err)

@@ -27,7 +27,7 @@ import (
 	"time"
 
 	"github.com/laneq/laneq/gen"
-	"github.com/laneq/laneq/internal/prepcache"
+	"github.com/laneq/laneq/internal/store"
 )
 
 // Work-item states as stored in work_item.state.
@@ -101,7 +101,7 @@ func (c Config) withDefaults() (Config, error) {
 		c.TxAttempts = 6
 	}
 	if c.WriteTimeout == 0 {
-		c.WriteTimeout = 10 * time.Second
+		c.WriteTimeout = store.DefaultWriteTimeout
 	}
 	if c.OnWriteRetry == nil {
 		c.OnWriteRetry = func(string, int, error) {}
@@ -127,10 +127,10 @@ func (c Config) withDefaults() (Config, error) {
 // Queue runs the work-item lifecycle on one database. It is safe for
 // concurrent use; it holds no per-scope state (see Claimer for that).
 type Queue struct {
-	db   *sql.DB
-	prep *prepcache.DB // db, running statements prepared (see Config.TextProtocol)
-	q    *gen.Queries  // on prep
-	cfg  Config
+	st  *store.Store // the checked pool and its statements (see Config.TextProtocol)
+	db  *sql.DB      // st.DB()
+	q   *gen.Queries // st.Queries()
+	cfg Config
 
 	kindsMu sync.Mutex
 	kinds   map[workKind]bool // work kinds this Queue registered (see Enqueue)
@@ -170,18 +170,11 @@ func New(db *sql.DB, cfg Config) (*Queue, error) {
 	if err != nil {
 		return nil, err
 	}
-	qu := &Queue{db: db, cfg: cfg, kinds: map[workKind]bool{}}
-	if !cfg.TextProtocol {
-		qu.prep = prepcache.New(db, 0)
-		qu.q = gen.New(qu.prep)
-	} else {
-		qu.q = gen.New(db)
+	st, err := store.New(db, store.Options{TextProtocol: cfg.TextProtocol, WriteTimeout: cfg.WriteTimeout})
+	if err != nil {
+		return nil, err // as store.New says it: "workqueue: session setting ...", unchanged for callers
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	if err := qu.checkSession(ctx); err != nil {
-		return nil, err
-	}
+	qu := &Queue{st: st, db: st.DB(), q: st.Queries(), cfg: cfg, kinds: map[workKind]bool{}}
 	qu.initAnnouncing()
 	return qu, nil
 }
@@ -338,14 +331,7 @@ func (qu *Queue) runTx(ctx context.Context, opts *sql.TxOptions, fn func(ctx con
 }
 
 // inTxQueries returns the catalog's statements inside tx.
-func (qu *Queue) inTxQueries(tx *sql.Tx) *gen.Queries {
-	if qu.prep != nil {
-		return gen.New(qu.prep.Tx(tx))
-	}
-	return qu.q.WithTx(tx)
-}
-
-func micros(d time.Duration) int64 { return d.Microseconds() }
+func (qu *Queue) inTxQueries(tx *sql.Tx) *gen.Queries { return qu.st.InTx(tx) }
 
 func validScope(scope string) error {
 	if scope == "" || len(scope) > 128 {
@@ -358,8 +344,6 @@ func validScope(scope string) error {
 	}
 	return nil
 }
-
-func nullString(s string) sql.NullString { return sql.NullString{String: s, Valid: s != ""} }
 
 // Lease is the configured lease duration.
 func (qu *Queue) Lease() time.Duration { return qu.cfg.Lease }

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/laneq/laneq/gen"
+	"github.com/laneq/laneq/internal/store"
 )
 
 // DependencySweepConfig bounds one safety pass. Zero fields take the
@@ -245,7 +246,7 @@ func (s *DependencySweep) page(ctx context.Context, deadline time.Time, registra
 			regTime, regID, regUntil = s.regTime, s.regID, s.regTime.Add(registrationSpan)
 		}
 		rows, err = s.qu.q.DependencySafetyPage(ctx, gen.DependencySafetyPageParams{
-			ScopeID: s.scope, GraceMicros: micros(s.cfg.RegistrationGrace),
+			ScopeID: s.scope, GraceMicros: store.Micros(s.cfg.RegistrationGrace),
 			RegAfterTime: regTime, RegAfterWorkID: regID, RegUntil: regUntil,
 			AfterTime: s.afterTime, AfterWorkID: s.afterID, Limit: int32(limit),
 		})

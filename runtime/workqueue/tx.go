@@ -7,6 +7,7 @@ import (
 	"fmt"
 
 	"github.com/laneq/laneq/gen"
+	"github.com/laneq/laneq/internal/store"
 )
 
 // Tx is a database transaction in which a caller commits its own rows and
@@ -183,7 +184,7 @@ func createdWork(out []EnqueuedEvent) bool {
 // under the scope lock before any insert, so one here means another writer
 // bypassed it.
 func enqueueError(err error) error {
-	if mysqlErrno(err) == errDuplicateEntry {
+	if store.Errno(err) == errDuplicateEntry {
 		return fmt.Errorf("%w: %w", ErrConflict, err)
 	}
 	return err

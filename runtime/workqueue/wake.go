@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/laneq/laneq/gen"
+	"github.com/laneq/laneq/internal/store"
 )
 
 // WakeEndpoint is where one process listens for a scope's wakes (see
@@ -55,7 +56,7 @@ func (qu *Queue) RegisterWakeEndpoint(ctx context.Context, scope string, e WakeE
 		return invalidf("wake endpoint ttl must be positive, got %s", ttl)
 	}
 	err := qu.q.RegisterWakeEndpoint(ctx, gen.RegisterWakeEndpointParams{
-		ScopeID: scope, EndpointID: e.ID, Address: e.Address, WakeKey: e.Key, TTLMicros: micros(ttl),
+		ScopeID: scope, EndpointID: e.ID, Address: e.Address, WakeKey: e.Key, TTLMicros: store.Micros(ttl),
 	})
 	if err != nil {
 		return fmt.Errorf("workqueue: register wake endpoint %q of scope %q: %w", e.ID, scope, err)
@@ -67,7 +68,7 @@ func (qu *Queue) RegisterWakeEndpoint(ctx context.Context, scope string, e WakeE
 // false when its row is gone (swept while this process was paused), and
 // the caller registers again.
 func (qu *Queue) RenewWakeEndpoint(ctx context.Context, scope, endpointID string, ttl time.Duration) (found bool, err error) {
-	n, err := qu.q.RenewWakeEndpoint(ctx, gen.RenewWakeEndpointParams{TTLMicros: micros(ttl), ScopeID: scope, EndpointID: endpointID})
+	n, err := qu.q.RenewWakeEndpoint(ctx, gen.RenewWakeEndpointParams{TTLMicros: store.Micros(ttl), ScopeID: scope, EndpointID: endpointID})
 	if err != nil {
 		return false, fmt.Errorf("workqueue: renew wake endpoint %q of scope %q: %w", endpointID, scope, err)
 	}
@@ -98,7 +99,7 @@ func (qu *Queue) WakeEndpoints(ctx context.Context, scope string) ([]WakeEndpoin
 // SweepWakeEndpoints deletes up to limit of scope's endpoints that expired
 // more than grace ago (processes that died without removing theirs).
 func (qu *Queue) SweepWakeEndpoints(ctx context.Context, scope string, grace time.Duration, limit int32) (int64, error) {
-	n, err := qu.q.SweepExpiredWakeEndpoints(ctx, gen.SweepExpiredWakeEndpointsParams{ScopeID: scope, GraceMicros: micros(grace), Limit: limit})
+	n, err := qu.q.SweepExpiredWakeEndpoints(ctx, gen.SweepExpiredWakeEndpointsParams{ScopeID: scope, GraceMicros: store.Micros(grace), Limit: limit})
 	if err != nil {
 		return n, fmt.Errorf("workqueue: sweep expired wake endpoints of scope %q: %w", scope, err)
 	}
