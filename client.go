@@ -209,16 +209,8 @@ func newClient(ctx context.Context, db *sql.DB, cfg Config) (*Client, error) {
 		_ = qu.Close()
 		return nil, fmt.Errorf("laneq: %w", err)
 	}
-	rd, err := inspect.New(db)
-	if err != nil {
-		_ = qu.Close()
-		return nil, fmt.Errorf("laneq: %w", err)
-	}
-	st, err := stats.New(db)
-	if err != nil {
-		_ = qu.Close()
-		return nil, fmt.Errorf("laneq: %w", err)
-	}
+	// The readers share the Queue's checked pool and prepared statements.
+	rd, st := inspect.NewFromQueue(qu), stats.NewFromQueue(qu)
 	return &Client{
 		db: db, qu: qu, cfg: cfg, log: cfg.Logger, inspect: rd, stats: st,
 		events:   newBroker(cfg.SubscribeBuffer),

@@ -22,11 +22,9 @@ import (
 	"sync"
 	"time"
 
-	"github.com/go-sql-driver/mysql"
-
 	"github.com/laneq/laneq/gen"
+	"github.com/laneq/laneq/internal/store"
 	"github.com/laneq/laneq/runtime/wake"
-	"github.com/laneq/laneq/runtime/workqueue"
 )
 
 // DefaultClass is the route class of a delivery that names none.
@@ -143,10 +141,11 @@ func New(db *sql.DB, cfg Config) (*Inbox, error) {
 	case cfg.MaxBody < 0 || cfg.MaxBody > MaxMaxBody:
 		return nil, &InvalidError{Field: "MaxBody", Reason: fmt.Sprintf("%d out of range 1..%d", cfg.MaxBody, MaxMaxBody)}
 	}
-	if _, err := workqueue.New(db, workqueue.Config{}); err != nil { // its session check
+	st, err := store.New(db, store.Options{})
+	if err != nil {
 		return nil, fmt.Errorf("ingress: %w", err)
 	}
-	return &Inbox{q: gen.New(db), cfg: cfg, listeners: map[int]func(string, string){}}, nil
+	return &Inbox{q: st.Queries(), cfg: cfg, listeners: map[int]func(string, string){}}, nil
 }
 
 // Accept records a delivery durably and idempotently and returns its
@@ -169,7 +168,7 @@ func (in *Inbox) Accept(ctx context.Context, d Delivery) (Accepted, error) {
 	}
 	params := gen.AcceptReceiptParams{
 		ScopeID: d.Scope, DeliveryID: d.DeliveryID, HTTPMethod: d.Method, RouteKey: d.RouteKey,
-		ContentType: d.ContentType, EventKind: nullString(d.EventKind), CorrelationID: nullString(d.CorrelationID),
+		ContentType: d.ContentType, EventKind: store.NullString(d.EventKind), CorrelationID: store.NullString(d.CorrelationID),
 		RouteClass: d.Class, PayloadHash: hash[:], Body: d.Body, ReceivedAgoMicros: age.Microseconds(),
 	}
 	if params.Body == nil {
@@ -286,9 +285,6 @@ func receiptFromRow(r gen.GetReceiptByDeliveryRow) (Receipt, error) {
 	return out, nil
 }
 
-func nullString(s string) sql.NullString { return sql.NullString{String: s, Valid: s != ""} }
-
 func isDuplicateKey(err error) bool {
-	var me *mysql.MySQLError
-	return errors.As(err, &me) && me.Number == 1062
+	return store.Errno(err) == 1062 // ER_DUP_ENTRY
 }

@@ -19,6 +19,7 @@ import (
 
 	"github.com/laneq/laneq/gen"
 	"github.com/laneq/laneq/internal/backoff"
+	"github.com/laneq/laneq/internal/store"
 	"github.com/laneq/laneq/runtime/controller"
 	"github.com/laneq/laneq/runtime/wake"
 	"github.com/laneq/laneq/runtime/workqueue"
@@ -567,7 +568,7 @@ func (r *Router) claim(ctx context.Context, class string) ([]Claimed, error) {
 		ids[i] = c.ReceiptID
 	}
 	owner := r.cfg.Owner + "/" + class
-	n, err := r.q.ClaimReceipts(ctx, gen.ClaimReceiptsParams{ClaimOwner: nullString(owner), LeaseMicros: r.cfg.Lease.Microseconds(), ReceiptIDs: ids})
+	n, err := r.q.ClaimReceipts(ctx, gen.ClaimReceiptsParams{ClaimOwner: store.NullString(owner), LeaseMicros: r.cfg.Lease.Microseconds(), ReceiptIDs: ids})
 	if err != nil {
 		return nil, fmt.Errorf("ingress: claim %d receipts of %s/%s: %w", len(ids), r.cfg.Scope, class, err)
 	}
@@ -582,7 +583,7 @@ func (r *Router) claim(ctx context.Context, class string) ([]Claimed, error) {
 	// nothing for that branch, which has none. Candidates other routers
 	// took meanwhile are theirs; lying behind the floor hides nothing.
 	r.consumed(class, cands[len(cands)-1].NextAttemptAt)
-	rows, err := r.q.ClaimedReceipts(ctx, gen.ClaimedReceiptsParams{ReceiptIDs: ids, ClaimOwner: nullString(owner)})
+	rows, err := r.q.ClaimedReceipts(ctx, gen.ClaimedReceiptsParams{ReceiptIDs: ids, ClaimOwner: store.NullString(owner)})
 	if err != nil {
 		// The claims stand; their lease ends and they are taken over.
 		return nil, fmt.Errorf("ingress: read %d claimed receipts of %s/%s: %w", n, r.cfg.Scope, class, err)
@@ -709,15 +710,15 @@ func (r *Router) routeFailed(ctx context.Context, c Claimed, err error) {
 		return
 	}
 	n, werr := r.q.RetryReceipt(ctx, gen.RetryReceiptParams{
-		BackoffMicros: r.cfg.Backoff(c.Attempt).Microseconds(), ErrorClass: nullString(class),
-		ErrorSummary: nullString(summary), ReceiptID: c.ID, ClaimToken: c.Token,
+		BackoffMicros: r.cfg.Backoff(c.Attempt).Microseconds(), ErrorClass: store.NullString(class),
+		ErrorSummary: store.NullString(summary), ReceiptID: c.ID, ClaimToken: c.Token,
 	})
 	r.count(n, werr, &r.retried)
 }
 
 func (r *Router) fail(ctx context.Context, c Claimed, class, summary string) {
 	n, err := r.q.FailReceipt(ctx, gen.FailReceiptParams{
-		ErrorClass: nullString(class), ErrorSummary: nullString(sanitize(summary, maxSummary)),
+		ErrorClass: store.NullString(class), ErrorSummary: store.NullString(sanitize(summary, maxSummary)),
 		ReceiptID: c.ID, ClaimToken: c.Token,
 	})
 	r.count(n, err, &r.failed)
@@ -780,7 +781,7 @@ func (r *Router) materializeTx(ctx context.Context, batch []routed) error {
 	var held []routed
 	var events int
 	err := r.qu.InTx(ctx, func(ctx context.Context, tx *workqueue.Tx) error {
-		q := r.q.WithTx(tx.SQL())
+		q := r.qu.Store().InTx(tx.SQL()) // qu's pool runs the transaction
 		locked, err := q.LockReceiptFences(ctx, ids)
 		if err != nil {
 			return fmt.Errorf("ingress: lock %d receipts: %w", len(ids), err)

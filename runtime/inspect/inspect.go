@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/laneq/laneq/gen"
+	"github.com/laneq/laneq/internal/store"
 	"github.com/laneq/laneq/runtime/workqueue"
 )
 
@@ -44,13 +45,19 @@ type Reader struct {
 }
 
 // New returns a Reader on db. Like workqueue.New it refuses a pool whose
-// sessions are not in UTC (times are the database's NOW(6)).
+// sessions are not in UTC (times are the database's NOW(6)), and it runs
+// its statements prepared.
 func New(db *sql.DB) (*Reader, error) {
-	if _, err := workqueue.New(db, workqueue.Config{}); err != nil { // its session check
+	st, err := store.New(db, store.Options{})
+	if err != nil {
 		return nil, fmt.Errorf("inspect: %w", err)
 	}
-	return &Reader{q: gen.New(db)}, nil
+	return &Reader{q: st.Queries()}, nil
 }
+
+// NewFromQueue returns a Reader on qu's pool and prepared statements
+// (checked when qu was made; Config.TextProtocol honoured).
+func NewFromQueue(qu *workqueue.Queue) *Reader { return &Reader{q: qu.Store().Queries()} }
 
 // EventContext is what identifies an item's event and where it came from.
 type EventContext struct {

@@ -193,6 +193,11 @@ func TestDeadLettersAndItemHistory(t *testing.T) {
 		it.History[0].ReplayedAt.IsZero() || it.History[0].Failure == nil || it.History[1].WorkID != child.WorkID {
 		t.Fatalf("history %+v", it.History)
 	}
+	// A Reader on the Queue's own statements reads the same item.
+	shared, err := inspect.NewFromQueue(e.qu).Item(e.ctx, child.WorkID)
+	if err != nil || shared.WorkID != it.WorkID || shared.State != it.State || len(shared.History) != len(it.History) {
+		t.Fatalf("NewFromQueue's Item: %+v, %v; want %+v", shared, err, it)
+	}
 	again, _ := e.all(inspect.DeadLetterQuery{})
 	if len(again) != 30 || again[0].WorkID != parent.WorkID || !again[0].Replayed || again[1].Replayed {
 		t.Fatalf("after the replay: %d dead letters, newest %+v", len(again), again[0])

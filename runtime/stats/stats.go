@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/laneq/laneq/gen"
+	"github.com/laneq/laneq/internal/store"
 	"github.com/laneq/laneq/runtime/workqueue"
 )
 
@@ -136,13 +137,19 @@ type Reader struct {
 }
 
 // New returns a Reader on db. Like workqueue.New it refuses a pool whose
-// sessions are not in UTC (due times are compared with NOW(6)).
+// sessions are not in UTC (due times are compared with NOW(6)), and it
+// runs its statements prepared.
 func New(db *sql.DB) (*Reader, error) {
-	if _, err := workqueue.New(db, workqueue.Config{}); err != nil { // its session check
+	st, err := store.New(db, store.Options{})
+	if err != nil {
 		return nil, fmt.Errorf("stats: %w", err)
 	}
-	return &Reader{q: gen.New(db)}, nil
+	return &Reader{q: st.Queries()}, nil
 }
+
+// NewFromQueue returns a Reader on qu's pool and prepared statements
+// (checked when qu was made; Config.TextProtocol honoured).
+func NewFromQueue(qu *workqueue.Queue) *Reader { return &Reader{q: qu.Store().Queries()} }
 
 // Exact counts every bucket exactly. It reads every live and dead row of
 // each counted class (index entries only, plus one row read per not-due
@@ -264,7 +271,7 @@ func (r *Reader) exactClass(ctx context.Context, sc gen.GetScopeRow, c Class) (C
 		return n, fmt.Errorf("exact counts: %w", err)
 	}
 	for _, row := range rows {
-		first := micros(row.FirstRunAfterMicros)
+		first := store.FromMicros(row.FirstRunAfterMicros)
 		switch row.State {
 		case "pending":
 			n.Due, n.NotDue = row.AtOrPastRunAfter, row.Total-row.AtOrPastRunAfter
@@ -313,7 +320,7 @@ func (r *Reader) cappedClass(ctx context.Context, sc gen.GetScopeRow, c Class) (
 	capped := false
 	for _, row := range rows {
 		capped = capped || row.Total > CapCount
-		first := micros(row.FirstRunAfterMicros)
+		first := store.FromMicros(row.FirstRunAfterMicros)
 		switch row.Bucket {
 		case "due":
 			n.Due = row.Total
@@ -356,8 +363,6 @@ func FormatCount(n int64, exact bool) string {
 	}
 	return strconv.FormatInt(n, 10)
 }
-
-func micros(us int64) time.Duration { return time.Duration(us) * time.Microsecond }
 
 func validate(scope string, f Filter) error {
 	if scope == "" {

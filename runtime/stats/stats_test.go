@@ -230,6 +230,14 @@ func TestStatsAgreeWithBruteForce(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		// A Reader on the Queue's own statements counts the same.
+		shared, err := stats.NewFromQueue(qu).Exact(ctx, scope, stats.Filter{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if shared.Total.Live() != all.Total.Live() || shared.Total.Dead != all.Total.Dead || shared.Total.Due != all.Total.Due {
+			t.Fatalf("seed %d: NewFromQueue's totals %+v, New's %+v", seed, shared.Total, all.Total)
+		}
 		drained, err := r.Drained(ctx, scope)
 		if err != nil {
 			t.Fatal(err)

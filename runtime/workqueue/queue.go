@@ -345,5 +345,10 @@ func validScope(scope string) error {
 	return nil
 }
 
+// Store is the Queue's checked pool and prepared statements, for the
+// runtime packages that read through the same ones (stats.NewFromQueue,
+// inspect.NewFromQueue). Its type is internal to laneq.
+func (qu *Queue) Store() *store.Store { return qu.st }
+
 // Lease is the configured lease duration.
 func (qu *Queue) Lease() time.Duration { return qu.cfg.Lease }

@@ -83,14 +83,7 @@ func New(db *sql.DB, cfg Config) (*Server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("dashboard: %w", err)
 	}
-	st, err := stats.New(db)
-	if err != nil {
-		return nil, fmt.Errorf("dashboard: %w", err)
-	}
-	in, err := inspect.New(db)
-	if err != nil {
-		return nil, fmt.Errorf("dashboard: %w", err)
-	}
+	st, in := stats.NewFromQueue(qu), inspect.NewFromQueue(qu)
 	pages, err := template.New("").Funcs(template.FuncMap{
 		"count": stats.FormatCount,
 		"age":   ageCell,
