@@ -245,6 +245,26 @@ func (c *Client) Item(ctx context.Context, workID int64) (inspect.Item, error) {
 	return it, nil
 }
 
+// Stats counts the scope's items by state per queue class, capped
+// (stats.Reader.Cheap: a bounded read whatever the backlog).
+func (c *Client) Stats(ctx context.Context) (stats.Scope, error) {
+	sc, err := c.stats.Cheap(ctx, c.cfg.Scope, stats.Filter{})
+	if err != nil {
+		return sc, fmt.Errorf("laneq: %w", err)
+	}
+	return sc, nil
+}
+
+// DeadLetters reads a page of the scope's dead items, newest first
+// (inspect.Reader.DeadLetters); Replay gives one a new attempt.
+func (c *Client) DeadLetters(ctx context.Context, q inspect.DeadLetterQuery) (inspect.DeadLetterPage, error) {
+	page, err := c.inspect.DeadLetters(ctx, c.cfg.Scope, q)
+	if err != nil {
+		return page, fmt.Errorf("laneq: %w", err)
+	}
+	return page, nil
+}
+
 // Drained reports whether the scope's active generation has no live item
 // left (pending, blocked, running, waiting for a dependency, or a queued
 // projection successor; dead items do not count). One indexed statement.

@@ -13,6 +13,7 @@ import (
 	"github.com/laneq/laneq"
 	"github.com/laneq/laneq/internal/tidbtest"
 	"github.com/laneq/laneq/laneqtest"
+	"github.com/laneq/laneq/runtime/inspect"
 	"github.com/laneq/laneq/runtime/worker"
 	"github.com/laneq/laneq/runtime/workqueue"
 )
@@ -182,6 +183,20 @@ func TestClientUndecodableArgsAreDeadAndReplayable(t *testing.T) {
 	}
 	if it.State != workqueue.StateDead || it.Failure == nil || it.Failure.Class != "undecodable_args" {
 		t.Fatalf("item %+v (failure %+v), want dead with class undecodable_args", it, it.Failure)
+	}
+	page, err := c.DeadLetters(ctx, inspect.DeadLetterQuery{FailureClass: "undecodable_args"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(page.Items) != 1 || page.Items[0].WorkID != id {
+		t.Fatalf("dead letters %+v, want item %d", page.Items, id)
+	}
+	counts, err := c.Stats(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if counts.Total.Dead != 1 {
+		t.Errorf("Stats total %+v, want 1 dead", counts.Total)
 	}
 	child, err := c.Replay(ctx, id)
 	if err != nil {
