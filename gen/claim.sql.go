@@ -163,9 +163,7 @@ const claimedByRef = `-- name: ClaimedByRef :many
 SELECT w.work_id, w.event_id, w.work_type, w.queue_class, w.lease_token, w.lane_ordinal,
        w.attempt_count, w.safe_retry_count, w.generation, w.source_lane_key, w.target_lane_key,
        w.run_after, w.dependency_wake_key, w.dependency_keys, w.projection_key,
-       s.active_generation, e.receipt_id, e.route_id, e.route_version, e.event_kind,
-       e.source_kind, e.source_id, e.delivery_sequence, e.enqueue_ordinal,
-       e.idempotency_key, e.payload, e.created_at
+       s.active_generation, e.event_id, e.receipt_id, e.scope_id, e.generation, e.route_id, e.route_version, e.event_kind, e.source_kind, e.source_id, e.delivery_sequence, e.enqueue_ordinal, e.idempotency_key, e.payload_hash, e.payload, e.created_at, e.projection_key
 FROM work_item w
 JOIN scope s ON s.scope_id = w.scope_id
 JOIN event e ON e.event_id = w.event_id
@@ -197,17 +195,7 @@ type ClaimedByRefRow struct {
 	DependencyKeys    []byte
 	ProjectionKey     sql.NullString
 	ActiveGeneration  int64
-	ReceiptID         sql.NullInt64
-	RouteID           string
-	RouteVersion      int64
-	EventKind         string
-	SourceKind        string
-	SourceID          string
-	DeliverySequence  int64
-	EnqueueOrdinal    int64
-	IdempotencyKey    string
-	Payload           []byte
-	CreatedAt         time.Time
+	Event             Event
 }
 
 // The rows ClaimBatchCAS won, with the lease tokens it set and the events
@@ -218,7 +206,8 @@ type ClaimedByRefRow struct {
 // generation change that committed before then, and the claimer releases
 // such rows unrun. Idempotent: a claimer that lost the reply of the CAS or
 // of this read runs it again with the same reference to learn what it owns.
-// Reading the events here saves a claim turn its own event load.
+// Reading the events here saves a claim turn its own event load; they are
+// read whole (sqlc.embed), as GetEvent reads them, for one row mapper.
 func (q *Queries) ClaimedByRef(ctx context.Context, arg ClaimedByRefParams) ([]ClaimedByRefRow, error) {
 	query := claimedByRef
 	var queryParams []interface{}
@@ -256,17 +245,22 @@ func (q *Queries) ClaimedByRef(ctx context.Context, arg ClaimedByRefParams) ([]C
 			&i.DependencyKeys,
 			&i.ProjectionKey,
 			&i.ActiveGeneration,
-			&i.ReceiptID,
-			&i.RouteID,
-			&i.RouteVersion,
-			&i.EventKind,
-			&i.SourceKind,
-			&i.SourceID,
-			&i.DeliverySequence,
-			&i.EnqueueOrdinal,
-			&i.IdempotencyKey,
-			&i.Payload,
-			&i.CreatedAt,
+			&i.Event.EventID,
+			&i.Event.ReceiptID,
+			&i.Event.ScopeID,
+			&i.Event.Generation,
+			&i.Event.RouteID,
+			&i.Event.RouteVersion,
+			&i.Event.EventKind,
+			&i.Event.SourceKind,
+			&i.Event.SourceID,
+			&i.Event.DeliverySequence,
+			&i.Event.EnqueueOrdinal,
+			&i.Event.IdempotencyKey,
+			&i.Event.PayloadHash,
+			&i.Event.Payload,
+			&i.Event.CreatedAt,
+			&i.Event.ProjectionKey,
 		); err != nil {
 			return nil, err
 		}

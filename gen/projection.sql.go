@@ -9,7 +9,6 @@ import (
 	"context"
 	"database/sql"
 	"strings"
-	"time"
 )
 
 const activateQueuedProjections = `-- name: ActivateQueuedProjections :execrows
@@ -316,14 +315,12 @@ func (q *Queries) PreviousProjectionEvent(ctx context.Context, arg PreviousProje
 }
 
 const projectionInput = `-- name: ProjectionInput :many
-SELECT event_id, receipt_id, route_id, route_version, event_kind, source_kind,
-       source_id, delivery_sequence, enqueue_ordinal, idempotency_key, payload,
-       created_at
-FROM event
-WHERE projection_key = ?
-  AND enqueue_ordinal > ?
-  AND enqueue_ordinal <= ?
-ORDER BY enqueue_ordinal
+SELECT e.event_id, e.receipt_id, e.scope_id, e.generation, e.route_id, e.route_version, e.event_kind, e.source_kind, e.source_id, e.delivery_sequence, e.enqueue_ordinal, e.idempotency_key, e.payload_hash, e.payload, e.created_at, e.projection_key
+FROM event e
+WHERE e.projection_key = ?
+  AND e.enqueue_ordinal > ?
+  AND e.enqueue_ordinal <= ?
+ORDER BY e.enqueue_ordinal
 LIMIT ?
 `
 
@@ -335,24 +332,16 @@ type ProjectionInputParams struct {
 }
 
 type ProjectionInputRow struct {
-	EventID          int64
-	ReceiptID        sql.NullInt64
-	RouteID          string
-	RouteVersion     int64
-	EventKind        string
-	SourceKind       string
-	SourceID         string
-	DeliverySequence int64
-	EnqueueOrdinal   int64
-	IdempotencyKey   string
-	Payload          []byte
-	CreatedAt        time.Time
+	Event Event
 }
 
 // A projection generation's input: its projection's events after the
 // previous generation's selected event through its own, in admission order:
 // one range on idx_event_projection, whatever else the scope holds. LIMIT
-// pages a long range (the caller continues after the last ordinal).
+// pages a long range (the caller continues after the last ordinal). Every
+// column, as GetEvent reads them (sqlc.embed): one row mapper for every
+// statement that reads events; the payload makes each row a table read
+// anyway, so the four extra columns cost nothing more.
 func (q *Queries) ProjectionInput(ctx context.Context, arg ProjectionInputParams) ([]ProjectionInputRow, error) {
 	rows, err := q.db.QueryContext(ctx, projectionInput,
 		arg.ProjectionKey,
@@ -368,18 +357,22 @@ func (q *Queries) ProjectionInput(ctx context.Context, arg ProjectionInputParams
 	for rows.Next() {
 		var i ProjectionInputRow
 		if err := rows.Scan(
-			&i.EventID,
-			&i.ReceiptID,
-			&i.RouteID,
-			&i.RouteVersion,
-			&i.EventKind,
-			&i.SourceKind,
-			&i.SourceID,
-			&i.DeliverySequence,
-			&i.EnqueueOrdinal,
-			&i.IdempotencyKey,
-			&i.Payload,
-			&i.CreatedAt,
+			&i.Event.EventID,
+			&i.Event.ReceiptID,
+			&i.Event.ScopeID,
+			&i.Event.Generation,
+			&i.Event.RouteID,
+			&i.Event.RouteVersion,
+			&i.Event.EventKind,
+			&i.Event.SourceKind,
+			&i.Event.SourceID,
+			&i.Event.DeliverySequence,
+			&i.Event.EnqueueOrdinal,
+			&i.Event.IdempotencyKey,
+			&i.Event.PayloadHash,
+			&i.Event.Payload,
+			&i.Event.CreatedAt,
+			&i.Event.ProjectionKey,
 		); err != nil {
 			return nil, err
 		}

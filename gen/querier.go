@@ -138,7 +138,8 @@ type Querier interface {
 	// generation change that committed before then, and the claimer releases
 	// such rows unrun. Idempotent: a claimer that lost the reply of the CAS or
 	// of this read runs it again with the same reference to learn what it owns.
-	// Reading the events here saves a claim turn its own event load.
+	// Reading the events here saves a claim turn its own event load; they are
+	// read whole (sqlc.embed), as GetEvent reads them, for one row mapper.
 	ClaimedByRef(ctx context.Context, arg ClaimedByRefParams) ([]ClaimedByRefRow, error)
 	// The receipts this router's claim took (their tokens and bodies), read
 	// by primary key right after ClaimReceipts committed. claim_owner keeps
@@ -514,7 +515,10 @@ type Querier interface {
 	// A projection generation's input: its projection's events after the
 	// previous generation's selected event through its own, in admission order:
 	// one range on idx_event_projection, whatever else the scope holds. LIMIT
-	// pages a long range (the caller continues after the last ordinal).
+	// pages a long range (the caller continues after the last ordinal). Every
+	// column, as GetEvent reads them (sqlc.embed): one row mapper for every
+	// statement that reads events; the payload makes each row a table read
+	// anyway, so the four extra columns cost nothing more.
 	ProjectionInput(ctx context.Context, arg ProjectionInputParams) ([]ProjectionInputRow, error)
 	// blocked -> pending for the candidates found heading both of their lanes:
 	// an enqueue's or a replay's new rows, the followers of finished heads

@@ -63,13 +63,12 @@ WHERE w.work_id IN (sqlc.slice(work_ids))
 -- generation change that committed before then, and the claimer releases
 -- such rows unrun. Idempotent: a claimer that lost the reply of the CAS or
 -- of this read runs it again with the same reference to learn what it owns.
--- Reading the events here saves a claim turn its own event load.
+-- Reading the events here saves a claim turn its own event load; they are
+-- read whole (sqlc.embed), as GetEvent reads them, for one row mapper.
 SELECT w.work_id, w.event_id, w.work_type, w.queue_class, w.lease_token, w.lane_ordinal,
        w.attempt_count, w.safe_retry_count, w.generation, w.source_lane_key, w.target_lane_key,
        w.run_after, w.dependency_wake_key, w.dependency_keys, w.projection_key,
-       s.active_generation, e.receipt_id, e.route_id, e.route_version, e.event_kind,
-       e.source_kind, e.source_id, e.delivery_sequence, e.enqueue_ordinal,
-       e.idempotency_key, e.payload, e.created_at
+       s.active_generation, sqlc.embed(e)
 FROM work_item w
 JOIN scope s ON s.scope_id = w.scope_id
 JOIN event e ON e.event_id = w.event_id

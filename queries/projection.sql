@@ -103,13 +103,14 @@ LIMIT 1;
 -- A projection generation's input: its projection's events after the
 -- previous generation's selected event through its own, in admission order:
 -- one range on idx_event_projection, whatever else the scope holds. LIMIT
--- pages a long range (the caller continues after the last ordinal).
-SELECT event_id, receipt_id, route_id, route_version, event_kind, source_kind,
-       source_id, delivery_sequence, enqueue_ordinal, idempotency_key, payload,
-       created_at
-FROM event
-WHERE projection_key = sqlc.arg(projection_key)
-  AND enqueue_ordinal > sqlc.arg(after_ordinal)
-  AND enqueue_ordinal <= sqlc.arg(through_ordinal)
-ORDER BY enqueue_ordinal
+-- pages a long range (the caller continues after the last ordinal). Every
+-- column, as GetEvent reads them (sqlc.embed): one row mapper for every
+-- statement that reads events; the payload makes each row a table read
+-- anyway, so the four extra columns cost nothing more.
+SELECT sqlc.embed(e)
+FROM event e
+WHERE e.projection_key = sqlc.arg(projection_key)
+  AND e.enqueue_ordinal > sqlc.arg(after_ordinal)
+  AND e.enqueue_ordinal <= sqlc.arg(through_ordinal)
+ORDER BY e.enqueue_ordinal
 LIMIT ?;

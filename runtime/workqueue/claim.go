@@ -864,12 +864,8 @@ func (c *Claimer) readBack(ctx context.Context, ref sql.NullString, ids []int64,
 			TargetLaneKey: r.TargetLaneKey, RunAfter: r.RunAfter, ProjectionKey: r.ProjectionKey,
 		}, reclaimed)
 		claimed.Dependency = dependencyFrom(r.DependencyWakeKey, r.DependencyKeys)
-		claimed.Event = &StoredEvent{
-			EventID: r.EventID, ReceiptID: r.ReceiptID.Int64, RouteID: r.RouteID, RouteVersion: r.RouteVersion,
-			EventKind: r.EventKind, SourceKind: r.SourceKind, SourceID: r.SourceID,
-			DeliverySequence: r.DeliverySequence, EnqueueOrdinal: r.EnqueueOrdinal, IdempotencyKey: r.IdempotencyKey,
-			Payload: r.Payload, CreatedAt: r.CreatedAt,
-		}
+		ev := storedEvent(r.Event)
+		claimed.Event = &ev
 		if r.Generation != r.ActiveGeneration {
 			// Not handed to anyone. If the release fails too, the row waits
 			// for its lease to expire; reclaim of the active generation never

@@ -52,6 +52,8 @@ func (qu *Queue) LoadEvents(ctx context.Context, eventIDs []int64) (map[int64]St
 	return out, nil
 }
 
+// storedEvent is the one mapper from an event row to what executors read;
+// every statement that reads events reads them whole (sqlc.embed).
 func storedEvent(e gen.Event) StoredEvent {
 	return StoredEvent{
 		EventID: e.EventID, ReceiptID: e.ReceiptID.Int64, RouteID: e.RouteID, RouteVersion: e.RouteVersion,

@@ -248,12 +248,8 @@ func (qu *Queue) ProjectionInput(ctx context.Context, c Claimed) ([]StoredEvent,
 			return nil, fmt.Errorf("workqueue: projection input of work %d: %w", c.WorkID, err)
 		}
 		for _, r := range rows {
-			out = append(out, StoredEvent{
-				EventID: r.EventID, ReceiptID: r.ReceiptID.Int64, RouteID: r.RouteID, RouteVersion: r.RouteVersion,
-				EventKind: r.EventKind, SourceKind: r.SourceKind, SourceID: r.SourceID, DeliverySequence: r.DeliverySequence,
-				EnqueueOrdinal: r.EnqueueOrdinal, IdempotencyKey: r.IdempotencyKey, Payload: r.Payload, CreatedAt: r.CreatedAt,
-			})
-			after = r.EnqueueOrdinal
+			out = append(out, storedEvent(r.Event))
+			after = r.Event.EnqueueOrdinal
 		}
 		if len(rows) < projectionInputPage {
 			return out, nil
