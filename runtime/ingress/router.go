@@ -20,6 +20,7 @@ import (
 	"github.com/laneq/laneq/gen"
 	"github.com/laneq/laneq/internal/backoff"
 	"github.com/laneq/laneq/internal/store"
+	"github.com/laneq/laneq/runtime/clock"
 	"github.com/laneq/laneq/runtime/controller"
 	"github.com/laneq/laneq/runtime/wake"
 	"github.com/laneq/laneq/runtime/workqueue"
@@ -100,6 +101,9 @@ type RouterConfig struct {
 	// Logger receives database errors the loops retry past, and missed
 	// wakes (never a body); nil: slog.Default().
 	Logger *slog.Logger
+	// Clock runs the loops' timers (sleeps, backoffs, the backstop, the
+	// missed-wake grace), as the controller's do. Default clock.Real().
+	Clock clock.Clock
 }
 
 // Defaults of RouterConfig.
@@ -153,6 +157,9 @@ func (c RouterConfig) withDefaults() (RouterConfig, error) {
 	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
+	}
+	if c.Clock == nil {
+		c.Clock = clock.Real()
 	}
 	switch {
 	case c.Lease < time.Millisecond:
@@ -322,8 +329,9 @@ func (r *Router) Run(ctx context.Context) error {
 }
 
 func (r *Router) loop(ctx context.Context, class string) {
-	timer := time.NewTimer(time.Hour)
-	timer.Stop()
+	clk := r.cfg.Clock
+	timer := clk.NewTimer()
+	defer timer.Stop()
 	failures := int32(0)
 	// While its turns come back full (a backlog), the class stays ahead of
 	// later classes between turns too, not only during them.
@@ -333,19 +341,19 @@ func (r *Router) loop(ctx context.Context, class string) {
 			r.prio.leave(rank)
 		}
 	}()
-	lastFront := time.Now()
+	lastFront := clk.Now()
 	// lookedAlone: the last sleep was a quiet one and ended at the
 	// backstop, not by a wake; wakesAtSleep is the wake count when it
 	// began. Its look found a missed wake only if no wake arrived from
 	// then to the end of the look (see missedWake).
 	lookedAlone, wakesAtSleep := false, int64(0)
 	for ctx.Err() == nil {
-		if time.Since(lastFront) >= r.backstop() {
+		if clk.Now().Sub(lastFront) >= r.backstop() {
 			// Once per Backstop the scan starts from the front: it finds
 			// a receipt that committed later than the straggler window
 			// behind one already consumed (however busy the class is).
 			r.resetFloor(class)
-			lastFront = time.Now()
+			lastFront = clk.Now()
 		}
 		n, err := r.Turn(ctx, class)
 		full := n >= r.cfg.BatchReceipts
@@ -378,7 +386,16 @@ func (r *Router) loop(ctx context.Context, class string) {
 			} else {
 				// A wake within the grace may still explain what the
 				// look found: judge then, without holding up the loop.
-				time.AfterFunc(r.cfg.MissedWakeGrace, judge)
+				grace := clk.NewTimer()
+				grace.Reset(r.cfg.MissedWakeGrace)
+				go func() {
+					defer grace.Stop()
+					select {
+					case <-grace.C():
+						judge()
+					case <-ctx.Done():
+					}
+				}()
 			}
 		}
 		lookedAlone = false
@@ -434,16 +451,16 @@ func (r *Router) missedWake(wakesAtSleep int64) bool {
 }
 
 // sleep waits for d, a wake of class (woken), or ctx's end.
-func (r *Router) sleep(ctx context.Context, timer *time.Timer, d time.Duration, class string) (woken bool) {
+func (r *Router) sleep(ctx context.Context, timer clock.Timer, d time.Duration, class string) (woken bool) {
 	timer.Reset(d)
 	select {
-	case <-timer.C:
+	case <-timer.C():
 	case <-r.wake[class]:
 		woken = true
 	case <-ctx.Done():
 		woken = true // not a look of its own
 	}
-	timer.Stop() // Go 1.23+: Reset discards a value it did not deliver
+	timer.Stop() // discards a fire not received
 	return woken
 }
 
@@ -627,12 +644,12 @@ type routed struct {
 // the bound goes alone) or BatchTime has passed, recording the
 // failures on the way. It returns the batch and the receipts left.
 func (r *Router) routeBatch(ctx context.Context, claimed []Claimed) ([]routed, []Claimed, error) {
-	start := time.Now()
+	start := r.cfg.Clock.Now()
 	var batch []routed
 	events := 0
 	keys := map[string]bool{}
 	for i, c := range claimed {
-		if len(batch) > 0 && time.Since(start) >= r.cfg.BatchTime {
+		if len(batch) > 0 && r.cfg.Clock.Now().Sub(start) >= r.cfg.BatchTime {
 			return batch, claimed[i:], nil
 		}
 		if c.Attempt > r.cfg.MaxAttempts {

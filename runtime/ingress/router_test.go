@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/laneq/laneq/internal/faultdb"
+	"github.com/laneq/laneq/runtime/clock"
 	"github.com/laneq/laneq/runtime/ingress"
 	"github.com/laneq/laneq/runtime/workqueue"
 )
@@ -374,4 +375,49 @@ func (b *syncBuffer) String() string {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return b.buf.String()
+}
+
+// TestBackstopRunsOnTheRoutersClock: an idle class loop sleeps on
+// RouterConfig.Clock; a receipt accepted by another process (an Inbox this
+// router does not listen to) waits, unread, until that clock reaches the
+// backstop, and is routed once it does. With a fake clock nothing here
+// waits for wall time to pass.
+func TestBackstopRunsOnTheRoutersClock(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	fake := clock.NewFake(time.Now())
+	r := f.router(ingress.RouterConfig{Backstop: time.Minute, Clock: fake})
+	idle := make(chan time.Duration, 64)
+	r.SetIdle(func(class string, d time.Duration) {
+		if class == ingress.DefaultClass {
+			idle <- d
+		}
+	})
+	f.run(r)
+	select {
+	case d := <-idle:
+		if d != time.Minute {
+			t.Fatalf("idle sleep of %s with nothing due, want the backstop 1m", d)
+		}
+	case <-time.After(time.Minute):
+		t.Fatal("the router never went idle")
+	}
+	if !fake.WaitArmed(fake.Now().Add(time.Minute), time.Minute) {
+		t.Fatal("the router did not arm its backstop on its clock")
+	}
+	other, err := ingress.New(f.db, ingress.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, err := other.Accept(f.ctx, delivery("elsewhere", "", "e1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The loop sleeps on the fake clock and nothing wakes it: the receipt
+	// stays pending however long the wall clock runs.
+	if got := f.receipt(a.Receipt.ID); got.Status != ingress.StatusPending {
+		t.Fatalf("receipt %s before the backstop, want pending", got.Status)
+	}
+	fake.Advance(time.Minute)
+	f.waitStatus(a.Receipt.ID, ingress.StatusMaterialized)
 }
