@@ -10,14 +10,20 @@ import (
 // names "limit" in LIMIT ?).
 var sqlcParam = regexp.MustCompile(`sqlc\.(arg|narg|slice)\(\s*(\w+)\s*\)|\?`)
 
+// sqlcEmbed matches sqlc.embed(alias), which sqlc compiles into the alias's
+// column list; alias.* reads the same columns from the same table.
+var sqlcEmbed = regexp.MustCompile(`sqlc\.embed\(\s*(\w+)\s*\)`)
+
 // Bind turns a catalog statement into executable SQL and arguments, taking
 // each parameter's value from args by its sqlc name. A slice parameter takes
-// a list and expands to one placeholder per element.
+// a list and expands to one placeholder per element; sqlc.embed(alias)
+// becomes alias.*.
 func Bind(stmtSQL string, args map[string]any) (string, []any, error) {
 	var out []any
 	var missing []string
 	var bindErr error
-	sql := sqlcParam.ReplaceAllStringFunc(stmtSQL, func(m string) string {
+	sql := sqlcEmbed.ReplaceAllString(stmtSQL, "$1.*")
+	sql = sqlcParam.ReplaceAllStringFunc(sql, func(m string) string {
 		sub := sqlcParam.FindStringSubmatch(m)
 		kind, name := sub[1], sub[2]
 		if m == "?" {
