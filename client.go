@@ -24,8 +24,10 @@ import (
 	"log/slog"
 	"sync"
 
+	"github.com/laneq/laneq/runtime/ingress"
 	"github.com/laneq/laneq/runtime/inspect"
 	"github.com/laneq/laneq/runtime/stats"
+	"github.com/laneq/laneq/runtime/wake"
 	"github.com/laneq/laneq/runtime/worker"
 	"github.com/laneq/laneq/runtime/workqueue"
 	"github.com/laneq/laneq/schema"
@@ -58,6 +60,10 @@ type Config struct {
 	// SubscribeBuffer is each subscription's buffer (see Subscribe).
 	// Default 256.
 	SubscribeBuffer int
+	// Ingress, when set, gives the Client an Inbox for webhook deliveries
+	// and makes Start run the router that turns them into events. Default
+	// nil: no ingress.
+	Ingress *IngressConfig
 }
 
 // DefaultSubscribeBuffer is Config.SubscribeBuffer's default.
@@ -89,7 +95,8 @@ var (
 	ErrStarted = errors.New("laneq: client already started")
 	// ErrStopped: the Client was stopped or closed; it does not start again.
 	ErrStopped = errors.New("laneq: client stopped")
-	// ErrNoWorkers: Start needs at least one registered work kind.
+	// ErrNoWorkers: Start needs at least one registered work kind, or
+	// Config.Ingress.
 	ErrNoWorkers = errors.New("laneq: no workers registered")
 	// ErrDuplicateKind: a kind registered twice.
 	ErrDuplicateKind = errors.New("laneq: kind already registered")
@@ -110,6 +117,13 @@ type Client struct {
 	inspect *inspect.Reader
 	stats   *stats.Reader
 
+	// With Config.Ingress: the Inbox, and the wake hub its accepts go out
+	// on (owned unless Worker.Wake.Shared gave it; nil with wakes off).
+	inbox        *ingress.Inbox
+	hub          *wake.Hub
+	ownsHub      bool
+	stopAnnounce func()
+
 	closeOnce sync.Once
 	closeErr  error
 
@@ -117,8 +131,9 @@ type Client struct {
 	handlers map[string]worker.Handler
 	state    clientState
 	w        *worker.Worker
+	router   *ingress.Router
 	cancel   context.CancelFunc
-	done     chan struct{} // closed when the running worker's Run returned
+	done     chan struct{} // closed when the running worker's and router's Runs returned
 	runErr   error
 }
 
@@ -175,6 +190,9 @@ func (cfg Config) validate() error {
 	if cfg.Worker.Scope != "" && cfg.Worker.Scope != cfg.Scope {
 		return &ConfigError{Setting: "Worker.Scope", Reason: fmt.Sprintf("%q differs from Scope %q (leave it empty)", cfg.Worker.Scope, cfg.Scope)}
 	}
+	if cfg.Ingress != nil {
+		return cfg.Ingress.validate(cfg.Scope)
+	}
 	return nil
 }
 
@@ -211,11 +229,18 @@ func newClient(ctx context.Context, db *sql.DB, cfg Config) (*Client, error) {
 	}
 	// The readers share the Queue's checked pool and prepared statements.
 	rd, st := inspect.NewFromQueue(qu), stats.NewFromQueue(qu)
-	return &Client{
+	c := &Client{
 		db: db, qu: qu, cfg: cfg, log: cfg.Logger, inspect: rd, stats: st,
 		events:   newBroker(cfg.SubscribeBuffer),
 		handlers: map[string]worker.Handler{},
-	}, nil
+	}
+	if cfg.Ingress != nil {
+		if err := c.newIngress(); err != nil {
+			_ = qu.Close()
+			return nil, err
+		}
+	}
+	return c, nil
 }
 
 // Scope is the scope this client enqueues into and works on.
@@ -276,9 +301,10 @@ func (c *Client) Drained(ctx context.Context) (bool, error) {
 	return ok, nil
 }
 
-// Start runs the registered handlers: a worker for the scope, in the
-// background, until Stop or Close. It fails with ErrNoWorkers when nothing
-// is registered, ErrStarted when running, ErrStopped after a Stop.
+// Start runs the registered handlers (a worker for the scope) and, with
+// Config.Ingress, the receipt router, in the background until Stop or
+// Close. It fails with ErrNoWorkers when neither is there to run,
+// ErrStarted when running, ErrStopped after a Stop.
 func (c *Client) Start(ctx context.Context) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -288,13 +314,70 @@ func (c *Client) Start(ctx context.Context) error {
 	case stateStopped:
 		return ErrStopped
 	}
-	if len(c.handlers) == 0 {
+	if len(c.handlers) == 0 && c.inbox == nil {
 		return ErrNoWorkers
 	}
+	var w *worker.Worker
+	if len(c.handlers) > 0 {
+		var err error
+		if w, err = c.newWorker(); err != nil {
+			return err
+		}
+	}
+	var r *ingress.Router
+	if c.inbox != nil {
+		var err error
+		if r, err = c.newRouter(); err != nil {
+			return err
+		}
+	}
+	// The worker runs until Stop, not until the caller's ctx: Start's ctx
+	// bounds starting only (a request context must not stop the worker).
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("laneq: start: %w", err)
+	}
+	runCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	done := make(chan struct{})
+	c.w, c.router, c.cancel, c.done, c.state = w, r, cancel, done, stateRunning
+	var wg sync.WaitGroup
+	run := func(what string, fn func(context.Context) error) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			err := fn(runCtx)
+			if err != nil && runCtx.Err() == nil {
+				c.log.Error("laneq: "+what+" stopped", "scope", c.cfg.Scope, "err", err)
+			}
+			if err != nil && !errors.Is(err, context.Canceled) {
+				c.mu.Lock()
+				c.runErr = errors.Join(c.runErr, fmt.Errorf("laneq: %s: %w", what, err))
+				c.mu.Unlock()
+			}
+		}()
+	}
+	if w != nil {
+		run("worker", w.Run)
+	}
+	if r != nil {
+		run("router", r.Run)
+	}
+	go func() {
+		wg.Wait()
+		close(done)
+	}()
+	return nil
+}
+
+// newWorker is the worker Start runs, on the Client's wake hub when it
+// has one.
+func (c *Client) newWorker() (*worker.Worker, error) {
 	wcfg := c.cfg.Worker
 	wcfg.Scope = c.cfg.Scope
 	if wcfg.Logger == nil {
 		wcfg.Logger = c.log
+	}
+	if c.hub != nil {
+		wcfg.Wake.Shared = c.hub
 	}
 	userFinished := wcfg.OnFinished
 	wcfg.OnFinished = func(f worker.Finished) {
@@ -305,34 +388,18 @@ func (c *Client) Start(ctx context.Context) error {
 	}
 	w, err := worker.New(c.qu, wcfg, c.handlers)
 	if err != nil {
-		return fmt.Errorf("laneq: start: %w", err)
+		return nil, fmt.Errorf("laneq: start: %w", err)
 	}
-	// The worker runs until Stop, not until the caller's ctx: Start's ctx
-	// bounds starting only (a request context must not stop the worker).
-	if err := ctx.Err(); err != nil {
-		return fmt.Errorf("laneq: start: %w", err)
-	}
-	runCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	done := make(chan struct{})
-	c.w, c.cancel, c.done, c.state = w, cancel, done, stateRunning
-	go func() {
-		defer close(done)
-		err := w.Run(runCtx)
-		if err != nil && runCtx.Err() == nil {
-			c.log.Error("laneq: worker stopped", "scope", c.cfg.Scope, "err", err)
-		}
-		c.mu.Lock()
-		c.runErr = err
-		c.mu.Unlock()
-	}()
-	return nil
+	return w, nil
 }
 
-// Stop ends the worker gracefully: no new claims, running handlers see
-// their context end, and their items are finished or released (due at
-// once, for another process) before it returns. ctx bounds the wait; the
-// shutdown goes on after ctx ends. It returns the worker's error, if it
-// failed before the Stop. A Client that never started stops at once.
+// Stop ends the worker and the router gracefully: no new claims, running
+// handlers see their context end, and their items are finished or released
+// (due at once, for another process) before it returns; a receipt the
+// router holds is materialized or left to its lease. ctx bounds the wait;
+// the shutdown goes on after ctx ends. It returns the worker's or router's
+// error, if one failed before the Stop. A Client that never started stops
+// at once.
 func (c *Client) Stop(ctx context.Context) error {
 	c.mu.Lock()
 	prev := c.state
@@ -350,10 +417,7 @@ func (c *Client) Stop(ctx context.Context) error {
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.runErr != nil && !errors.Is(c.runErr, context.Canceled) {
-		return fmt.Errorf("laneq: worker: %w", c.runErr)
-	}
-	return nil
+	return c.runErr
 }
 
 // Close stops the worker (as Stop, without a bound), sends the
@@ -363,6 +427,12 @@ func (c *Client) Stop(ctx context.Context) error {
 func (c *Client) Close() error {
 	c.closeOnce.Do(func() {
 		errs := []error{c.Stop(context.Background())}
+		if c.stopAnnounce != nil {
+			c.stopAnnounce()
+		}
+		if c.ownsHub {
+			errs = append(errs, c.hub.Close())
+		}
 		errs = append(errs, c.qu.Close())
 		c.events.close()
 		if c.ownsDB {

@@ -164,8 +164,24 @@ func (c *Client) InTx(ctx context.Context, fn func(ctx context.Context, tx *Tx) 
 }
 
 func (c *Client) event(args Args, opts []EnqueueOption) (workqueue.Event, error) {
+	ev, err := NewEvent(args, opts...)
+	if err != nil {
+		return ev, fmt.Errorf("laneq: enqueue: %w", err)
+	}
+	if ev.IdempotencyKey == "" {
+		ev.IdempotencyKey = randomKey()
+	}
+	return ev, nil
+}
+
+// NewEvent is the event Enqueue writes for args (its kind, its JSON, one
+// item of work with opts), for a route function (IngressConfig.Route) or
+// for a caller of the Queue underneath. Unlike Enqueue it leaves the
+// idempotency key empty unless WithIdempotencyKey gives one: a router keys
+// a receipt's events "receipt:<id>:<index>", the same on every reroute.
+func NewEvent(args Args, opts ...EnqueueOption) (workqueue.Event, error) {
 	if args == nil {
-		return workqueue.Event{}, fmt.Errorf("laneq: enqueue: %w: nil args", workqueue.ErrInvalid)
+		return workqueue.Event{}, fmt.Errorf("%w: nil args", workqueue.ErrInvalid)
 	}
 	var o enqueueOptions
 	for _, opt := range opts {
@@ -173,14 +189,11 @@ func (c *Client) event(args Args, opts []EnqueueOption) (workqueue.Event, error)
 	}
 	kind := args.Kind()
 	if err := workqueue.ValidWorkType(kind); err != nil {
-		return workqueue.Event{}, fmt.Errorf("laneq: enqueue: %w %q: %w", ErrInvalidKind, kind, err)
+		return workqueue.Event{}, fmt.Errorf("%w %q: %w", ErrInvalidKind, kind, err)
 	}
 	payload, err := json.Marshal(args)
 	if err != nil {
-		return workqueue.Event{}, fmt.Errorf("laneq: enqueue %s: %w: encode args: %w", kind, workqueue.ErrInvalid, err)
-	}
-	if o.key == "" {
-		o.key = randomKey()
+		return workqueue.Event{}, fmt.Errorf("%s: %w: encode args: %w", kind, workqueue.ErrInvalid, err)
 	}
 	o.work.WorkType = kind
 	return workqueue.Event{IdempotencyKey: o.key, EventKind: kind, Payload: payload, Work: []workqueue.Work{o.work}}, nil

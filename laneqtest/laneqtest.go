@@ -168,6 +168,25 @@ func Work(t testing.TB, c *laneq.Client, args laneq.Args, opts ...laneq.EnqueueO
 	}
 }
 
+// WaitFor waits until cond holds, for conditions the kit does not name (a
+// receipt materialized, a count reached, a row of your own written): it
+// calls cond with a pause that doubles from 1 ms to 100 ms, and fails the
+// test with what when cond returns an error or does not hold within Guard.
+func WaitFor(t testing.TB, what string, cond func() (bool, error)) {
+	t.Helper()
+	var last error
+	if !waitFor(func() (bool, bool) {
+		ok, err := cond()
+		last = err
+		return ok && err == nil, err != nil
+	}) {
+		if last != nil {
+			t.Fatalf("laneqtest: waiting for %s: %v", what, last)
+		}
+		t.Fatalf("laneqtest: %s did not happen within %s", what, Guard)
+	}
+}
+
 // waitFor calls check until it reports done (true) or that it never will
 // (stop), or Guard passed; it reports done.
 func waitFor(check func() (done, stop bool)) bool {

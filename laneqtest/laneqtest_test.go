@@ -67,6 +67,9 @@ func TestKitFailsWhatDoesNotHold(t *testing.T) {
 	for name, check := range map[string]func(tb testing.TB){
 		"RequireEnqueued of another kind": func(tb testing.TB) { laneqtest.RequireEnqueued[invoice](tb, c, res.WorkID) },
 		"WaitForState of a missing item":  func(tb testing.TB) { laneqtest.WaitForState(tb, c, res.WorkID+1000, workqueue.StateCompleted) },
+		"WaitFor a condition that errs": func(tb testing.TB) {
+			laneqtest.WaitFor(tb, "a condition", func() (bool, error) { return true, errors.New("read failed") })
+		},
 	} {
 		rec := &recorder{TB: t}
 		var wg sync.WaitGroup

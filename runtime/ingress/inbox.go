@@ -25,6 +25,7 @@ import (
 	"github.com/laneq/laneq/gen"
 	"github.com/laneq/laneq/internal/store"
 	"github.com/laneq/laneq/runtime/wake"
+	"github.com/laneq/laneq/runtime/workqueue"
 )
 
 // DefaultClass is the route class of a delivery that names none.
@@ -135,17 +136,38 @@ type Inbox struct {
 // times are NOW(6) and a session in another time zone would make every
 // receipt it accepts due hours early or late for the router.
 func New(db *sql.DB, cfg Config) (*Inbox, error) {
-	switch {
-	case cfg.MaxBody == 0:
-		cfg.MaxBody = DefaultMaxBody
-	case cfg.MaxBody < 0 || cfg.MaxBody > MaxMaxBody:
-		return nil, &InvalidError{Field: "MaxBody", Reason: fmt.Sprintf("%d out of range 1..%d", cfg.MaxBody, MaxMaxBody)}
+	if err := cfg.validate(); err != nil {
+		return nil, err
 	}
 	st, err := store.New(db, store.Options{})
 	if err != nil {
 		return nil, fmt.Errorf("ingress: %w", err)
 	}
-	return &Inbox{q: st.Queries(), cfg: cfg, listeners: map[int]func(string, string){}}, nil
+	return newInbox(st, cfg), nil
+}
+
+// NewFromQueue is New on qu's checked pool and prepared statements (no
+// second session check), as stats.NewFromQueue and inspect.NewFromQueue
+// are; the routers of the Inbox enqueue through qu.
+func NewFromQueue(qu *workqueue.Queue, cfg Config) (*Inbox, error) {
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	return newInbox(qu.Store(), cfg), nil
+}
+
+func (cfg *Config) validate() error {
+	switch {
+	case cfg.MaxBody == 0:
+		cfg.MaxBody = DefaultMaxBody
+	case cfg.MaxBody < 0 || cfg.MaxBody > MaxMaxBody:
+		return &InvalidError{Field: "MaxBody", Reason: fmt.Sprintf("%d out of range 1..%d", cfg.MaxBody, MaxMaxBody)}
+	}
+	return nil
+}
+
+func newInbox(st *store.Store, cfg Config) *Inbox {
+	return &Inbox{q: st.Queries(), cfg: cfg, listeners: map[int]func(string, string){}}
 }
 
 // Accept records a delivery durably and idempotently and returns its
