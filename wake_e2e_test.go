@@ -17,11 +17,17 @@ import (
 	"github.com/laneq/laneq"
 	"github.com/laneq/laneq/internal/queuetest"
 	"github.com/laneq/laneq/runtime/controller"
+	"github.com/laneq/laneq/runtime/ingress"
 	"github.com/laneq/laneq/runtime/worker"
 	"github.com/laneq/laneq/runtime/workqueue"
 )
 
-const workerProcessEnv = "LANEQ_TEST_CLIENT_WORKER_DSN"
+const (
+	workerProcessEnv = "LANEQ_TEST_CLIENT_WORKER_DSN"
+	// ingressProcessEnv also runs a receipt router (routeGreeting) in the
+	// worker process, its backstops an hour: only wakes can route.
+	ingressProcessEnv = "LANEQ_TEST_CLIENT_WORKER_INGRESS"
+)
 
 // workerProcess is a worker Client in another OS process, quiet, with its
 // probes and backstops off: only announcements can start its items. It
@@ -32,10 +38,10 @@ type workerProcess struct {
 	mu    sync.Mutex
 }
 
-func startWorkerProcess(tb testing.TB, dsn string) *workerProcess {
+func startWorkerProcess(tb testing.TB, dsn string, env ...string) *workerProcess {
 	tb.Helper()
 	cmd := exec.Command(os.Args[0], "-test.run=^TestHelperWorkerProcess$", "-test.count=1")
-	cmd.Env = append(os.Environ(), workerProcessEnv+"="+dsn)
+	cmd.Env = append(append(os.Environ(), workerProcessEnv+"="+dsn), env...)
 	cmd.Stderr = os.Stderr
 	stdin, err := cmd.StdinPipe()
 	if err != nil {
@@ -83,10 +89,11 @@ func (p *workerProcess) next(tb testing.TB) string {
 	return ""
 }
 
+// ranAt reads the start of item workID (any item when 0).
 func (p *workerProcess) ranAt(tb testing.TB, workID int64) time.Time {
 	tb.Helper()
 	f := strings.Fields(p.next(tb))
-	if len(f) != 3 || f[0] != "ran" || f[1] != strconv.FormatInt(workID, 10) {
+	if len(f) != 3 || f[0] != "ran" || (workID != 0 && f[1] != strconv.FormatInt(workID, 10)) {
 		tb.Fatalf("worker process said %q, want ran %d", strings.Join(f, " "), workID)
 	}
 	ns, err := strconv.ParseInt(f[2], 10, 64)
@@ -105,9 +112,14 @@ func TestHelperWorkerProcess(t *testing.T) {
 	}
 	ctx := context.Background()
 	off := time.Duration(-1)
-	c, err := laneq.Open(ctx, dsn, laneq.Config{Scope: "tenant-a", Worker: worker.Config{Controller: controller.Config{
+	cfg := laneq.Config{Scope: "tenant-a", Worker: worker.Config{Controller: controller.Config{
 		GenerationProbeEvery: off, QuietProbeEvery: off, ReconcileEvery: off, MaintainEvery: off,
-	}}})
+	}}}
+	withIngress := os.Getenv(ingressProcessEnv) != ""
+	if withIngress {
+		cfg.Ingress = &laneq.IngressConfig{Route: routeGreeting, Router: ingress.RouterConfig{Backstop: time.Hour, QuietBackstop: time.Hour}}
+	}
+	c, err := laneq.Open(ctx, dsn, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -124,7 +136,8 @@ func TestHelperWorkerProcess(t *testing.T) {
 	if err := c.Start(ctx); err != nil {
 		t.Fatal(err)
 	}
-	for deadline := time.Now().Add(guard); !c.Worker().Stats().Quiet; time.Sleep(10 * time.Millisecond) {
+	quiet := func() bool { return c.Worker().Stats().Quiet && (!withIngress || c.Router().Stats().Quiet) }
+	for deadline := time.Now().Add(guard); !quiet(); time.Sleep(10 * time.Millisecond) {
 		if time.Now().After(deadline) {
 			t.Fatalf("not quiet after %s: %+v", guard, c.Worker().Stats())
 		}
@@ -178,4 +191,25 @@ func BenchmarkClientProducerOnlyWakesWorkers(b *testing.B) {
 	b.ReportMetric(ms(queuetest.Percentile(lat, 50)), "p50-ms")
 	b.ReportMetric(ms(queuetest.Percentile(lat, 99)), "p99-ms")
 	b.ReportMetric(ms(queuetest.Percentile(lat, 100)), "max-ms")
+}
+
+// A delivery accepted by a Client in one process is routed by the quiet
+// router of a Client in another (backstops an hour, so only the accept's
+// wake can route it) and its item runs there.
+func TestClientIngressWakesAnotherProcessesRouter(t *testing.T) {
+	t.Parallel()
+	hooks, dsn := openClient(t, laneq.Config{Ingress: &laneq.IngressConfig{Route: routeGreeting}})
+	w := startWorkerProcess(t, dsn, ingressProcessEnv+"=1")
+	ctx := context.Background()
+	for i := range 5 {
+		acc, err := hooks.Inbox().Accept(ctx, greeting(hooks.Scope(), "d-"+strconv.Itoa(i), "n"+strconv.Itoa(i)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		w.ranAt(t, 0)
+		r, err := hooks.Inbox().Receipt(ctx, acc.Receipt.ID)
+		if err != nil || r.Status != ingress.StatusMaterialized || r.ClaimOwner == "" {
+			t.Fatalf("receipt %d after its item ran: %+v, %v", i, r, err)
+		}
+	}
 }
