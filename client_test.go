@@ -37,6 +37,13 @@ func (flaky) Kind() string { return "flaky" }
 func openClient(t testing.TB, cfg laneq.Config) (*laneq.Client, string) {
 	t.Helper()
 	_, dsn := tidbtest.NewDBWithDSN(t)
+	return openClientOn(t, dsn, cfg), dsn
+}
+
+// openClientOn opens a Client on dsn (scope tenant-a unless cfg names
+// one), closed when the test ends.
+func openClientOn(t testing.TB, dsn string, cfg laneq.Config) *laneq.Client {
+	t.Helper()
 	if cfg.Scope == "" {
 		cfg.Scope = "tenant-a"
 	}
@@ -49,7 +56,7 @@ func openClient(t testing.TB, cfg laneq.Config) (*laneq.Client, string) {
 			t.Errorf("Close: %v", err)
 		}
 	})
-	return c, dsn
+	return c
 }
 
 // startWorker registers handle, subscribes to kinds (every kind when none)

@@ -35,6 +35,7 @@ func greeting(scope, id, name string) ingress.Delivery {
 // router turns each into exactly one item, and its worker runs it; a
 // redelivery writes nothing and runs nothing again.
 func TestClientIngress(t *testing.T) {
+	t.Parallel()
 	c, _ := openClient(t, laneq.Config{Ingress: &laneq.IngressConfig{Route: routeGreeting}})
 	if c.Inbox() == nil {
 		t.Fatal("Inbox() is nil with Config.Ingress")
@@ -80,26 +81,14 @@ func TestClientIngress(t *testing.T) {
 // router alone (a webhook process); another Client on the same scope runs
 // the items, and a bad body fails its receipt without an item.
 func TestClientIngressOnly(t *testing.T) {
+	t.Parallel()
 	_, dsn := tidbtest.NewDBWithDSN(t)
 	ctx := context.Background()
-	open := func(cfg laneq.Config) *laneq.Client {
-		cfg.Scope = "tenant-hooks"
-		c, err := laneq.Open(ctx, dsn, cfg)
-		if err != nil {
-			t.Fatalf("Open: %v", err)
-		}
-		t.Cleanup(func() {
-			if err := c.Close(); err != nil {
-				t.Errorf("Close: %v", err)
-			}
-		})
-		return c
-	}
-	hooks := open(laneq.Config{Ingress: &laneq.IngressConfig{Route: routeGreeting}})
+	hooks := openClientOn(t, dsn, laneq.Config{Scope: "tenant-hooks", Ingress: &laneq.IngressConfig{Route: routeGreeting}})
 	if err := hooks.Start(ctx); err != nil {
 		t.Fatalf("Start with ingress and no handlers: %v", err)
 	}
-	runner := open(laneq.Config{})
+	runner := openClientOn(t, dsn, laneq.Config{Scope: "tenant-hooks"})
 	events := startWorker(t, runner, func(context.Context, *laneq.Job[greet]) error { return nil }, laneq.EventCompleted)
 
 	if _, err := hooks.Inbox().Accept(ctx, greeting(hooks.Scope(), "d-ok", "grace")); err != nil {
@@ -127,6 +116,7 @@ func TestClientIngressOnly(t *testing.T) {
 }
 
 func TestClientIngressRefusesBadConfiguration(t *testing.T) {
+	t.Parallel()
 	_, dsn := tidbtest.NewDBWithDSN(t)
 	route := routeGreeting
 	for name, ic := range map[string]*laneq.IngressConfig{
