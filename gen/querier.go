@@ -140,6 +140,9 @@ type Querier interface {
 	// of this read runs it again with the same reference to learn what it owns.
 	// Reading the events here saves a claim turn its own event load; they are
 	// read whole (sqlc.embed), as GetEvent reads them, for one row mapper.
+	// INL_JOIN keeps both joins index nested-loop joins on the primary keys: read
+	// whole, the event made TiDB pick an index hash join at scale 10000 (the same
+	// rows read); the hint keeps the reviewed plan stable.
 	ClaimedByRef(ctx context.Context, arg ClaimedByRefParams) ([]ClaimedByRefRow, error)
 	// The receipts this router's claim took (their tokens and bodies), read
 	// by primary key right after ClaimReceipts committed. claim_owner keeps
