@@ -120,6 +120,7 @@ type Client struct {
 	// With Config.Ingress: the Inbox, and the wake hub its accepts go out
 	// on (owned unless Worker.Wake.Shared gave it; nil with wakes off).
 	inbox        *ingress.Inbox
+	router       *ingress.Router
 	hub          *wake.Hub
 	ownsHub      bool
 	stopAnnounce func()
@@ -131,7 +132,6 @@ type Client struct {
 	handlers map[string]worker.Handler
 	state    clientState
 	w        *worker.Worker
-	router   *ingress.Router
 	cancel   context.CancelFunc
 	done     chan struct{} // closed when the running worker's and router's Runs returned
 	runErr   error
@@ -324,13 +324,7 @@ func (c *Client) Start(ctx context.Context) error {
 			return err
 		}
 	}
-	var r *ingress.Router
-	if c.inbox != nil {
-		var err error
-		if r, err = c.newRouter(); err != nil {
-			return err
-		}
-	}
+	r := c.router // nil without ingress
 	// The worker runs until Stop, not until the caller's ctx: Start's ctx
 	// bounds starting only (a request context must not stop the worker).
 	if err := ctx.Err(); err != nil {
@@ -338,7 +332,7 @@ func (c *Client) Start(ctx context.Context) error {
 	}
 	runCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	done := make(chan struct{})
-	c.w, c.router, c.cancel, c.done, c.state = w, r, cancel, done, stateRunning
+	c.w, c.cancel, c.done, c.state = w, cancel, done, stateRunning
 	var wg sync.WaitGroup
 	run := func(what string, fn func(context.Context) error) {
 		wg.Add(1)

@@ -42,18 +42,15 @@ func (ic *IngressConfig) validate(scope string) error {
 // the Client's wake hub, those of other processes.
 func (c *Client) Inbox() *ingress.Inbox { return c.inbox }
 
-// Router is the running receipt router (nil before Start or without
-// Config.Ingress), for its Stats.
-func (c *Client) Router() *ingress.Router {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.router
-}
+// Router is the receipt router (nil without Config.Ingress), for its
+// Stats; it runs from Start to Stop.
+func (c *Client) Router() *ingress.Router { return c.router }
 
-// newIngress builds the Inbox and, unless wakes are off, the wake hub that
-// carries its accepts and the Queue's announcements to other processes
-// (and wakes this process's worker and router). One hub per Client: the
-// worker shares it instead of opening its own.
+// newIngress builds the Inbox, the router Start runs (so Open refuses a bad
+// RouterConfig), and, unless wakes are off, the wake hub that carries the
+// Inbox's accepts and the Queue's announcements to other processes (and
+// wakes this process's worker and router). One hub per Client: the worker
+// shares it instead of opening its own. On an error nothing is left open.
 func (c *Client) newIngress() error {
 	ic := c.cfg.Ingress
 	in, err := ingress.NewFromQueue(c.qu, ic.Inbox)
@@ -64,7 +61,6 @@ func (c *Client) newIngress() error {
 	wk := c.cfg.Worker.Wake
 	switch {
 	case wk.Off:
-		return nil
 	case wk.Shared != nil:
 		c.hub = wk.Shared
 	default:
@@ -77,11 +73,19 @@ func (c *Client) newIngress() error {
 		}
 		c.ownsHub = true
 	}
-	c.stopAnnounce = in.AnnounceTo(c.hub)
+	if c.router, err = c.newRouter(); err != nil {
+		if c.ownsHub {
+			_ = c.hub.Close()
+		}
+		return err
+	}
+	if c.hub != nil {
+		c.stopAnnounce = in.AnnounceTo(c.hub)
+	}
 	return nil
 }
 
-// newRouter is the router Start runs.
+// newRouter is the router Start runs: the Client's scope, route and hub.
 func (c *Client) newRouter() (*ingress.Router, error) {
 	rcfg := c.cfg.Ingress.Router
 	rcfg.Scope, rcfg.Route = c.cfg.Scope, c.cfg.Ingress.Route

@@ -124,6 +124,8 @@ func TestClientIngressRefusesBadConfiguration(t *testing.T) {
 		"route twice":       {Route: route, Router: ingress.RouterConfig{Route: route}},
 		"another scope":     {Route: route, Router: ingress.RouterConfig{Scope: "other"}},
 		"body out of range": {Route: route, Inbox: ingress.Config{MaxBody: -1}},
+		"negative backstop": {Route: route, Router: ingress.RouterConfig{Backstop: -1}},
+		"a class twice":     {Route: route, Router: ingress.RouterConfig{Classes: []string{"a", "a"}}},
 	} {
 		c, err := laneq.Open(context.Background(), dsn, laneq.Config{Scope: "s", Migrate: true, Ingress: ic})
 		if err == nil {
