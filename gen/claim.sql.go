@@ -301,9 +301,10 @@ UNION ALL
 `
 
 type NextWorkAtParams struct {
-	ScopeID     string
-	FromMicros  int64
-	UntilMicros int64
+	ScopeID         string
+	FromMicros      int64
+	UntilMicros     int64
+	LeaseFromMicros int64
 }
 
 type NextWorkAtRow struct {
@@ -320,7 +321,11 @@ type NextWorkAtRow struct {
 // range). Rows instead of MIN() keep "nothing in this span" an empty result
 // rather than a NULL that cannot scan into time.Time. delay_micros is the
 // same instant measured from the database clock, so a worker arms a local
-// timer without comparing two hosts' wall clocks.
+// timer without comparing two hosts' wall clocks. The lease branch starts at
+// lease_from_micros, which a claimer sets up to a few seconds before now: a
+// lease that ran out after its last claim turn read it live is claimable
+// yet announced by nobody (its process is gone), so the lookup after that
+// turn must see it; pending rows that came due meanwhile were announced.
 func (q *Queries) NextWorkAt(ctx context.Context, arg NextWorkAtParams) ([]NextWorkAtRow, error) {
 	rows, err := q.db.QueryContext(ctx, nextWorkAt,
 		arg.ScopeID,
@@ -329,7 +334,7 @@ func (q *Queries) NextWorkAt(ctx context.Context, arg NextWorkAtParams) ([]NextW
 		arg.UntilMicros,
 		arg.ScopeID,
 		arg.ScopeID,
-		arg.FromMicros,
+		arg.LeaseFromMicros,
 		arg.UntilMicros,
 	)
 	if err != nil {

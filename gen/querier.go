@@ -501,7 +501,11 @@ type Querier interface {
 	// range). Rows instead of MIN() keep "nothing in this span" an empty result
 	// rather than a NULL that cannot scan into time.Time. delay_micros is the
 	// same instant measured from the database clock, so a worker arms a local
-	// timer without comparing two hosts' wall clocks.
+	// timer without comparing two hosts' wall clocks. The lease branch starts at
+	// lease_from_micros, which a claimer sets up to a few seconds before now: a
+	// lease that ran out after its last claim turn read it live is claimable
+	// yet announced by nobody (its process is gone), so the lookup after that
+	// turn must see it; pending rows that came due meanwhile were announced.
 	NextWorkAt(ctx context.Context, arg NextWorkAtParams) ([]NextWorkAtRow, error)
 	// The boundary of a generation's input: the event the projection's
 	// previous generation selected (the newest generation admitted before this

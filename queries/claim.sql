@@ -131,7 +131,11 @@ WHERE w.work_id = sqlc.arg(work_id)
 -- range). Rows instead of MIN() keep "nothing in this span" an empty result
 -- rather than a NULL that cannot scan into time.Time. delay_micros is the
 -- same instant measured from the database clock, so a worker arms a local
--- timer without comparing two hosts' wall clocks.
+-- timer without comparing two hosts' wall clocks. The lease branch starts at
+-- lease_from_micros, which a claimer sets up to a few seconds before now: a
+-- lease that ran out after its last claim turn read it live is claimable
+-- yet announced by nobody (its process is gone), so the lookup after that
+-- turn must see it; pending rows that came due meanwhile were announced.
 (SELECT w.run_after AS due_at, CAST(TIMESTAMPDIFF(MICROSECOND, NOW(6), w.run_after) AS SIGNED) AS delay_micros
  FROM work_item w
  WHERE w.scope_id = sqlc.arg(scope_id)
@@ -147,7 +151,7 @@ UNION ALL
  WHERE l.scope_id = sqlc.arg(scope_id)
    AND l.generation = (SELECT s.active_generation FROM scope s WHERE s.scope_id = sqlc.arg(scope_id))
    AND l.state = 'processing'
-   AND l.run_after > DATE_ADD(NOW(6), INTERVAL CAST(sqlc.arg(from_micros) AS SIGNED) MICROSECOND)
+   AND l.run_after > DATE_ADD(NOW(6), INTERVAL CAST(sqlc.arg(lease_from_micros) AS SIGNED) MICROSECOND)
    AND l.run_after <= DATE_ADD(NOW(6), INTERVAL CAST(sqlc.arg(until_micros) AS SIGNED) MICROSECOND)
  ORDER BY l.run_after
  LIMIT 1);

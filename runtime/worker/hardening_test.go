@@ -138,6 +138,62 @@ func TestDeadProcessItemsAreReclaimedWithinALease(t *testing.T) {
 	t.Logf("six expired leases across three classes recovered %s after the claims (lease %s, heartbeat %s)", recovered.Round(time.Millisecond), lease, lease/3)
 }
 
+// TestLeaseExpiringDuringAClaimTurnIsReclaimed: a dead process's lease
+// that expires after a claim turn read it live, and before that turn's
+// next-work lookup, is already past for the lookup, and nobody announces a
+// lease that runs out. With the probe and the backstop off, only a lookup
+// that looks back to the turn's start finds it (fresh-clone CI beside two
+// CPU hogs caught TestPoisonItemThatKillsItsProcessEndsDead in that gap:
+// with defaults the item would have waited for the probe, 20 minutes in
+// quiet mode). The hook holds the turn until the lease has expired by the
+// database clock, so the gap is certain, not hoped for.
+func TestLeaseExpiringDuringAClaimTurnIsReclaimed(t *testing.T) {
+	// The worker's own leases outlast the test: its next due time after
+	// the turn is an hour away, so only the dead lease can bring a turn.
+	f := newFixture(t, workqueue.Config{Lease: time.Hour})
+	f.enqueue(1, 0, "deliver")
+	deadQueue := f.otherQueue(workqueue.Config{Lease: 3 * time.Second, Announce: workqueue.AnnounceConfig{Off: true}})
+	dead, err := deadQueue.NewClaimer(scope, "dead-process", workqueue.ClaimerConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	held, _, err := dead.Claim(f.ctx, workqueue.ClaimRequest{QueueClasses: []string{"default"}, WorkTypes: []string{"deliver"}, Max: 1})
+	if err != nil || len(held) != 1 {
+		t.Fatalf("the process that dies claimed %d: %v", len(held), err)
+	}
+	f.enqueue(1, 0, "deliver") // the worker's first turn takes this one
+	cfg := quietCfg(2)
+	var first sync.Once
+	cfg.Hooks = &worker.Hooks{AfterClaimTurn: func(time.Duration, []workqueue.Claimed) {
+		first.Do(func() {
+			for deadline := time.Now().Add(2 * time.Minute); ; time.Sleep(10 * time.Millisecond) {
+				var expired bool
+				if err := f.db.QueryRow("SELECT run_after < NOW(6) FROM work_item WHERE work_id = ?", held[0].WorkID).Scan(&expired); err != nil {
+					t.Error(err)
+					return
+				}
+				if expired || time.Now().After(deadline) {
+					return
+				}
+			}
+		})
+	}}
+	c := newCollector(nil)
+	w, err := worker.New(f.qu, cfg, map[string]worker.Handler{"deliver": c.handle})
+	if err != nil {
+		t.Fatal(err)
+	}
+	run(t, w)
+	c.wait(t, 2)
+	settled(t, f, w, map[string]int{"completed": 2})
+	if n := c.attempts[held[0].WorkID]; n != 1 {
+		t.Fatalf("the dead process's item ran %d times here, want 1", n)
+	}
+	if st := w.Stats().Controller; st.GenerationProbes != 0 || st.DueTimerFires < 1 {
+		t.Fatalf("recovery did not come from the due timer: %+v", st)
+	}
+}
+
 // TestReleaseByAnotherProcessIsFoundByTheProbe: another process releases
 // items at its shutdown, behind everything this worker consumed and without
 // an enqueue. The worker's probe sees them, with the backstop off.

@@ -37,6 +37,7 @@ func (s source) Reconcile(ctx context.Context) error {
 // scheduled came due: a retry (found by the scan, whose floor it is ahead
 // of) or a lease expiry, so the turn also looks for expired leases.
 func (s source) Claim(ctx context.Context, turn controller.Turn) (controller.ClaimBatch, error) {
+	s.w.claimBegan = time.Now() // real time: the lookup measures it against the database's
 	if turn.DueFired {
 		s.w.claimer.NoteDue()
 	}
@@ -48,12 +49,23 @@ func (s source) Claim(ctx context.Context, turn controller.Turn) (controller.Cla
 // skew between this host and TiDB neither fires the timer early nor makes
 // a future time look overdue. It looks no further than the longest
 // reconciliation backstop (controller.LookAhead), which looks again.
+//
+// For leases it also looks back to when the last claim turn began (at most
+// workqueue.MaxLookBack): a dead process's lease that expired after that
+// turn's reads is claimable now, yet no later lookup (they see only the
+// future) and no announcement would report it, so it would wait for a
+// probe — 20 minutes in quiet mode. Such an expiry is reported as now,
+// once: it lies before the turn it causes, where the next lookup starts.
 func (s source) NextWorkAt(ctx context.Context) (time.Time, bool, error) {
-	next, ok, err := s.w.q.NextWorkWithin(ctx, s.w.cfg.Scope, s.w.ctrl.LookAhead())
+	var lookBack time.Duration
+	if !s.w.claimBegan.IsZero() {
+		lookBack = min(time.Since(s.w.claimBegan), workqueue.MaxLookBack)
+	}
+	next, ok, err := s.w.q.NextWorkSince(ctx, s.w.cfg.Scope, lookBack, s.w.ctrl.LookAhead())
 	if err != nil || !ok {
 		return time.Time{}, false, err
 	}
-	return s.w.clock.Now().Add(next.In), true, nil
+	return s.w.clock.Now().Add(max(next.In, 0)), true, nil
 }
 
 // Generation is the claimer's probe, in both modes: the scope's admission

@@ -118,6 +118,9 @@ type Worker struct {
 	log        *slog.Logger
 	metrics    *metrics
 	clock      clock.Clock
+	// claimBegan is when the last claim turn began (real time); only the
+	// controller's loop reads and writes it.
+	claimBegan time.Time
 
 	restarts atomic.Uint64
 	running  atomic.Bool

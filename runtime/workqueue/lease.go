@@ -344,11 +344,31 @@ func (qu *Queue) NextWorkAt(ctx context.Context, scope string) (at time.Time, ok
 // holds a due time, so its cost follows how soon work is due, not how much
 // is scheduled.
 func (qu *Queue) NextWorkWithin(ctx context.Context, scope string, horizon time.Duration) (NextDue, bool, error) {
+	return qu.NextWorkSince(ctx, scope, 0, horizon)
+}
+
+// MaxLookBack bounds NextWorkSince's lookBack: the first span then reads at
+// most that much of what came due, whatever lies behind it.
+const MaxLookBack = 5 * time.Second
+
+// NextWorkSince is NextWorkWithin that also reports a lease that expired
+// up to lookBack (at most MaxLookBack) before the database's now, with
+// In <= 0: a claimer passes the time since its last claim turn began, so a
+// lease that ran out between that turn's reads and this lookup (a dead
+// process's lease, read live a moment before) is reclaimed at once instead
+// of waiting for a probe; nobody announces it. Pending rows that came due
+// meanwhile are not looked back for: whoever made them due announced them
+// (see Announcement). Each such expiry lies before the next turn, so a
+// claimer that looks back only to its last turn hears of it once.
+func (qu *Queue) NextWorkSince(ctx context.Context, scope string, lookBack, horizon time.Duration) (NextDue, bool, error) {
 	if err := validScope(scope); err != nil {
 		return NextDue{}, false, err
 	}
 	if horizon < 0 {
 		return NextDue{}, false, invalidf("horizon must not be negative, got %s", horizon)
+	}
+	if lookBack < 0 || lookBack > MaxLookBack {
+		return NextDue{}, false, invalidf("lookBack must be within 0..%s, got %s", MaxLookBack, lookBack)
 	}
 	var from time.Duration
 	for i := 0; i <= len(nextWorkSpans); i++ {
@@ -359,7 +379,11 @@ func (qu *Queue) NextWorkWithin(ctx context.Context, scope string, horizon time.
 		if horizon > 0 && until >= horizon {
 			until = horizon
 		}
-		rows, err := qu.q.NextWorkAt(ctx, gen.NextWorkAtParams{ScopeID: scope, FromMicros: store.Micros(from), UntilMicros: store.Micros(until)})
+		leaseFrom := from
+		if i == 0 {
+			leaseFrom = -lookBack
+		}
+		rows, err := qu.q.NextWorkAt(ctx, gen.NextWorkAtParams{ScopeID: scope, FromMicros: store.Micros(from), LeaseFromMicros: store.Micros(leaseFrom), UntilMicros: store.Micros(until)})
 		if err != nil {
 			return NextDue{}, false, fmt.Errorf("workqueue: next work time of scope %q: %w", scope, err)
 		}

@@ -506,6 +506,36 @@ func TestDueTimes(t *testing.T) {
 	}
 }
 
+// TestNextWorkSinceReportsWhatCameDueSinceTheTurn: a lease that expired
+// after a claimer's last turn read it live (a second ago here) is past, so
+// a lookup of the future misses it; looking back to the turn reports it,
+// due now, and looking back less does not.
+func TestNextWorkSinceReportsWhatCameDueSinceTheTurn(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, workqueue.Config{Lease: time.Hour})
+	f.one(workqueue.Work{})
+	got := f.claim(f.claimer("w1"), workqueue.ClaimRequest{})
+	if len(got) != 1 {
+		t.Fatalf("claimed %v", ids(got))
+	}
+	f.expireLease(got[0].WorkID) // a second ago, by the database clock
+	if next, ok, err := f.qu.NextWorkWithin(f.ctx, scope, time.Hour); ok || err != nil {
+		t.Fatalf("NextWorkWithin = %+v, %v, %v; want nothing (the expiry is past)", next, ok, err)
+	}
+	if next, ok, err := f.qu.NextWorkSince(f.ctx, scope, 100*time.Millisecond, time.Hour); ok || err != nil {
+		t.Fatalf("NextWorkSince 100ms = %+v, %v, %v; want nothing (the expiry lies a second back)", next, ok, err)
+	}
+	next, ok, err := f.qu.NextWorkSince(f.ctx, scope, workqueue.MaxLookBack, time.Hour)
+	if err != nil || !ok || next.In > -time.Second || next.In < -workqueue.MaxLookBack {
+		t.Fatalf("NextWorkSince %s = %+v, %v, %v; want the expiry, a second or more ago", workqueue.MaxLookBack, next, ok, err)
+	}
+	for _, lookBack := range []time.Duration{-time.Second, workqueue.MaxLookBack + time.Second} {
+		if _, _, err := f.qu.NextWorkSince(f.ctx, scope, lookBack, time.Hour); !errors.Is(err, workqueue.ErrInvalid) {
+			t.Fatalf("lookBack %s: err = %v, want ErrInvalid", lookBack, err)
+		}
+	}
+}
+
 // TestCursorsFindWorkOthersMadeClaimable is issue 16's discovery case: a
 // claimer's cursor sits past everything it consumed, and items another
 // claimer (another process) makes claimable behind the lane ordinals it
