@@ -53,6 +53,13 @@ import (
 // errors wrapping it leave the controller usable.
 var ErrSourceOperationNotCommitted = errors.New("controller: source operation did not commit")
 
+// ErrSourceOperationRecoverable marks a Claim or Reconcile error after
+// which something may have committed, but only what recovers by itself: a
+// claim lease that ends, after which any claimer (this one included) takes
+// the work over. Like ErrSourceOperationNotCommitted it leaves the
+// controller usable. The receipt router's claims are such.
+var ErrSourceOperationRecoverable = errors.New("controller: source operation may have committed only what recovers by itself")
+
 // ErrUnusable reports a controller that saw a Claim or Reconcile error of
 // unknown outcome. Durable ownership may have changed behind it, so it
 // refuses to run again; build a new worker (whose stale-lease reclaim
@@ -222,8 +229,10 @@ type Stats struct {
 	MaintenanceClaims    uint64 // runs that asked for a claim turn
 	// QuietEntries counts switches into quiet mode; MissedWakes counts
 	// quiet probes whose claim turn found work no wake announced, then or
-	// within MissedWakeGrace (each one leaves quiet mode).
-	QuietEntries, MissedWakes uint64
+	// within MissedWakeGrace (each one leaves quiet mode). ExplainedProbes
+	// counts those a wake explained: it arrived during the turn or within
+	// the grace.
+	QuietEntries, MissedWakes, ExplainedProbes uint64
 	// FarLookups counts next-work lookups that looked as far as the
 	// quiet backstop (see LookAhead).
 	FarLookups uint64
@@ -270,7 +279,7 @@ type Controller struct {
 	readyChecks, reconciles, claims, emptyClaims, nextWork atomic.Uint64
 	probes, genChanges, dueFires, overdue                  atomic.Uint64
 	maintenances, maintainErrors, maintainClaims           atomic.Uint64
-	quietEntries, missedWakes, farLookups                  atomic.Uint64
+	quietEntries, missedWakes, explained, farLookups       atomic.Uint64
 }
 
 // loopTimers are Run's periodic timers.
@@ -352,6 +361,9 @@ func (s *signal) raiseSlow() bool {
 	s.raised.Add(1)
 	return true
 }
+
+// pending reports whether the signal is raised, without taking it.
+func (s *signal) pending() bool { return s.state.Load() != signalDown }
 
 // take lowers the signal and reports whether it was raised.
 func (s *signal) take() bool { return s.state.Swap(signalDown) != signalDown }
@@ -438,7 +450,8 @@ func (c *Controller) Stats() Stats {
 		WakesQueued: c.wake.raised.Load(), WakeCoalescings: c.wake.coalescings.Load(),
 		ReconcilesQueued: c.reconcile.raised.Load(), ReconcileCoalescings: c.reconcile.coalescings.Load(),
 		Maintenances: c.maintenances.Load(), MaintenanceErrors: c.maintainErrors.Load(), MaintenanceClaims: c.maintainClaims.Load(),
-		QuietEntries: c.quietEntries.Load(), MissedWakes: c.missedWakes.Load(), FarLookups: c.farLookups.Load(),
+		QuietEntries: c.quietEntries.Load(), MissedWakes: c.missedWakes.Load(), ExplainedProbes: c.explained.Load(),
+		FarLookups: c.farLookups.Load(),
 	}
 }
 
@@ -666,6 +679,16 @@ func (c *Controller) onMaintain(ctx context.Context) {
 	}
 }
 
+// drainReady handles every already-ready event without blocking.
+func (c *Controller) drainReady(ctx context.Context) error {
+	for {
+		handled, err := c.drainOne(ctx)
+		if err != nil || !handled {
+			return err
+		}
+	}
+}
+
 // drainOne handles one already-ready event without blocking (the same
 // cases as handleNext, which must block instead).
 func (c *Controller) drainOne(ctx context.Context) (bool, error) {
@@ -735,7 +758,17 @@ func (c *Controller) probe(ctx context.Context) error {
 // while one is pending and capacity exists. Queued reconcile signals are
 // handled before every claim.
 func (c *Controller) step(ctx context.Context) error {
-	for {
+	for first := true; ; first = false {
+		if !first {
+			// Between the turns of a backlog (More), handle the timers
+			// that fired meanwhile: a source whose turns run inline (and
+			// so never wait for capacity) would otherwise hold the
+			// probe, the backstop and maintenance back for as long as
+			// its backlog lasts.
+			if err := c.drainReady(ctx); err != nil {
+				return err
+			}
+		}
 		if err := c.switchMode(ctx); err != nil {
 			return err
 		}
@@ -750,6 +783,9 @@ func (c *Controller) step(ctx context.Context) error {
 		}
 		if c.wake.take() {
 			c.external = true
+			if c.missSuspected {
+				c.explained.Add(1)
+			}
 			c.probeFound, c.missSuspected = false, false // a wake explains what the probe saw
 			c.wokenSinceProbe = true
 		}
@@ -836,7 +872,13 @@ func (c *Controller) claim(ctx context.Context) error {
 	}
 	if c.probeFound {
 		c.probeFound = false
-		if batch.Started > 0 {
+		switch {
+		case batch.Started == 0:
+		case c.wake.pending():
+			// A wake arrived while the turn ran: it may have been for
+			// the work the turn found, which cannot tell.
+			c.explained.Add(1)
+		default:
 			// Work a quiet probe found and no wake announced yet: the
 			// wake path is broken unless its datagram was still in flight.
 			c.missSuspected = true
@@ -899,7 +941,7 @@ func (c *Controller) doReconcile(ctx context.Context) error {
 // fail classifies an error of a mutating source call; mayTrustMarker is
 // false when the call's own result contradicts a not-committed marker.
 func (c *Controller) fail(op string, err error, mayTrustMarker bool) error {
-	if mayTrustMarker && errors.Is(err, ErrSourceOperationNotCommitted) {
+	if errors.Is(err, ErrSourceOperationRecoverable) || mayTrustMarker && errors.Is(err, ErrSourceOperationNotCommitted) {
 		return fmt.Errorf("controller: %s: %w", op, err)
 	}
 	err = fmt.Errorf("controller: %s: %w", op, err)

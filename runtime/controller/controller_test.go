@@ -445,6 +445,11 @@ func TestMutatingErrorsFailClosed(t *testing.T) {
 		{"reconcile proven not committed", func(s *countingSource) {
 			s.reconcile = func(int) error { return notCommitted("rolled back") }
 		}, true, controller.ErrSourceOperationNotCommitted},
+		{"claim that only leased", func(s *countingSource) {
+			s.claim = func(int, controller.Turn) (controller.ClaimBatch, error) {
+				return controller.ClaimBatch{Started: 2}, errors.Join(errors.New("route failed after the claim"), controller.ErrSourceOperationRecoverable)
+			}
+		}, true, controller.ErrSourceOperationRecoverable},
 		{"reconcile cancelled is not proof", func(s *countingSource) {
 			s.reconcile = func(int) error { return context.DeadlineExceeded }
 		}, false, controller.ErrUnusable},
@@ -564,4 +569,95 @@ func idleController(b *testing.B) *controller.Controller {
 		b.Fatal(err)
 	}
 	return ctrl
+}
+
+// A source whose turns run inline never waits for capacity: while its
+// backlog lasts every turn says More. The probe (and every other timer)
+// still runs between those turns rather than after the backlog.
+func TestTimersRunBetweenTheTurnsOfABacklog(t *testing.T) {
+	var h *harness
+	probesBefore := 0
+	h = newHarness(t, controller.Config{}, func(s *countingSource) {
+		s.claim = func(n int, turn controller.Turn) (controller.ClaimBatch, error) {
+			switch {
+			case n == 1:
+				return controller.ClaimBatch{}, nil // start-up: nothing yet
+			case n == 2:
+				// The backlog starts; the probe period passes during its
+				// first turn.
+				probesBefore = s.Count("generation")
+				h.clock.Advance(probeEvery)
+			case n < 10:
+			default:
+				return controller.ClaimBatch{Started: 1}, nil // the backlog ends
+			}
+			return controller.ClaimBatch{Started: 1, More: true}, nil
+		}
+	})
+	h.run()
+	h.settle()
+	h.ctrl.Wake()
+	h.settle()
+	if got := h.src.Count("claim"); got != 10 {
+		t.Fatalf("%d claims, want the backlog's 10: %v", got, h.src.Calls())
+	}
+	// The probe ran during the backlog: the call log has a generation read
+	// between claim 2 and claim 10.
+	calls, claims, probedDuring := h.src.Calls(), 0, false
+	for _, c := range calls {
+		switch c {
+		case "claim":
+			claims++
+		case "generation":
+			probedDuring = probedDuring || (claims >= 2 && claims < 10)
+		}
+	}
+	if !probedDuring || h.src.Count("generation") != probesBefore+1 {
+		t.Fatalf("calls %v: want one probe between the backlog's turns", calls)
+	}
+}
+
+// RunRestarting runs a controller again after an error that left it
+// usable, after the backoff on its clock, and returns the error that made
+// it unusable.
+func TestRunRestartingRestartsOnlyWhileUsable(t *testing.T) {
+	var h *harness
+	h = newHarness(t, controller.Config{}, func(s *countingSource) {
+		s.claim = func(n int, turn controller.Turn) (controller.ClaimBatch, error) {
+			switch n {
+			case 1, 2:
+				return controller.ClaimBatch{}, errors.Join(errors.New("scan failed"), controller.ErrSourceOperationNotCommitted)
+			default:
+				return controller.ClaimBatch{}, errors.New("commit reply lost")
+			}
+		}
+	})
+	var waits []time.Duration
+	done := make(chan error, 1)
+	go func() {
+		done <- h.ctrl.RunRestarting(context.Background(), controller.Restart{
+			Min: time.Second, Max: 30 * time.Second,
+			Restarted: func(_ error, after time.Duration) { waits = append(waits, after) },
+		})
+	}()
+	for i, at := range []time.Duration{time.Second, 2 * time.Second} {
+		if !h.clock.WaitArmed(h.clock.Now().Add(at), 10*time.Second) {
+			t.Fatalf("restart %d: no %s backoff armed", i+1, at)
+		}
+		h.clock.Advance(at)
+	}
+	select {
+	case err := <-done:
+		if !errors.Is(err, controller.ErrUnusable) {
+			t.Fatalf("RunRestarting returned %v, want ErrUnusable", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("RunRestarting did not return")
+	}
+	if diff := cmp.Diff([]time.Duration{time.Second, 2 * time.Second}, waits); diff != "" {
+		t.Fatalf("restart waits (-want +got):\n%s", diff)
+	}
+	if got := h.src.Count("ready"); got != 3 {
+		t.Fatalf("%d start-ups, want 3", got)
+	}
 }

@@ -214,3 +214,29 @@ func TestChangeRightAfterTheSwitchIsFound(t *testing.T) {
 		t.Fatalf("%d claim turns after the quiet probe, want 1 for the change", got)
 	}
 }
+
+// A wake that arrives while the quiet probe's claim turn runs may be the
+// one for the work that turn found (the turn cannot tell): it explains it,
+// even with no grace at all.
+func TestWakeDuringTheProbesTurnExplainsIt(t *testing.T) {
+	var h *harness
+	h = newQuietHarness(t, controller.Config{MissedWakeGrace: -1}, func(s *countingSource) {
+		s.claim = func(n int, turn controller.Turn) (controller.ClaimBatch, error) {
+			if n == 2 {
+				h.ctrl.Wake() // the datagram lands while the turn runs
+				return controller.ClaimBatch{Started: 1}, nil
+			}
+			return controller.ClaimBatch{}, nil
+		}
+	})
+	h.run()
+	h.settle()
+	h.ctrl.SetQuiet(true)
+	h.settle()
+	h.src.SetGeneration(7)
+	h.clock.Advance(controller.DefaultQuietProbeEvery)
+	h.settle()
+	if st := h.ctrl.Stats(); st.MissedWakes != 0 || st.ExplainedProbes != 1 || !h.ctrl.Quiet() {
+		t.Fatalf("stats %+v, quiet %t: want the probe's find explained by the wake during its turn", st, h.ctrl.Quiet())
+	}
+}

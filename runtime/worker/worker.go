@@ -27,7 +27,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/laneq/laneq/internal/backoff"
 	"github.com/laneq/laneq/runtime/clock"
 	"github.com/laneq/laneq/runtime/controller"
 	"github.com/laneq/laneq/runtime/scheduler"
@@ -329,33 +328,13 @@ const (
 // runController runs the controller until ctx ends (nil) or it fails with
 // an outcome it cannot vouch for (the error).
 func (w *Worker) runController(ctx context.Context) error {
-	restart := backoff.Policy{Initial: RestartBackoffMin, Max: RestartBackoffMax}
-	failures := 0
-	timer := w.clock.NewTimer()
-	defer timer.Stop()
-	for {
-		started := w.clock.Now()
-		err := w.ctrl.Run(ctx)
-		if ctx.Err() != nil {
-			return nil
-		}
-		if w.clock.Now().Sub(started) > RestartBackoffMax {
-			failures = 0 // it ran healthily for a while
-		}
-		if !w.ctrl.Usable() {
-			return err
-		}
-		w.restarts.Add(1)
-		failures++
-		wait := restart.Delay(failures, 0)
-		w.log.Warn("controller stopped on an error that changed nothing durable; restarting", "err", err, "after", wait)
-		timer.Reset(wait)
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-timer.C():
-		}
-	}
+	return w.ctrl.RunRestarting(ctx, controller.Restart{
+		Min: RestartBackoffMin, Max: RestartBackoffMax,
+		Restarted: func(err error, after time.Duration) {
+			w.restarts.Add(1)
+			w.log.Warn("controller stopped on an error that changed nothing durable; restarting", "err", err, "after", after)
+		},
+	})
 }
 
 // Running reports whether Run is active.
