@@ -167,17 +167,16 @@ func TestAcceptAnnouncesWhenTheReadBackFails(t *testing.T) {
 	defer stop()
 
 	local := f.routerOn(in, f.qu, ingress.RouterConfig{Classes: []string{"local"}, Backstop: time.Hour})
-	localIdle := countSleeps(local, time.Hour)
 	f.run(local)
 	other := f.otherProcess()
 	remote := f.routerOn(other.in, other.qu, ingress.RouterConfig{
 		Classes: []string{"remote"}, Wakes: other.hub, Backstop: time.Hour, QuietBackstop: time.Hour,
 	})
-	remoteIdle := countSleeps(remote, time.Hour)
 	f.run(remote)
 	// Both past their first turn (and the remote one subscribed).
-	f.waitCount(&localIdle.of, 1, "local router's idle sleeps")
-	f.waitCount(&remoteIdle.of, 1, "remote router's idle sleeps")
+	f.settle(local)
+	f.waitQuiet(remote, true)
+	f.settle(remote)
 
 	for _, class := range []string{"remote", "local"} {
 		d := delivery("read-back-fails-"+class, class, "f-"+class)

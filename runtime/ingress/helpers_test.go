@@ -116,23 +116,18 @@ func (f *fixture) run(r *ingress.Router) (stop func()) {
 	return stop
 }
 
-// sleeps counts the idle sleeps a router's loops start: all of them, and
-// those of one length.
-type sleeps struct{ all, of atomic.Int64 }
-
-// countSleeps counts the idle sleeps r's loops start (call it before Run),
-// those of d apart. A test that accepts a receipt only a wake or a look of
-// the loop's own may find first waits for one: a loop's first turn, or the
-// turn a materialization continues with, would find it without either.
-func countSleeps(r *ingress.Router, d time.Duration) *sleeps {
-	s := &sleeps{}
-	r.SetIdle(func(_ string, slept time.Duration) {
-		s.all.Add(1)
-		if slept == d {
-			s.of.Add(1)
-		}
-	})
-	return s
+// settle waits until every class of the running router r has handled
+// everything sent to it so far (Router.Settle): past its first turn, and
+// in the mode its last SetQuiet asked for. A test that accepts a receipt
+// only a wake or a probe may find waits for it first: a class's first
+// turn would find it without either.
+func (f *fixture) settle(r *ingress.Router) {
+	f.t.Helper()
+	ctx, cancel := context.WithTimeout(f.ctx, time.Minute)
+	defer cancel()
+	if err := r.Settle(ctx); err != nil {
+		f.t.Fatalf("router did not settle within a minute: %v", err)
+	}
 }
 
 // waitCount waits (polling, up to a minute) until n reaches at least want.

@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"hash/fnv"
 	"log/slog"
 	"os"
 	"runtime/debug"
@@ -77,32 +78,37 @@ type RouterConfig struct {
 	// Backoff is the wait before a retry after the attempt-th claim failed
 	// (default: 1s doubling to 5m, ±20% jitter).
 	Backoff func(attempt int32) time.Duration
-	// Backstop is how often an idle class loop looks for receipts it was
-	// not woken for: ones accepted by another process (default 15s). In
-	// this process, Accept wakes the loops at once, and a backoff or an
-	// abandoned lease arms an exact timer.
+	// Backstop is how often a class probes for receipts it was not woken
+	// for: ones accepted by another process, or committed behind its scan
+	// floor (default 15s). A probe is one statement, the heads of the
+	// class's claim ranges; only when they changed does a claim turn
+	// follow, scanning from the front. In this process, Accept wakes the
+	// class at once, and a backoff or an abandoned lease arms an exact
+	// timer. At least 10ms.
 	Backstop time.Duration
 	// Wakes, when set, subscribes the router to the scope on this wake
 	// hub: a process whose Inbox announces accepts to its own hub
 	// (Inbox.AnnounceTo) wakes this router within milliseconds. While the
-	// subscription is healthy the loops look on their own only every
-	// QuietBackstop; a look that finds receipts no wake announced (an
+	// subscription is healthy the classes probe only every QuietBackstop;
+	// a quiet probe whose turn finds receipts no wake announced (an
 	// accepting process that does not announce) drops back to Backstop
 	// until the next wake arrives.
 	Wakes *wake.Hub
-	// QuietBackstop replaces Backstop while wakes are healthy (default 20m).
+	// QuietBackstop replaces Backstop while wakes are healthy (default
+	// 20m, at least 10ms).
 	QuietBackstop time.Duration
-	// MissedWakeGrace is how long after a quiet look found receipts a wake
-	// may still arrive and explain them (a look can read between another
-	// process's accept and its datagram) before the look counts a missed
-	// wake (default 1s, as controller.DefaultMissedWakeGrace; negative
-	// judges at once).
+	// MissedWakeGrace is how long after a quiet probe's turn found
+	// receipts a wake may still arrive and explain them (a probe can read
+	// between another process's accept and its datagram) before it counts
+	// a missed wake (default 1s, as controller.DefaultMissedWakeGrace;
+	// negative judges at once).
 	MissedWakeGrace time.Duration
 	// Logger receives database errors the loops retry past, and missed
 	// wakes (never a body); nil: slog.Default().
 	Logger *slog.Logger
-	// Clock runs the loops' timers (sleeps, backoffs, the backstop, the
-	// missed-wake grace), as the controller's do. Default clock.Real().
+	// Clock runs the classes' controllers (the probe, the exact due timer,
+	// the missed-wake grace, the backoff after an error). Default
+	// clock.Real().
 	Clock clock.Clock
 }
 
@@ -186,7 +192,7 @@ var receiptBackoff = backoff.Policy{Initial: time.Second, Max: 5 * time.Minute, 
 
 func defaultBackoff(attempt int32) time.Duration { return receiptBackoff.Next(int(attempt)) }
 
-// turnBackoff paces a loop's turns after failed turns (a database error):
+// turnBackoff paces a class controller's runs after a failed turn (a database error):
 // 100ms doubling to 5s, ±20%.
 var turnBackoff = backoff.Policy{Initial: 100 * time.Millisecond, Max: 5 * time.Second, Jitter: 0.2}
 
@@ -203,48 +209,38 @@ type RouterStats struct {
 	LeaseLost    int64 // receipts this router held when another took them over
 	Errors       int64 // turns that ended in a database error
 	Wakes        int64 // wakes from other processes (Wakes)
-	MissedWakes  int64 // looks on its own that found receipts no wake announced
-	// ExplainedLooks counts looks of its own, after a quiet sleep, that
-	// found receipts and that a wake then explained (it arrived during the
-	// look or within MissedWakeGrace after it).
+	MissedWakes  int64 // quiet probes whose turn found receipts no wake announced (summed over classes)
+	// ExplainedLooks counts quiet probes whose turn found receipts that a
+	// wake then explained (it arrived during the turn or within
+	// MissedWakeGrace after it).
 	ExplainedLooks int64
-	Quiet          bool // wakes are healthy: the loops look every QuietBackstop
+	Quiet          bool // wakes are healthy and trusted: every class probes every QuietBackstop
 }
 
-// Router claims due receipts of one scope and materializes them.
+// Router claims due receipts of one scope and materializes them. Each
+// route class is a controller.Source driven by its own
+// controller.Controller: the same loop, probe, quiet mode and missed-wake
+// judgement as a worker's, on RouterConfig.Clock.
 type Router struct {
 	in  *Inbox
 	qu  *workqueue.Queue
 	q   *gen.Queries
 	cfg RouterConfig
 
-	wake map[string]chan struct{} // per class, buffered 1
-	rank map[string]int           // a class's place in Classes
-	prio *priority
+	classes []*classSource // in Classes order
+	rank    map[string]int // a class's place in Classes
+	prio    *priority
+	running atomic.Bool
 
 	floorMu sync.Mutex
 	floor   map[string]time.Time // per class: where its pending scan starts (see ReceiptCandidates)
 
 	turns, claimed, reclaimed, materialized, events, transactions atomic.Int64
-	retried, failed, leaseLost, errs, wakes, missedWakes          atomic.Int64
-	explainedLooks                                                atomic.Int64
-
-	// Cross-process wakes (RouterConfig.Wakes): healthy is the
-	// subscription's health; trusted is cleared by a missed wake and set
-	// again by the next wake. Quiet while both hold. trustMu orders a wake
-	// (wakes and trusted) against a look deciding it found a missed wake:
-	// a wake landing between that look's check and its clearing trusted
-	// would otherwise be undone, and no later wake may come to set it.
-	healthy, trusted atomic.Bool
-	trustMu          sync.Mutex
+	retried, failed, leaseLost, errs, wakes                       atomic.Int64
 
 	// beforeCommit, when set (tests), runs inside a materializing
 	// transaction after its last statement and before its commit.
 	beforeCommit func(receiptIDs []int64)
-	// idle, when set (tests), runs when a class loop, its turn having
-	// found nothing, starts to sleep for d: a test that must know its
-	// next receipt is found by a look of the loop's own waits for it.
-	idle func(class string, d time.Duration)
 }
 
 // NewRouter returns a router that enqueues through qu (whose database is
@@ -255,44 +251,87 @@ func (in *Inbox) NewRouter(qu *workqueue.Queue, cfg RouterConfig) (*Router, erro
 		return nil, err
 	}
 	r := &Router{
-		in: in, qu: qu, q: in.q, cfg: cfg, wake: map[string]chan struct{}{}, rank: map[string]int{}, floor: map[string]time.Time{},
+		in: in, qu: qu, q: in.q, cfg: cfg, rank: map[string]int{}, floor: map[string]time.Time{},
 		prio: newPriority(len(cfg.Classes), max(cfg.BatchTime, 100*time.Millisecond)),
 	}
 	for i, cl := range cfg.Classes {
-		r.wake[cl] = make(chan struct{}, 1)
 		r.rank[cl] = i
+		s := &classSource{r: r, class: cl, rank: i}
+		if s.ctrl, err = controller.New(s, controller.Config{
+			Clock:                cfg.Clock,
+			GenerationProbeEvery: cfg.Backstop,
+			QuietProbeEvery:      cfg.QuietBackstop,
+			// The probe is the class's only look of its own: a change of
+			// the heads it reads makes the next turn scan from the front
+			// (see classSource.Generation), which is what a reconciling
+			// backstop would do, for one statement when nothing changed.
+			ReconcileEvery:     -1,
+			QuietBackstopEvery: cfg.QuietBackstop,
+			MaintainEvery:      -1,
+			MissedWakeGrace:    cfg.MissedWakeGrace,
+			Logger:             cfg.Logger,
+		}); err != nil {
+			return nil, &InvalidError{Field: "RouterConfig", Reason: err.Error()}
+		}
+		r.classes = append(r.classes, s)
 	}
 	return r, nil
 }
 
 // Stats returns the router's counters.
 func (r *Router) Stats() RouterStats {
-	return RouterStats{
+	st := RouterStats{
 		Turns: r.turns.Load(), Claimed: r.claimed.Load(), Reclaimed: r.reclaimed.Load(),
 		Materialized: r.materialized.Load(), Events: r.events.Load(), Transactions: r.transactions.Load(),
 		Retried: r.retried.Load(), Failed: r.failed.Load(), LeaseLost: r.leaseLost.Load(), Errors: r.errs.Load(),
-		Wakes: r.wakes.Load(), MissedWakes: r.missedWakes.Load(), ExplainedLooks: r.explainedLooks.Load(), Quiet: r.quiet(),
+		Wakes: r.wakes.Load(), Quiet: true,
 	}
+	for _, s := range r.classes {
+		cs := s.ctrl.Stats()
+		st.MissedWakes += int64(cs.MissedWakes)
+		st.ExplainedLooks += int64(cs.ExplainedProbes)
+		st.Quiet = st.Quiet && s.ctrl.Quiet()
+	}
+	return st
 }
 
 // Notify wakes the loop of class (every loop when class is empty), as an
 // Accept in this process does.
 func (r *Router) Notify(class string) {
-	for cl, ch := range r.wake {
-		if class == "" || cl == class {
-			select {
-			case ch <- struct{}{}:
-			default:
-			}
+	for _, s := range r.classes {
+		if class == "" || s.class == class {
+			s.ctrl.Wake()
 		}
 	}
 }
 
-// Run routes until ctx ends, one loop per class, and returns ctx's error.
-// Database errors do not end it: the loop logs and counts them
-// (Stats().Errors) and tries again after a backoff (a claim it could not
-// finish is taken over once its lease ends).
+// Settle returns once every class loop has handled every wake sent and
+// every timer fired before the call (controller.Controller.Settle): a test
+// that must know the router is idle, past its first turn, waits for it.
+func (r *Router) Settle(ctx context.Context) error {
+	for _, s := range r.classes {
+		if err := s.ctrl.Settle(ctx); err != nil {
+			return fmt.Errorf("ingress: settle router class %s: %w", s.class, err)
+		}
+	}
+	return nil
+}
+
+// ErrRouterRunning reports a second concurrent Run of one Router.
+var ErrRouterRunning = errors.New("ingress: router already running")
+
+// Run routes until ctx ends, one controller per class, and returns ctx's
+// error. Database errors do not end it: a class's controller logs and
+// counts them (Stats().Errors) and runs again after a backoff (100ms
+// doubling to 5s; a claim it could not finish is taken over once its
+// lease ends).
 func (r *Router) Run(ctx context.Context) error {
+	if !r.running.CompareAndSwap(false, true) {
+		return ErrRouterRunning
+	}
+	defer r.running.Store(false)
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
 	stop := r.in.onAccepted(func(scope, class string) {
 		if scope == r.cfg.Scope {
 			r.Notify(class)
@@ -300,197 +339,173 @@ func (r *Router) Run(ctx context.Context) error {
 	})
 	defer stop()
 	if r.cfg.Wakes != nil {
-		r.trusted.Store(true)
+		var subscription atomic.Pointer[wake.Subscription]
 		sub, err := r.cfg.Wakes.Subscribe(ctx, r.cfg.Scope, wake.Handlers{
 			Wake: func(bool) {
-				r.trustMu.Lock()
 				r.wakes.Add(1)
-				r.trusted.Store(true)
-				r.trustMu.Unlock()
-				r.Notify("")
+				healthy := false
+				if s := subscription.Load(); s != nil {
+					healthy = s.Healthy()
+				}
+				for _, s := range r.classes {
+					s.ctrl.Wake()
+					if healthy {
+						s.ctrl.SetQuiet(true) // a wake arrived: the path works again
+					}
+				}
 			},
-			Health: func(healthy bool) { r.healthy.Store(healthy) },
+			Health: func(healthy bool) {
+				for _, s := range r.classes {
+					s.ctrl.SetQuiet(healthy)
+				}
+			},
 		})
 		if err != nil {
 			return fmt.Errorf("ingress: subscribe router of %s to wakes: %w", r.cfg.Scope, err)
 		}
+		subscription.Store(sub)
+		defer func() {
+			for _, s := range r.classes {
+				s.ctrl.SetQuiet(false)
+			}
+		}()
 		defer sub.Close() //nolint:errcheck // best effort: the row expires with its TTL
 	}
 	var wg sync.WaitGroup
-	for _, cl := range r.cfg.Classes {
+	errs := make([]error, len(r.classes))
+	for i, s := range r.classes {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			r.loop(ctx, cl)
+			defer s.setAhead(false)
+			errs[i] = s.ctrl.RunRestarting(ctx, controller.Restart{
+				Min: turnBackoff.Initial, Max: turnBackoff.Max, Jitter: turnBackoff.Jitter,
+				Restarted: func(err error, after time.Duration) {
+					r.cfg.Logger.Warn("ingress: router class stopped on an error; running again", "scope", r.cfg.Scope, "class", s.class, "err", err, "after", after)
+				},
+			})
+			if errs[i] != nil {
+				cancel() // cannot happen for a router's sources; end the others rather than run half a router
+			}
 		}()
 	}
 	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("ingress: router of %s: %w", r.cfg.Scope, err)
+	}
 	return ctx.Err()
 }
 
-func (r *Router) loop(ctx context.Context, class string) {
-	clk := r.cfg.Clock
-	timer := clk.NewTimer()
-	defer timer.Stop()
-	failures := int32(0)
-	// While its turns come back full (a backlog), the class stays ahead of
-	// later classes between turns too, not only during them.
-	rank, ahead := r.rank[class], false
-	defer func() {
-		if ahead {
-			r.prio.leave(rank)
-		}
-	}()
-	lastFront := clk.Now()
-	// lookedAlone: the last sleep was a quiet one and ended at the
-	// backstop, not by a wake; wakesAtSleep is the wake count when it
-	// began. Its look found a missed wake only if no wake arrived from
-	// then to the end of the look (see missedWake).
-	lookedAlone, wakesAtSleep := false, int64(0)
-	for ctx.Err() == nil {
-		if clk.Now().Sub(lastFront) >= r.backstop() {
-			// Once per Backstop the scan starts from the front: it finds
-			// a receipt that committed later than the straggler window
-			// behind one already consumed (however busy the class is).
-			r.resetFloor(class)
-			lastFront = clk.Now()
-		}
-		n, err := r.Turn(ctx, class)
-		full := n >= r.cfg.BatchReceipts
-		if full != ahead {
-			if full {
-				r.prio.enter(rank)
-			} else {
-				r.prio.leave(rank)
-			}
-			ahead = full
-		}
-		if err != nil && ctx.Err() == nil {
-			r.errs.Add(1)
-			failures++
-			r.cfg.Logger.Warn("ingress: router turn failed; retrying", "scope", r.cfg.Scope, "class", class, "err", err)
-			r.sleep(ctx, timer, turnBackoff.Next(int(failures)), class)
-			continue
-		}
-		failures = 0
-		if n > 0 && lookedAlone {
-			since := wakesAtSleep // the loop moves on and counts again
-			judge := func() {
-				if r.missedWake(since) {
-					r.cfg.Logger.Info("ingress: router found receipts no wake announced; looking every Backstop until the next wake",
-						"scope", r.cfg.Scope, "class", class, "backstop", r.cfg.Backstop, "grace", r.cfg.MissedWakeGrace)
-				}
-			}
-			if r.cfg.MissedWakeGrace < 0 {
-				judge()
-			} else {
-				// A wake within the grace may still explain what the
-				// look found: judge then, without holding up the loop.
-				grace := clk.NewTimer()
-				grace.Reset(r.cfg.MissedWakeGrace)
-				go func() {
-					defer grace.Stop()
-					select {
-					case <-grace.C():
-						judge()
-					case <-ctx.Done():
-					}
-				}()
-			}
-		}
-		lookedAlone = false
-		if n > 0 {
-			continue // more may be due: a backlog, or a retry whose backoff is over
-		}
-		quiet := r.quiet()
-		backstop := r.backstop()
-		wait, err := r.nextDue(ctx, class, backstop)
-		if err != nil {
-			if ctx.Err() == nil {
-				r.errs.Add(1)
-				r.cfg.Logger.Warn("ingress: router could not read its next due time; looking again in a second", "scope", r.cfg.Scope, "class", class, "err", err)
-			}
-			wait = time.Second
-		}
-		// Counted before the sleep: a wake that arrives as the timer
-		// fires (the select may take either) or while the look runs
-		// tells that look its receipts may have been announced.
-		wakesAtSleep = r.wakes.Load()
-		if r.idle != nil {
-			r.idle(class, wait)
-		}
-		// Only a quiet sleep's look can find a missed wake: while not
-		// quiet the loop already looks every Backstop (wakes
-		// distrusted, or the subscription unhealthy and possibly missing
-		// them).
-		lookedAlone = !r.sleep(ctx, timer, wait, class) && wait == backstop && quiet
-	}
+// classSource is one route class as the controller sees it. Its fields
+// are touched only by its controller's loop.
+type classSource struct {
+	r     *Router
+	class string
+	rank  int
+	ctrl  *controller.Controller
+	// ahead: the last turn came back full (a backlog), so the class stays
+	// ahead of later classes between its turns too, not only during them.
+	ahead bool
+	// probed is the last probe's value; front asks the next turn to scan
+	// from the front because the probe saw the heads change.
+	probed uint64
+	front  bool
 }
 
-// missedWake books a look of the loop's own, after a quiet sleep that
-// began at wake count wakesAtSleep, that found receipts: when no wake
-// arrived from that sleep's start to the grace's end after the look and
-// the router is still quiet, no wake
-// announced them (an accepting process does not announce), so the loops
-// look every Backstop again until a wake proves the path. A wake that
-// arrived meanwhile may have been for what the look found: the look cannot
-// tell, and counts nothing; the router stays as that wake left it.
-func (r *Router) missedWake(wakesAtSleep int64) bool {
-	r.trustMu.Lock()
-	defer r.trustMu.Unlock()
-	if r.wakes.Load() != wakesAtSleep {
-		r.explainedLooks.Add(1)
-		return false
-	}
-	if !r.quiet() {
-		return false
-	}
-	r.missedWakes.Add(1)
-	r.trusted.Store(false)
-	return true
+// Ready: the Inbox checked the session when it was built, and the probe
+// that follows reads the table.
+func (s *classSource) Ready(context.Context) error { return nil }
+
+// Reconcile makes the next turn scan from the front: start-up, and a run
+// after an error.
+func (s *classSource) Reconcile(context.Context) error {
+	s.r.resetFloor(s.class)
+	return nil
 }
 
-// sleep waits for d, a wake of class (woken), or ctx's end.
-func (r *Router) sleep(ctx context.Context, timer clock.Timer, d time.Duration, class string) (woken bool) {
-	timer.Reset(d)
-	select {
-	case <-timer.C():
-	case <-r.wake[class]:
-		woken = true
-	case <-ctx.Done():
-		woken = true // not a look of its own
+// Claim runs one Turn. A failed turn may have claimed receipts, but a
+// claim only leases them: the lease ends and a router (this one too)
+// takes them over, so the controller stays usable and runs again after a
+// backoff.
+func (s *classSource) Claim(ctx context.Context, _ controller.Turn) (controller.ClaimBatch, error) {
+	if s.front {
+		s.front = false
+		s.r.resetFloor(s.class)
 	}
-	timer.Stop() // discards a fire not received
-	return woken
+	n, err := s.r.Turn(ctx, s.class)
+	full := n >= s.r.cfg.BatchReceipts
+	s.setAhead(full && err == nil)
+	if err != nil {
+		if ctx.Err() == nil {
+			s.r.errs.Add(1)
+		}
+		return controller.ClaimBatch{Started: n}, fmt.Errorf("%w: %w", controller.ErrSourceOperationRecoverable, err)
+	}
+	return controller.ClaimBatch{Started: n, More: full}, nil
 }
 
-// quiet: wakes from other processes are healthy and trusted.
-func (r *Router) quiet() bool { return r.healthy.Load() && r.trusted.Load() }
-
-// backstop is how long an idle loop waits before looking on its own.
-func (r *Router) backstop() time.Duration {
-	if r.quiet() {
-		return r.cfg.QuietBackstop
+func (s *classSource) setAhead(full bool) {
+	if full == s.ahead {
+		return
 	}
-	return r.cfg.Backstop
+	if full {
+		s.r.prio.enter(s.rank)
+	} else {
+		s.r.prio.leave(s.rank)
+	}
+	s.ahead = full
 }
 
-// nextDue is how long the loop of class may sleep after a turn that found
-// nothing: until its earliest retry or live lease's end (measured on the
-// database clock), at most Backstop.
-func (r *Router) nextDue(ctx context.Context, class string, backstop time.Duration) (time.Duration, error) {
-	heads, err := r.q.NextReceiptDue(ctx, gen.NextReceiptDueParams{
-		ScopeID: r.cfg.Scope, RouteClass: class, WithinMicros: backstop.Microseconds(),
+// NextWorkAt is the class's earliest retry or live lease's end, measured
+// on the database clock and placed on the controller's by its delay, no
+// further ahead than the probe, which looks again.
+func (s *classSource) NextWorkAt(ctx context.Context) (time.Time, bool, error) {
+	within := s.r.cfg.Backstop
+	if s.ctrl.Quiet() {
+		within = s.r.cfg.QuietBackstop
+	}
+	heads, err := s.r.q.NextReceiptDue(ctx, gen.NextReceiptDueParams{
+		ScopeID: s.r.cfg.Scope, RouteClass: s.class, WithinMicros: within.Microseconds(),
 	})
 	if err != nil {
-		return 0, fmt.Errorf("ingress: next due receipt of %s/%s: %w", r.cfg.Scope, class, err)
+		s.r.errs.Add(1)
+		return time.Time{}, false, fmt.Errorf("ingress: next due receipt of %s/%s: %w", s.r.cfg.Scope, s.class, err)
 	}
-	wait := backstop
-	for _, micros := range heads {
-		wait = min(wait, max(time.Duration(micros)*time.Microsecond, 0))
+	if len(heads) == 0 {
+		return time.Time{}, false, nil
 	}
-	return wait, nil
+	wait := time.Duration(slices.Min(heads)) * time.Microsecond
+	return s.r.cfg.Clock.Now().Add(max(wait, 0)), true, nil
 }
+
+// Generation reads the heads of the class's two claim ranges from the
+// front (ReceiptCandidates from the zero floor): the first due pending
+// receipt and the expired leases. A change (an accept, a retry come due,
+// a router that died, a receipt that committed behind the floor) makes a
+// claim turn, which scans from the front.
+func (s *classSource) Generation(ctx context.Context) (uint64, error) {
+	heads, err := s.r.q.ReceiptCandidates(ctx, gen.ReceiptCandidatesParams{
+		ScopeID: s.r.cfg.Scope, RouteClass: s.class, FromTime: scanFromFront, Limit: 1,
+	})
+	if err != nil {
+		return 0, fmt.Errorf("ingress: probe receipts of %s/%s: %w", s.r.cfg.Scope, s.class, err)
+	}
+	h := fnv.New64a()
+	for _, c := range heads {
+		_, _ = fmt.Fprintf(h, "%d@%d;", c.ReceiptID, c.NextAttemptAt.UnixMicro())
+	}
+	g := uint64(0)
+	if len(heads) > 0 {
+		g = h.Sum64() | 1 // never 0, the value of "nothing due"
+	}
+	if g != s.probed {
+		s.probed, s.front = g, true
+	}
+	return g, nil
+}
+
+// Capacity: a turn runs inline, so a class can always take one.
+func (s *classSource) Capacity(bool) int { return 1 }
 
 // Turn runs one claim turn for class: claims up to BatchReceipts due
 // receipts, routes them and materializes them in bounded transactions,
@@ -527,7 +542,7 @@ func (r *Router) Turn(ctx context.Context, class string) (claimed int, err error
 // StragglerWindow is how far behind the newest due time a router consumed
 // its next scan starts: an accept or retry whose statement began before
 // that receipt's but committed after it is still found. One committing
-// later than this is found at the class's next Backstop, whose scan starts
+// later than this is found after the class's next probe, whose turn starts
 // from the front.
 const StragglerWindow = 2 * time.Second
 

@@ -81,10 +81,9 @@ func TestAcceptInAnotherProcessWakesTheRouter(t *testing.T) {
 	stop := api.in.AnnounceTo(api.hub)
 	defer stop()
 	r := f.router(ingress.RouterConfig{Wakes: newHub(t, f.qu), Backstop: time.Hour, QuietBackstop: time.Hour})
-	idle := countSleeps(r, time.Hour)
 	f.run(r)
 	f.waitQuiet(r, true)
-	f.waitCount(&idle.of, 1, "idle sleeps") // past its first turn: no look of its own finds the first receipt
+	f.settle(r) // past its first turn: no look of its own finds the first receipt
 
 	for i := range 5 {
 		acc, err := api.in.Accept(f.ctx, delivery("remote-"+string(rune('a'+i)), "", "rf"+string(rune('a'+i))))
@@ -111,12 +110,11 @@ func TestMissedWakeEndsQuiet(t *testing.T) {
 	silent := f.otherProcess()
 	const quietBackstop = 500 * time.Millisecond
 	r := f.router(ingress.RouterConfig{Wakes: newHub(t, f.qu), Backstop: 200 * time.Millisecond, QuietBackstop: quietBackstop})
-	idle := countSleeps(r, quietBackstop)
 	f.run(r)
 	f.waitQuiet(r, true)
-	// A quiet sleep began: whatever finds the next receipt is a look of
-	// the loop's own after a quiet sleep (nothing here announces it).
-	f.waitCount(&idle.of, 1, "quiet sleeps")
+	// In quiet mode: whatever finds the next receipt is a quiet probe
+	// (nothing here announces it).
+	f.settle(r)
 
 	acc, err := silent.in.Accept(f.ctx, delivery("unannounced", "", "u1"))
 	if err != nil {
@@ -161,10 +159,9 @@ func TestWakeTrailingALookIsNotAMissedWake(t *testing.T) {
 			other := f.otherProcess()
 			const quietBackstop = 300 * time.Millisecond
 			r := f.router(ingress.RouterConfig{Wakes: newHub(t, f.qu), Backstop: 100 * time.Millisecond, QuietBackstop: quietBackstop, MissedWakeGrace: tc.grace})
-			idle := countSleeps(r, quietBackstop)
 			f.run(r)
 			f.waitQuiet(r, true)
-			f.waitCount(&idle.of, 1, "quiet sleeps")
+			f.settle(r)
 			acc, err := other.in.Accept(f.ctx, delivery("trailed", "", "t1"))
 			if err != nil {
 				t.Fatal(err)
@@ -207,10 +204,9 @@ func TestWakeDuringALookIsNotAMissedWake(t *testing.T) {
 			return routeFacts(ctx, c)
 		},
 	})
-	idle := countSleeps(r, quietBackstop)
 	f.run(r)
 	f.waitQuiet(r, true)
-	f.waitCount(&idle.of, 1, "quiet sleeps")
+	f.settle(r)
 
 	// Accepted unannounced: a look of the loop's own claims it, and its
 	// route holds that look's turn open until the wake has arrived.
@@ -221,10 +217,9 @@ func TestWakeDuringALookIsNotAMissedWake(t *testing.T) {
 	<-entered
 	other.hub.Publish(scope)
 	f.waitStats(r, "the wake", func(st ingress.RouterStats) bool { return st.Wakes >= 1 })
-	slept := idle.all.Load() // the loop is in the turn: it sleeps again only after booking it
 	unblock()
 	f.waitStatus(acc.Receipt.ID, ingress.StatusMaterialized)
-	f.waitCount(&idle.all, slept+1, "sleeps after the turn")
+	f.settle(r) // the turn is booked: it ended before the loop took the settle
 	if st := r.Stats(); st.MissedWakes != 0 || !st.Quiet {
 		t.Fatalf("router stats %+v, want no missed wake and still quiet", st)
 	}
