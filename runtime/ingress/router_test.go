@@ -12,7 +12,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/go-cmp/cmp"
+
 	"github.com/laneq/laneq/internal/faultdb"
+	"github.com/laneq/laneq/internal/sqlcount"
 	"github.com/laneq/laneq/runtime/clock"
 	"github.com/laneq/laneq/runtime/ingress"
 	"github.com/laneq/laneq/runtime/workqueue"
@@ -407,4 +410,43 @@ func TestBackstopRunsOnTheRoutersClock(t *testing.T) {
 	}
 	fake.Advance(time.Minute)
 	f.waitStatus(a.Receipt.ID, ingress.StatusMaterialized)
+}
+
+// TestIdleRouterCostsOneProbePerBackstop: an idle class sends one
+// statement per Backstop, its probe (the heads of its claim ranges), and
+// claims nothing while they do not change: two classes idle for ten
+// backstops cost twenty probes. Counted from the driver side, on the
+// router's fake clock.
+func TestIdleRouterCostsOneProbePerBackstop(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	db, counter, err := sqlcount.Open(f.dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	qu, err := workqueue.New(db, workqueue.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	in, err := ingress.NewFromQueue(qu, ingress.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	fake := clock.NewFake(time.Now())
+	r := f.routerOn(in, qu, ingress.RouterConfig{Classes: []string{"a", "b"}, Backstop: time.Minute, Clock: fake})
+	f.run(r)
+	f.settle(r) // past start-up
+	before := counter.ByStatement()
+	const backstops = 10
+	for range backstops {
+		if !fake.WaitArmed(fake.Now().Add(time.Minute), time.Minute) {
+			t.Fatal("no probe armed a backstop ahead")
+		}
+		fake.Advance(time.Minute)
+		f.settle(r)
+	}
+	if diff := cmp.Diff(map[string]int64{"ReceiptCandidates": 2 * backstops}, counter.Since(before)); diff != "" {
+		t.Fatalf("statements of two idle classes over %d backstops (-want +got):\n%s", backstops, diff)
+	}
 }
