@@ -487,16 +487,17 @@ UNION ALL
  WHERE r.scope_id = ?
    AND r.route_class = ?
    AND r.router_status = 'routing'
-   AND r.next_attempt_at > NOW(6)
+   AND r.next_attempt_at > DATE_ADD(NOW(6), INTERVAL CAST(? AS SIGNED) MICROSECOND)
    AND r.next_attempt_at <= DATE_ADD(NOW(6), INTERVAL CAST(? AS SIGNED) MICROSECOND)
  ORDER BY r.next_attempt_at
  LIMIT 1)
 `
 
 type NextReceiptDueParams struct {
-	ScopeID      string
-	RouteClass   string
-	WithinMicros int64
+	ScopeID         string
+	RouteClass      string
+	WithinMicros    int64
+	LeaseFromMicros int64
 }
 
 // When the router's exact timer for one (scope, class) should fire, once a
@@ -504,12 +505,19 @@ type NextReceiptDueParams struct {
 // earliest pending receipt due later (a retry's backoff) and to the
 // earliest live routing lease's end (where an abandoned claim becomes
 // claimable), within within_micros (the router's backstop); no row: none
-// within it. The caller takes the smaller. Each branch's range is
-// (now, now + within]: the due backlog and expired leases before it (which
-// the turn's scan handles) and the retries and leases due later are never
+// within it. The caller takes the smaller. The pending branch's range is
+// (now, now + within], the lease branch's starts a few seconds earlier
+// (below): the due backlog and the expired leases before them (which the
+// turn's scan handles) and the retries and leases due later are never
 // read (on the embedded engine a scan costs time for every entry in its
 // range, LIMIT or not); at most one entry each. Measured on the database
 // clock, so no host clock or session time zone enters.
+//
+// The lease branch starts at lease_from_micros from now, a negative offset
+// of at most a few seconds (how long ago the router's last turn began), as
+// NextWorkAt's does: a lease that ran out after that turn read it live is
+// claimable, yet announced by nobody (its router is gone), so the lookup after the
+// turn must see it (a negative due_in_micros: due now).
 func (q *Queries) NextReceiptDue(ctx context.Context, arg NextReceiptDueParams) ([]int64, error) {
 	rows, err := q.db.QueryContext(ctx, nextReceiptDue,
 		arg.ScopeID,
@@ -517,6 +525,7 @@ func (q *Queries) NextReceiptDue(ctx context.Context, arg NextReceiptDueParams) 
 		arg.WithinMicros,
 		arg.ScopeID,
 		arg.RouteClass,
+		arg.LeaseFromMicros,
 		arg.WithinMicros,
 	)
 	if err != nil {

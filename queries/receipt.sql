@@ -173,12 +173,19 @@ WHERE receipt_id = sqlc.arg(receipt_id)
 -- earliest pending receipt due later (a retry's backoff) and to the
 -- earliest live routing lease's end (where an abandoned claim becomes
 -- claimable), within within_micros (the router's backstop); no row: none
--- within it. The caller takes the smaller. Each branch's range is
--- (now, now + within]: the due backlog and expired leases before it (which
--- the turn's scan handles) and the retries and leases due later are never
+-- within it. The caller takes the smaller. The pending branch's range is
+-- (now, now + within], the lease branch's starts a few seconds earlier
+-- (below): the due backlog and the expired leases before them (which the
+-- turn's scan handles) and the retries and leases due later are never
 -- read (on the embedded engine a scan costs time for every entry in its
 -- range, LIMIT or not); at most one entry each. Measured on the database
 -- clock, so no host clock or session time zone enters.
+--
+-- The lease branch starts at lease_from_micros from now, a negative offset
+-- of at most a few seconds (how long ago the router's last turn began), as
+-- NextWorkAt's does: a lease that ran out after that turn read it live is
+-- claimable, yet announced by nobody (its router is gone), so the lookup after the
+-- turn must see it (a negative due_in_micros: due now).
 (SELECT CAST(TIMESTAMPDIFF(MICROSECOND, NOW(6), p.next_attempt_at) AS SIGNED) AS due_in_micros
  FROM ingress_receipt p
  WHERE p.scope_id = sqlc.arg(scope_id)
@@ -194,7 +201,7 @@ UNION ALL
  WHERE r.scope_id = sqlc.arg(scope_id)
    AND r.route_class = sqlc.arg(route_class)
    AND r.router_status = 'routing'
-   AND r.next_attempt_at > NOW(6)
+   AND r.next_attempt_at > DATE_ADD(NOW(6), INTERVAL CAST(sqlc.arg(lease_from_micros) AS SIGNED) MICROSECOND)
    AND r.next_attempt_at <= DATE_ADD(NOW(6), INTERVAL CAST(sqlc.arg(within_micros) AS SIGNED) MICROSECOND)
  ORDER BY r.next_attempt_at
  LIMIT 1);

@@ -410,6 +410,9 @@ type classSource struct {
 	// from the front because the probe saw the heads change.
 	probed uint64
 	front  bool
+	// turnBegan is when the last turn began (real time: the lookup
+	// measures it against the database's).
+	turnBegan time.Time
 }
 
 // Ready: the Inbox checked the session when it was built, and the probe
@@ -432,6 +435,7 @@ func (s *classSource) Claim(ctx context.Context, _ controller.Turn) (controller.
 		s.front = false
 		s.r.resetFloor(s.class)
 	}
+	s.turnBegan = time.Now()
 	n, err := s.r.Turn(ctx, s.class)
 	full := n >= s.r.cfg.BatchReceipts
 	s.setAhead(full && err == nil)
@@ -459,13 +463,26 @@ func (s *classSource) setAhead(full bool) {
 // NextWorkAt is the class's earliest retry or live lease's end, measured
 // on the database clock and placed on the controller's by its delay, no
 // further ahead than the probe, which looks again.
+//
+// For leases it also looks back to when the last turn began (at most
+// workqueue.MaxLookBack), as the worker's lookup does: a dead router's
+// lease that ran out after that turn's scan is claimable now, yet no
+// lookup that sees only the future and no announcement would report it,
+// so it would wait for a probe (20 minutes in quiet mode). It is reported
+// as now, once: it lies before the turn it causes, where the next lookup
+// starts.
 func (s *classSource) NextWorkAt(ctx context.Context) (time.Time, bool, error) {
 	within := s.r.cfg.Backstop
 	if s.ctrl.Quiet() {
 		within = s.r.cfg.QuietBackstop
 	}
+	var lookBack time.Duration
+	if !s.turnBegan.IsZero() {
+		lookBack = min(time.Since(s.turnBegan), workqueue.MaxLookBack)
+	}
 	heads, err := s.r.q.NextReceiptDue(ctx, gen.NextReceiptDueParams{
 		ScopeID: s.r.cfg.Scope, RouteClass: s.class, WithinMicros: within.Microseconds(),
+		LeaseFromMicros: -lookBack.Microseconds(),
 	})
 	if err != nil {
 		s.r.errs.Add(1)

@@ -450,3 +450,55 @@ func TestIdleRouterCostsOneProbePerBackstop(t *testing.T) {
 		t.Fatalf("statements of two idle classes over %d backstops (-want +got):\n%s", backstops, diff)
 	}
 }
+
+// TestLeaseExpiringDuringATurnIsReclaimed: a dead router's lease that runs
+// out while this router's turn is in progress (after its scan read the
+// lease live, before its next-work lookup) is claimable at once, and
+// nobody announces it. The lookup after the turn looks back to the turn's
+// start and finds it; the router's probe is an hour away, so nothing else
+// can.
+func TestLeaseExpiringDuringATurnIsReclaimed(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	abandoned := f.accept(delivery("abandoned", "", "b1"))
+	// A router that claims the receipt and then hangs: its lease, 2s,
+	// runs out with nothing routed.
+	hung, cancelHung := context.WithCancel(f.ctx)
+	defer cancelHung()
+	dead := f.router(ingress.RouterConfig{Owner: "dead", Lease: 2 * time.Second, Route: func(ctx context.Context, _ ingress.Claimed) ([]workqueue.Event, error) {
+		<-ctx.Done()
+		return nil, ctx.Err()
+	}})
+	go func() { _, _ = dead.Turn(hung, ingress.DefaultClass) }()
+	f.waitStatus(abandoned.Receipt.ID, ingress.StatusRouting)
+
+	// This router's first turn scans while that lease is live and routes a
+	// receipt until the lease has run out.
+	held := f.accept(delivery("held", "", "h1"))
+	expired := func() bool {
+		var n int
+		if err := f.db.QueryRowContext(f.ctx, "SELECT COUNT(*) FROM ingress_receipt WHERE receipt_id = ? AND next_attempt_at < NOW(6)", abandoned.Receipt.ID).Scan(&n); err != nil {
+			t.Error(err)
+			return true
+		}
+		return n == 1
+	}
+	r := f.router(ingress.RouterConfig{Owner: "alive", Backstop: time.Hour, QuietBackstop: time.Hour, Route: func(ctx context.Context, c ingress.Claimed) ([]workqueue.Event, error) {
+		if c.ID == held.Receipt.ID {
+			deadline := time.Now().Add(time.Minute)
+			for !expired() && time.Now().Before(deadline) {
+				time.Sleep(10 * time.Millisecond)
+			}
+		}
+		return routeFacts(ctx, c)
+	}})
+	f.run(r)
+	f.waitStatus(held.Receipt.ID, ingress.StatusMaterialized)
+	got := f.waitStatus(abandoned.Receipt.ID, ingress.StatusMaterialized)
+	if got.Attempts != 2 || got.ClaimOwner != "alive/default" {
+		t.Fatalf("abandoned receipt: %d attempts, owner %q; want taken over by alive on its second claim", got.Attempts, got.ClaimOwner)
+	}
+	if st := r.Stats(); st.Turns != 2 {
+		t.Fatalf("router stats %+v: want two turns, the first and the one the look-back caused", st)
+	}
+}
