@@ -11,6 +11,20 @@ func newQuietHarness(t *testing.T, cfg controller.Config, tweak func(*countingSo
 	return newHarness(t, cfg, tweak)
 }
 
+// quietProbeFindsAChange runs the controller into quiet mode, changes the
+// generation with no wake (another process's lost one) and lets the
+// quiet probe see it, which makes the second claim turn.
+func (h *harness) quietProbeFindsAChange() {
+	h.t.Helper()
+	h.run()
+	h.settle()
+	h.ctrl.SetQuiet(true)
+	h.settle()
+	h.src.SetGeneration(7)
+	h.clock.Advance(controller.DefaultQuietProbeEvery)
+	h.settle()
+}
+
 // Entering quiet mode probes once (nothing it would find is lost; what it
 // read is the baseline), and from then on probes (the same probe) every
 // QuietProbeEvery and reconciles every QuietBackstopEvery: an idle hour
@@ -113,13 +127,7 @@ func TestWakeTrailingTheQuietProbeIsNotAMissedWake(t *testing.T) {
 					return controller.ClaimBatch{}, nil
 				}
 			})
-			h.run()
-			h.settle()
-			h.ctrl.SetQuiet(true)
-			h.settle()
-			h.src.SetGeneration(7)
-			h.clock.Advance(controller.DefaultQuietProbeEvery)
-			h.settle()
+			h.quietProbeFindsAChange()
 			if claims != 2 {
 				t.Fatalf("%d claims after the probe, want the probe's own", claims)
 			}
@@ -229,13 +237,7 @@ func TestWakeDuringTheProbesTurnExplainsIt(t *testing.T) {
 			return controller.ClaimBatch{}, nil
 		}
 	})
-	h.run()
-	h.settle()
-	h.ctrl.SetQuiet(true)
-	h.settle()
-	h.src.SetGeneration(7)
-	h.clock.Advance(controller.DefaultQuietProbeEvery)
-	h.settle()
+	h.quietProbeFindsAChange()
 	if st := h.ctrl.Stats(); st.MissedWakes != 0 || st.ExplainedProbes != 1 || !h.ctrl.Quiet() {
 		t.Fatalf("stats %+v, quiet %t: want the probe's find explained by the wake during its turn", st, h.ctrl.Quiet())
 	}
