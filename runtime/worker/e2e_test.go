@@ -142,7 +142,15 @@ func runHelperProcess() int {
 		cmd := strings.Fields(in.Text())
 		switch {
 		case len(cmd) == 1 && cmd[0] == "go":
-			go func() { done <- w.Run(ctx) }()
+			go func() {
+				err := w.Run(ctx)
+				if err != nil && ctx.Err() == nil {
+					// Said at once: a test waiting for this process's
+					// work shows it with its failure, not at "stop".
+					fmt.Fprintln(os.Stderr, "helper: worker stopped:", err)
+				}
+				done <- err
+			}()
 		case len(cmd) == 2 && cmd[0] == "idle":
 			ms, err := strconv.Atoi(cmd[1])
 			if err != nil {

@@ -33,6 +33,7 @@ func TestPoisonItemThatKillsItsProcessEndsDead(t *testing.T) {
 	env := []string{
 		helperLeaseEnv + "=1s", fmt.Sprintf("%s=%d", helperMaxAttemptsEnv, budget), helperExitOnEnv + "=poison",
 		worker.EnvExecutors + "=2", worker.EnvGenerationProbeEvery + "=-1s", worker.EnvReconcileEvery + "=-1s",
+		helperDebugEnv + "=1", // its log, shown when a process neither dies nor runs the follower
 	}
 	deaths := 0
 	for process := 1; ; process++ {
@@ -62,7 +63,24 @@ func TestPoisonItemThatKillsItsProcessEndsDead(t *testing.T) {
 					break read
 				}
 			case <-timeout:
-				t.Fatalf("process %d neither died nor ran the follower (stderr: %s)", process, h.stderr.String())
+				h.send(t, "stats")
+				report := "no report"
+				for wait := time.After(10 * time.Second); report == "no report"; {
+					select {
+					case line := <-h.lines:
+						if strings.HasPrefix(line, "report ") {
+							report = line
+						}
+					case <-wait:
+						report = "no report within 10s"
+					}
+				}
+				var row string
+				if err := f.db.QueryRow("SELECT CONCAT_WS(' ', state, attempt_count, lease_owner, run_after, NOW(6)) FROM work_item WHERE work_id = ?", poison).Scan(&row); err != nil {
+					row = err.Error()
+				}
+				t.Fatalf("process %d neither died nor ran the follower; poison row (state attempts owner run_after now): %s; %s; stderr (last 16 KiB): %s",
+					process, row, report, tail(h.stderr.String(), 16<<10))
 			}
 		}
 		if ranFollower {
@@ -402,4 +420,12 @@ func (s *syncBuffer) String() string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.b.String()
+}
+
+// tail is the last n bytes of s.
+func tail(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return "…" + s[len(s)-n:]
 }
