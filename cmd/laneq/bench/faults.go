@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"syscall"
 	"time"
 
@@ -127,12 +128,21 @@ func (p *phase) inject(ctx context.Context, kind string, n int) (string, error) 
 }
 
 // freezeHoldFor bounds how long a frozen process waits, past Freeze, for
-// its leases to be taken over.
-const freezeHoldFor = 2 * time.Minute
+// its leases to be taken over; freezeFindFor how long the freeze looks
+// for a process that holds a lease at the moment it is stopped. The
+// lease holders change every handler latency, but a busy machine (or the
+// embedded engine clearing a killed process's lock) can keep every
+// process between attempts for seconds, so the search is generous.
+const (
+	freezeHoldFor = 2 * time.Minute
+	freezeFindFor = time.Minute
+)
 
 // freeze stops the busiest worker process with SIGSTOP while it holds at
 // least one lease (stopped, then checked, and resumed and tried again
-// when it held none), keeps it stopped for Faults.Freeze and then until
+// when it held none, for up to freezeFindFor: a freeze that caught no
+// lease proves nothing, so it is an error, not a fault recorded as
+// done), keeps it stopped for Faults.Freeze and then until
 // every lease it held was taken over (or freezeHoldFor passed), and
 // resumes it. The frozen process is the GC-pause case: waking only after
 // the takeover is a barrier, not a hope, so its stale finalizations must
@@ -143,8 +153,8 @@ func (p *phase) freeze(ctx context.Context) (string, error) {
 		running int64
 		held    int64
 	)
-	give := time.Now().Add(10 * time.Second)
-	for {
+	began := time.Now()
+	for tries := 1; ; tries++ {
 		var err error
 		victim, running, err = p.busiest(ctx)
 		if err != nil {
@@ -157,8 +167,13 @@ func (p *phase) freeze(ctx context.Context) (string, error) {
 			_ = victim.signal(syscall.SIGCONT)
 			return "", fmt.Errorf("read leases held by %s: %w", victim.name, err)
 		}
-		if held > 0 || time.Now().After(give) {
+		if held > 0 {
 			break
+		}
+		if time.Since(began) > freezeFindFor {
+			_ = victim.signal(syscall.SIGCONT)
+			return "", fmt.Errorf("no worker process held a lease when stopped, in %d tries over %s (last: %s, %d attempts running); %s",
+				tries, time.Since(began).Round(time.Millisecond), victim.name, running, p.itemStates(ctx))
 		}
 		// Its attempts ended between the pick and the stop: try again.
 		if err := victim.signal(syscall.SIGCONT); err != nil {
@@ -278,4 +293,27 @@ func (p *phase) endFault(ctx context.Context, id int64, detail string) error {
 		time.Sleep(500 * time.Millisecond)
 	}
 	return fmt.Errorf("record fault end: %w", err)
+}
+
+// itemStates says, for a fault's error, how many items are in each state
+// and how many attempts each process is running.
+func (p *phase) itemStates(ctx context.Context) string {
+	var b strings.Builder
+	b.WriteString("items by state:")
+	if states, err := p.bq.CountRunItemStates(ctx); err != nil {
+		fmt.Fprintf(&b, " (%v)", err)
+	} else {
+		for _, s := range states {
+			fmt.Fprintf(&b, " %s %d", s.State, s.Items)
+		}
+	}
+	b.WriteString("; attempts running by process:")
+	if rows, err := p.bq.CountInFlight(ctx); err != nil {
+		fmt.Fprintf(&b, " (%v)", err)
+	} else {
+		for _, r := range rows {
+			fmt.Fprintf(&b, " %s %d", r.Process, r.Running)
+		}
+	}
+	return b.String()
 }
