@@ -20,6 +20,7 @@ import (
 
 	"github.com/laneq/laneq/gen"
 	"github.com/laneq/laneq/internal/backoff"
+	"github.com/laneq/laneq/internal/scanfloor"
 	"github.com/laneq/laneq/internal/store"
 	"github.com/laneq/laneq/runtime/clock"
 	"github.com/laneq/laneq/runtime/controller"
@@ -233,7 +234,7 @@ type Router struct {
 	running atomic.Bool
 
 	floorMu sync.Mutex
-	floor   map[string]time.Time // per class: where its pending scan starts (see ReceiptCandidates)
+	floor   map[string]scanfloor.Floor // per class: where its pending scan starts (see ReceiptCandidates)
 
 	turns, claimed, reclaimed, materialized, events, transactions atomic.Int64
 	retried, failed, leaseLost, errs, wakes                       atomic.Int64
@@ -251,7 +252,7 @@ func (in *Inbox) NewRouter(qu *workqueue.Queue, cfg RouterConfig) (*Router, erro
 		return nil, err
 	}
 	r := &Router{
-		in: in, qu: qu, q: in.q, cfg: cfg, rank: map[string]int{}, floor: map[string]time.Time{},
+		in: in, qu: qu, q: in.q, cfg: cfg, rank: map[string]int{}, floor: map[string]scanfloor.Floor{},
 		prio: newPriority(len(cfg.Classes), max(cfg.BatchTime, 100*time.Millisecond)),
 	}
 	for i, cl := range cfg.Classes {
@@ -502,7 +503,7 @@ func (s *classSource) NextWorkAt(ctx context.Context) (time.Time, bool, error) {
 // claim turn, which scans from the front.
 func (s *classSource) Generation(ctx context.Context) (uint64, error) {
 	heads, err := s.r.q.ReceiptCandidates(ctx, gen.ReceiptCandidatesParams{
-		ScopeID: s.r.cfg.Scope, RouteClass: s.class, FromTime: scanFromFront, Limit: 1,
+		ScopeID: s.r.cfg.Scope, RouteClass: s.class, FromTime: scanfloor.Front, Limit: 1,
 	})
 	if err != nil {
 		return 0, fmt.Errorf("ingress: probe receipts of %s/%s: %w", s.r.cfg.Scope, s.class, err)
@@ -560,30 +561,25 @@ func (r *Router) Turn(ctx context.Context, class string) (claimed int, err error
 // its next scan starts: an accept or retry whose statement began before
 // that receipt's but committed after it is still found. One committing
 // later than this is found after the class's next probe, whose turn starts
-// from the front.
-const StragglerWindow = 2 * time.Second
+// from the front. The floor is the worker Claimer's (internal/scanfloor).
+const StragglerWindow = scanfloor.DefaultStragglerWindow
 
-// scanFrom is the oldest due time class's pending scan reads from: the
-// zero floor (a new router, or one reset) reads from the front.
-var scanFromFront = time.Date(1970, 1, 1, 0, 0, 0, 0, time.UTC)
-
+// scanFrom is the oldest due time class's pending scan reads from: a class
+// without a floor (a new router, or one reset) reads from the front.
 func (r *Router) scanFrom(class string) time.Time {
 	r.floorMu.Lock()
 	defer r.floorMu.Unlock()
-	if f, ok := r.floor[class]; ok {
-		return f
-	}
-	return scanFromFront
+	return r.floor[class].Start(StragglerWindow)
 }
 
-// consumed moves class's floor to StragglerWindow before the newest due
-// time a claim took from the pending range.
+// consumed moves class's floor forward to the newest due time a claim
+// took from the pending range.
 func (r *Router) consumed(class string, due time.Time) {
 	r.floorMu.Lock()
 	defer r.floorMu.Unlock()
-	if f := due.Add(-StragglerWindow); f.After(r.floor[class]) {
-		r.floor[class] = f
-	}
+	f := r.floor[class]
+	f.Advance(due)
+	r.floor[class] = f
 }
 
 func (r *Router) resetFloor(class string) {

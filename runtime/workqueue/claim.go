@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/laneq/laneq/gen"
+	"github.com/laneq/laneq/internal/scanfloor"
 	"github.com/laneq/laneq/internal/store"
 )
 
@@ -114,10 +115,6 @@ const (
 	maxScanWindow = time.Hour
 )
 
-// epochTime is before every run_after laneq writes: the start of a scan
-// range that has no floor yet.
-var epochTime = time.Unix(0, 0).UTC()
-
 // Claimer claims for one scope on behalf of one owner, keeping a scan cursor
 // per queue class.
 //
@@ -125,11 +122,11 @@ var epochTime = time.Unix(0, 0).UTC()
 // into pending (enqueue, promotion, release, retry coming due) places the
 // row at or after the database's current time, so a row that becomes
 // claimable sorts after everything a claimer already consumed. A cursor's
-// floor can therefore start each scan past the MVCC delete markers of
-// earlier claims without missing later work, whichever process made it
-// claimable; the StragglerWindow covers transitions still committing when a
-// scan ran, and an enqueue's rows are covered by the scope's admitted_at
-// (see ClaimCandidates). A generation change or Rewind restarts every
+// floor (internal/scanfloor, as the receipt router's) can therefore start
+// each scan past the MVCC delete markers of earlier claims without missing
+// later work, whichever process made it claimable; the StragglerWindow
+// covers transitions still committing when a scan ran, and an enqueue's
+// rows are covered by the scope's admitted_at (see ClaimCandidates). A generation change or Rewind restarts every
 // cursor from the front of its range. Claim ownership is still decided only
 // by the row CAS, so a cursor can delay work, never duplicate or reorder a
 // lane.
@@ -171,11 +168,10 @@ type Claimer struct {
 
 // cursor is where a class's next scan starts and how wide it reaches.
 type cursor struct {
-	known bool      // false: scan from the front of the range
-	floor time.Time // database time the class was consumed through
-	// seen is the database time of the scan that set the floor: every row
-	// that committed before it and sorts before the floor was consumed.
-	seen   time.Time
+	// floor is where the class was consumed through; a pending-range
+	// floor records the database time of the scan that set it (see
+	// scanfloor.Floor.Start), an expired-lease floor does not.
+	floor  scanfloor.Floor
 	perRow time.Duration // database time per claimable row past the floor, as last seen; 0 when unknown
 	start  time.Duration // the first width, before perRow is known (ClaimerConfig.ScanWindow)
 }
@@ -201,7 +197,7 @@ func (qu *Queue) NewClaimer(scope, owner string, cfg ClaimerConfig) (*Claimer, e
 		cfg.ScanWindow = time.Second
 	}
 	if cfg.StragglerWindow == 0 {
-		cfg.StragglerWindow = 2 * time.Second
+		cfg.StragglerWindow = scanfloor.DefaultStragglerWindow
 	}
 	if cfg.Now == nil {
 		cfg.Now = time.Now
@@ -249,8 +245,8 @@ func (c *Claimer) NoteDue() {
 func (c *Claimer) Floor(class string) (time.Time, bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if cur := c.fresh[class]; cur != nil && cur.known {
-		return cur.floor, true
+	if cur := c.fresh[class]; cur != nil && cur.floor.Known() {
+		return cur.floor.At(), true
 	}
 	return time.Time{}, false
 }
@@ -548,9 +544,7 @@ func (c *Claimer) observe(sc gen.GetScopeRow) {
 		c.restartLocked()
 	case sc.NextEnqueueOrdinal != c.ordinal:
 		for _, cur := range c.fresh {
-			if cur.known && c.admittedAt.Before(cur.floor) {
-				cur.floor = c.admittedAt
-			}
+			cur.floor.Lower(c.admittedAt)
 		}
 	}
 	c.observed, c.generation, c.ordinal, c.admittedAt = true, sc.ActiveGeneration, sc.NextEnqueueOrdinal, sc.AdmittedAt
@@ -593,26 +587,28 @@ func (c *Claimer) settle(m map[string]*cursor, class string, epoch uint64, scan 
 		return
 	}
 	cur.perRow = scan.perRow
+	var at time.Time
 	switch {
 	case consumed == len(scan.rows) && !scan.through.IsZero():
-		cur.floor = scan.through
+		at = scan.through
 	case consumed < len(scan.rows):
 		// To the first row not consumed (one left to another claimer's
 		// block, or held back), even below the floor: every row before it
 		// in the scan was consumed, and the next scan reads it again.
-		cur.floor = scan.rows[consumed].RunAfter
+		at = scan.rows[consumed].RunAfter
 	case consumed > 0:
-		cur.floor = scan.rows[consumed-1].RunAfter
+		at = scan.rows[consumed-1].RunAfter
 	default:
 		return
 	}
-	cur.known, cur.seen = true, scan.seen
+	cur.floor.Set(at, scan.seen)
 }
 
 // classScan is what one class's scan returned: candidates in claim order,
 // the database time the scan read its range to exhaustion through (zero
 // when the limit cut it short), the row density it measured, and the
-// database time of the turn's scope read, before the scan began.
+// database time of the turn's scope read, before the scan began (zero for
+// an expired-lease scan, whose floor does not use it).
 type classScan struct {
 	rows    []scanned
 	through time.Time
@@ -641,36 +637,28 @@ type scanFunc func(from, until time.Time, limit int) ([]scanned, error)
 // (see cursor.width). A class without a floor is read from the front of its
 // range in one statement.
 //
-// A scan starts StragglerWindow before the time of the scan that set the
-// floor, or at the floor when that is earlier (a class consumed behind
-// now: a backlog). Every row that sorts before the floor and committed
-// before that scan was consumed, and a row that committed later set its
-// run_after no more than StragglerWindow before it (a transaction still
-// committing, a TiDB server whose clock runs behind; an enqueue's rows are
-// covered by its admitted_at, see observe). So a backlog's scans start at
-// the floor, not over the MVCC delete markers that the last
-// StragglerWindow of its claims left.
+// A scan starts where the floor says (scanfloor.Floor.Start): a backlog's
+// scans start at the floor, not over the MVCC delete markers that the
+// last StragglerWindow of its claims left; an enqueue's rows are covered
+// by its admitted_at (see observe).
 func (c *Claimer) scanWindows(cur cursor, now time.Time, want int, stats *ClaimStats, scan scanFunc) (res classScan, err error) {
 	defer func() { res.seen = now }()
 	read := func(from, until time.Time, limit int) ([]scanned, error) {
 		stats.Statements++
 		return scan(from, until, limit)
 	}
-	if !cur.known {
-		rows, err := read(epochTime, now, want)
+	if !cur.floor.Known() {
+		rows, err := read(scanfloor.Front, now, want)
 		if err != nil {
 			return classScan{}, err
 		}
 		return classScan{rows: rows, through: throughIf(len(rows) < want, now), perRow: cur.perRow}, nil
 	}
-	from := cur.floor.Add(-c.cfg.StragglerWindow)
-	if !cur.seen.IsZero() {
-		from = earliest(cur.floor, cur.seen.Add(-c.cfg.StragglerWindow))
-	}
+	from := c.scanStart(cur)
 	width := cur.width(want)
 	// Whole microseconds, DATETIME(6)'s resolution: the second statement
 	// starts one microsecond after the first one's end, so no row is in both.
-	until := earliest(cur.floor.Add(width), now).Truncate(time.Microsecond)
+	until := earliest(cur.floor.At().Add(width), now).Truncate(time.Microsecond)
 	if until.Before(from) { // a database clock behind the floor's
 		until = from
 	}
@@ -717,7 +705,7 @@ func (cur cursor) width(want int) time.Duration {
 // found at least one row (so an empty range doubles its width or more).
 func nextPerRow(cur cursor, width time.Duration, rows []scanned, want int) time.Duration {
 	if len(rows) >= want {
-		span := rows[len(rows)-1].RunAfter.Sub(cur.floor)
+		span := rows[len(rows)-1].RunAfter.Sub(cur.floor.At())
 		return max(span/time.Duration(len(rows)), time.Microsecond)
 	}
 	return min(width/time.Duration(max(len(rows), 1)), maxScanWindow)
@@ -891,20 +879,16 @@ func (c *Claimer) reclaim(ctx context.Context, sc gen.GetScopeRow, classes, work
 	for _, class := range classes {
 		var cur cursor
 		cur, epoch = c.cursorFor(c.stale, class)
-		from := epochTime
-		if cur.known {
-			from = cur.floor.Add(-c.cfg.StragglerWindow)
-		}
 		rows, err := c.qu.q.StaleCandidates(ctx, gen.StaleCandidatesParams{
 			ScopeID: c.scope, Generation: sc.ActiveGeneration, QueueClass: class,
-			FromTime: from, UntilTime: sc.DbNow, WorkTypes: workTypes, Limit: int32(want),
+			FromTime: c.scanStart(cur), UntilTime: sc.DbNow, WorkTypes: workTypes, Limit: int32(want),
 		})
 		stats.StaleScans++
 		if err != nil {
 			return nil, nothingCommitted(fmt.Errorf("workqueue: stale candidates (scope %q, class %q): %w", c.scope, class, err))
 		}
 		stats.Scanned += len(rows)
-		res := classScan{through: throughIf(len(rows) < want, sc.DbNow), perRow: cur.perRow, seen: sc.DbNow}
+		res := classScan{through: throughIf(len(rows) < want, sc.DbNow), perRow: cur.perRow}
 		for _, r := range rows {
 			row := scanned{WorkID: r.WorkID, RunAfter: r.RunAfter, LaneOrdinal: r.LaneOrdinal}
 			res.rows = append(res.rows, row)
@@ -1047,11 +1031,7 @@ func (c *Claimer) Probe(ctx context.Context, classes, workTypes []string) (uint6
 	return h.Sum64(), nil
 }
 
-// scanStart is where a scan from cur starts: the front of the range
-// without a floor, else StragglerWindow before the floor.
+// scanStart is where a scan from cur starts (scanfloor.Floor.Start).
 func (c *Claimer) scanStart(cur cursor) time.Time {
-	if !cur.known {
-		return epochTime
-	}
-	return cur.floor.Add(-c.cfg.StragglerWindow)
+	return cur.floor.Start(c.cfg.StragglerWindow)
 }

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/laneq/laneq/gen"
+	"github.com/laneq/laneq/internal/scanfloor"
 )
 
 // LaneCursor is where the next RecoverLanes call resumes; the zero value
@@ -43,7 +44,7 @@ func (qu *Queue) RecoverLanes(ctx context.Context, scope string, from LaneCursor
 		return LaneRecovery{}, invalidf("lane recovery page must be 1..10000 rows, got %d", limit)
 	}
 	if from.afterTime.IsZero() {
-		from.afterTime = epochTime
+		from.afterTime = scanfloor.Front
 	}
 	out := LaneRecovery{Next: from}
 	rows, err := qu.q.BlockedPage(ctx, gen.BlockedPageParams{ScopeID: scope, AfterTime: from.afterTime, AfterWorkID: from.afterID, Limit: int32(limit)})

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/laneq/laneq/gen"
+	"github.com/laneq/laneq/internal/scanfloor"
 	"github.com/laneq/laneq/internal/store"
 )
 
@@ -150,7 +151,7 @@ func (qu *Queue) NewDependencySweep(scope string, cfg DependencySweepConfig) (*D
 	if err != nil {
 		return nil, err
 	}
-	return &DependencySweep{qu: qu, scope: scope, cfg: cfg, now: time.Now, afterTime: epochTime}, nil
+	return &DependencySweep{qu: qu, scope: scope, cfg: cfg, now: time.Now, afterTime: scanfloor.Front}, nil
 }
 
 // Pass runs one bounded safety pass. Its error (the first statement that
@@ -224,7 +225,7 @@ func (s *DependencySweep) pass(ctx context.Context) (SweepStats, error) {
 				continue
 			}
 			// A short page: the end of the waiters.
-			s.afterTime, s.afterID = epochTime, 0
+			s.afterTime, s.afterID = scanfloor.Front, 0
 			st.Wrapped = true
 			return st, nil
 		}
@@ -241,7 +242,7 @@ func (s *DependencySweep) page(ctx context.Context, deadline time.Time, registra
 	var rows []gen.DependencySafetyPageRow
 	var err error
 	if registrations {
-		regTime, regID, regUntil := epochTime, int64(0), regFront
+		regTime, regID, regUntil := scanfloor.Front, int64(0), regFront
 		if s.regSpan {
 			regTime, regID, regUntil = s.regTime, s.regID, s.regTime.Add(registrationSpan)
 		}
