@@ -16,6 +16,7 @@ import (
 
 	"github.com/laneq/laneq"
 	"github.com/laneq/laneq/internal/queuetest"
+	"github.com/laneq/laneq/internal/waitfor"
 	"github.com/laneq/laneq/runtime/controller"
 	"github.com/laneq/laneq/runtime/ingress"
 	"github.com/laneq/laneq/runtime/worker"
@@ -137,11 +138,8 @@ func TestHelperWorkerProcess(t *testing.T) {
 		t.Fatal(err)
 	}
 	quiet := func() bool { return c.Worker().Stats().Quiet && (!withIngress || c.Router().Stats().Quiet) }
-	for deadline := time.Now().Add(guard); !quiet(); time.Sleep(10 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("not quiet after %s: %+v", guard, c.Worker().Stats())
-		}
-	}
+	waitfor.Until(t, guard, func() (bool, error) { return quiet(), nil },
+		func() string { return fmt.Sprintf("not quiet: %+v", c.Worker().Stats()) })
 	out.Lock()
 	fmt.Println("quiet")
 	out.Unlock()

@@ -27,6 +27,7 @@ import (
 
 	"github.com/laneq/laneq"
 	"github.com/laneq/laneq/internal/tidbtest"
+	"github.com/laneq/laneq/internal/waitfor"
 	"github.com/laneq/laneq/runtime/inspect"
 )
 
@@ -174,31 +175,9 @@ func Work(t testing.TB, c *laneq.Client, args laneq.Args, opts ...laneq.EnqueueO
 // test with what when cond returns an error or does not hold within Guard.
 func WaitFor(t testing.TB, what string, cond func() (bool, error)) {
 	t.Helper()
-	var last error
-	if !waitFor(func() (bool, bool) {
-		ok, err := cond()
-		last = err
-		return ok && err == nil, err != nil
-	}) {
-		if last != nil {
-			t.Fatalf("laneqtest: waiting for %s: %v", what, last)
-		}
-		t.Fatalf("laneqtest: %s did not happen within %s", what, Guard)
-	}
+	waitfor.Until(t, Guard, cond, func() string { return "laneqtest: waiting for " + what })
 }
 
 // waitFor calls check until it reports done (true) or that it never will
 // (stop), or Guard passed; it reports done.
-func waitFor(check func() (done, stop bool)) bool {
-	deadline := time.Now().Add(Guard)
-	for pause := time.Millisecond; ; pause = min(2*pause, 100*time.Millisecond) {
-		done, stop := check()
-		if done {
-			return true
-		}
-		if stop || time.Now().After(deadline) {
-			return false
-		}
-		time.Sleep(pause)
-	}
-}
+func waitFor(check func() (done, stop bool)) bool { return waitfor.Poll(Guard, check) }

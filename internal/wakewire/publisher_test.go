@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/laneq/laneq/internal/waitfor"
 	"github.com/laneq/laneq/runtime/clock"
 )
 
@@ -44,11 +45,8 @@ func listen(t *testing.T, id string) *endpointOn {
 
 func waitCount(t *testing.T, what string, get func() int64, want int64) {
 	t.Helper()
-	for deadline := time.Now().Add(30 * time.Second); get() < want; time.Sleep(time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: %d, want %d", what, get(), want)
-		}
-	}
+	waitfor.Until(t, 30*time.Second, func() (bool, error) { return get() >= want, nil },
+		func() string { return fmt.Sprintf("%s: %d, want %d", what, get(), want) })
 }
 
 // An announcement inside the coalescing gap of the one before is sent when

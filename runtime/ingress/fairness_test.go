@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/laneq/laneq/internal/waitfor"
 	"github.com/laneq/laneq/runtime/ingress"
 )
 
@@ -74,13 +75,9 @@ func runSC400(t *testing.T, live bool, bulkClass, interactiveClass string, class
 		f.run(r)
 	}
 
-	deadline := time.Now().Add(5 * time.Minute)
-	for f.count("SELECT COUNT(*) FROM ingress_receipt WHERE router_status = 'materialized'") < 2*receipts {
-		if time.Now().After(deadline) {
-			t.Fatalf("not materialized within 5 minutes: %+v", r.Stats())
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	waitfor.Until(t, 5*time.Minute, func() (bool, error) {
+		return f.count("SELECT COUNT(*) FROM ingress_receipt WHERE router_status = 'materialized'") >= 2*receipts, nil
+	}, func() string { return fmt.Sprintf("not materialized: %+v", r.Stats()) })
 	if n := f.count("SELECT COUNT(*) FROM event"); n != receipts*(bulkEvents+1) {
 		t.Fatalf("%d events, want %d", n, receipts*(bulkEvents+1))
 	}

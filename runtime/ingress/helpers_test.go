@@ -3,6 +3,7 @@ package ingress_test
 import (
 	"context"
 	"database/sql"
+	"fmt"
 	"io"
 	"log/slog"
 	"os"
@@ -14,6 +15,7 @@ import (
 	"github.com/laneq/laneq/internal/faultdb"
 	"github.com/laneq/laneq/internal/queuetest"
 	"github.com/laneq/laneq/internal/tidbtest"
+	"github.com/laneq/laneq/internal/waitfor"
 	"github.com/laneq/laneq/runtime/ingress"
 	"github.com/laneq/laneq/runtime/workqueue"
 )
@@ -133,13 +135,8 @@ func (f *fixture) settle(r *ingress.Router) {
 // waitCount waits (polling, up to a minute) until n reaches at least want.
 func (f *fixture) waitCount(n *atomic.Int64, want int64, what string) {
 	f.t.Helper()
-	deadline := time.Now().Add(time.Minute)
-	for n.Load() < want {
-		if time.Now().After(deadline) {
-			f.t.Fatalf("%s: %d after a minute, want %d", what, n.Load(), want)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	waitfor.Until(f.t, time.Minute, func() (bool, error) { return n.Load() >= want, nil },
+		func() string { return fmt.Sprintf("%s: %d, want %d", what, n.Load(), want) })
 }
 
 func (f *fixture) receipt(id int64) ingress.Receipt {
@@ -155,17 +152,11 @@ func (f *fixture) receipt(id int64) ingress.Receipt {
 // reaches status, and returns it.
 func (f *fixture) waitStatus(id int64, status string) ingress.Receipt {
 	f.t.Helper()
-	deadline := time.Now().Add(time.Minute)
-	for {
-		r := f.receipt(id)
-		if r.Status == status {
-			return r
-		}
-		if time.Now().After(deadline) {
-			f.t.Fatalf("receipt %d: status %s (attempts %d, %s: %s), want %s", id, r.Status, r.Attempts, r.LastErrorClass, r.LastErrorSummary, status)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	var r ingress.Receipt
+	waitfor.Until(f.t, time.Minute, func() (bool, error) { r = f.receipt(id); return r.Status == status, nil }, func() string {
+		return fmt.Sprintf("receipt %d: status %s (attempts %d, %s: %s), want %s", id, r.Status, r.Attempts, r.LastErrorClass, r.LastErrorSummary, status)
+	})
+	return r
 }
 
 // eventsOf returns the ids of the events written with receipt id.

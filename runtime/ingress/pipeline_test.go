@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/laneq/laneq/internal/waitfor"
 	"github.com/laneq/laneq/runtime/ingress"
 	"github.com/laneq/laneq/runtime/worker"
 )
@@ -88,13 +89,9 @@ func TestWebhookToHandler(t *testing.T) {
 	case <-time.After(2 * time.Minute):
 		t.Fatalf("handlers ran for %d of %d facts", len(ran), 2*deliveries)
 	}
-	deadline := time.Now().Add(time.Minute)
-	for f.count("SELECT COUNT(*) FROM work_item WHERE state = 'completed'") < 2*deliveries {
-		if time.Now().After(deadline) {
-			t.Fatal("work items not all completed within a minute")
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	waitfor.Until(t, time.Minute, func() (bool, error) {
+		return f.count("SELECT COUNT(*) FROM work_item WHERE state = 'completed'") >= 2*deliveries, nil
+	}, func() string { return "work items not all completed" })
 	if n := f.count("SELECT COUNT(*) FROM work_item WHERE attempt_count <> 1"); n != 0 {
 		t.Fatalf("%d work items ran more than once", n)
 	}

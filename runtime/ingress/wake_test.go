@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/laneq/laneq/internal/waitfor"
 	"github.com/laneq/laneq/runtime/ingress"
 	"github.com/laneq/laneq/runtime/wake"
 	"github.com/laneq/laneq/runtime/workqueue"
@@ -61,13 +62,8 @@ func (f *fixture) waitQuiet(r *ingress.Router, want bool) {
 // test that saw a receipt's row change reads them only through this.
 func (f *fixture) waitStats(r *ingress.Router, want string, ok func(ingress.RouterStats) bool) {
 	f.t.Helper()
-	deadline := time.Now().Add(time.Minute)
-	for !ok(r.Stats()) {
-		if time.Now().After(deadline) {
-			f.t.Fatalf("router stats %+v after a minute, want %s", r.Stats(), want)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	waitfor.Until(f.t, time.Minute, func() (bool, error) { return ok(r.Stats()), nil },
+		func() string { return fmt.Sprintf("router stats %+v, want %s", r.Stats(), want) })
 }
 
 // TestAcceptInAnotherProcessWakesTheRouter: a receipt accepted by another

@@ -13,6 +13,7 @@ import (
 
 	"github.com/laneq/laneq/internal/queuetest"
 	"github.com/laneq/laneq/internal/tidbtest"
+	"github.com/laneq/laneq/internal/waitfor"
 	"github.com/laneq/laneq/internal/wakewire"
 	"github.com/laneq/laneq/runtime/clock"
 	"github.com/laneq/laneq/runtime/workqueue"
@@ -314,11 +315,8 @@ func waitQuiet(t *testing.T, h *Hub) {
 // waitFor polls cond; the deadline only bounds a hung test.
 func waitFor(t *testing.T, cond func() bool) {
 	t.Helper()
-	for deadline := time.Now().Add(30 * time.Second); !cond(); time.Sleep(5 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatal("condition not reached in 30s")
-		}
-	}
+	waitfor.Until(t, 30*time.Second, func() (bool, error) { return cond(), nil },
+		func() string { return "condition not reached" })
 }
 
 // An unreachable peer (nothing listens on its port) and an address that

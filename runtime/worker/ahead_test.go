@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/laneq/laneq/internal/waitfor"
 	"github.com/laneq/laneq/runtime/scheduler"
 	"github.com/laneq/laneq/runtime/worker"
 	"github.com/laneq/laneq/runtime/workqueue"
@@ -62,13 +63,8 @@ func TestItemClaimedAheadAndTakenOverNeverRuns(t *testing.T) {
 	claimedBy := time.Now()
 	time.Sleep(heartbeat + 50*time.Millisecond - time.Since(claimedBy)) // the item waits past a heartbeat period
 	close(slow)
-	deadline := time.Now().Add(time.Minute)
-	for w.Stats().Scheduler.AheadReleased == 0 {
-		if time.Now().After(deadline) {
-			t.Fatalf("the waiting item was not refused: %+v", w.Stats().Scheduler)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	waitfor.Until(t, time.Minute, func() (bool, error) { return w.Stats().Scheduler.AheadReleased > 0, nil },
+		func() string { return fmt.Sprintf("the waiting item was not refused: %+v", w.Stats().Scheduler) })
 	if err := w.Settle(f.ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -131,13 +127,8 @@ func TestSlowHandlersAreNotClaimedAhead(t *testing.T) {
 				}
 				run(t, w)
 			}
-			deadline := time.Now().Add(2 * time.Minute)
-			for ran.Load() < int64(tc.items) {
-				if time.Now().After(deadline) {
-					t.Fatalf("ran %d of %d", ran.Load(), tc.items)
-				}
-				time.Sleep(5 * time.Millisecond)
-			}
+			waitfor.Until(t, 2*time.Minute, func() (bool, error) { return ran.Load() >= int64(tc.items), nil },
+				func() string { return fmt.Sprintf("ran %d of %d", ran.Load(), tc.items) })
 			for i, m := range held {
 				most := m.most()
 				t.Logf("worker %d held at most %d items (%d executors)", i, most, executors)

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/laneq/laneq/internal/queuetest"
+	"github.com/laneq/laneq/internal/waitfor"
 	"github.com/laneq/laneq/runtime/worker"
 	"github.com/laneq/laneq/runtime/workqueue"
 )
@@ -118,11 +119,8 @@ func expectRan(t *testing.T, h *helperProc, id int64) {
 func waitHelperQuiet(t *testing.T, h *helperProc) {
 	t.Helper()
 	ran := map[string]int{}
-	for deadline := time.Now().Add(time.Minute); !h.report(t, "stats", ran).Stats.Quiet; time.Sleep(10 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("%s never became quiet", h.name)
-		}
-	}
+	waitfor.Until(t, time.Minute, func() (bool, error) { return h.report(t, "stats", ran).Stats.Quiet, nil },
+		func() string { return h.name + " never became quiet" })
 	if ran[h.name] != 0 {
 		t.Fatalf("%s ran %d items before any transition", h.name, ran[h.name])
 	}
@@ -458,18 +456,11 @@ func BenchmarkCrossProcessDependencyWake(b *testing.B) {
 	w.send(b, "go")
 	// Every waiter parked (the worker claimed each, found its key missing
 	// and parked it without running the handler), and the worker quiet.
-	for deadline := time.Now().Add(2 * time.Minute); ; time.Sleep(20 * time.Millisecond) {
-		var parked int
-		if err := db.QueryRowContext(ctx, "SELECT COUNT(*) FROM work_item WHERE scope_id = ? AND state = 'waiting_dependency'", scope).Scan(&parked); err != nil {
-			b.Fatal(err)
-		}
-		if parked == n && w.report(b, "stats", map[string]int{}).Stats.Quiet {
-			break
-		}
-		if time.Now().After(deadline) {
-			b.Fatalf("%d of %d waiters parked", parked, n)
-		}
-	}
+	parked := 0
+	waitfor.Until(b, 2*time.Minute, func() (bool, error) {
+		err := db.QueryRowContext(ctx, "SELECT COUNT(*) FROM work_item WHERE scope_id = ? AND state = 'waiting_dependency'", scope).Scan(&parked)
+		return err == nil && parked == n && w.report(b, "stats", map[string]int{}).Stats.Quiet, err
+	}, func() string { return fmt.Sprintf("%d of %d waiters parked, or the worker not quiet", parked, n) })
 	lat := make([]time.Duration, 0, n)
 	b.ResetTimer()
 	for i := range n {

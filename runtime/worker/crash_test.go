@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/laneq/laneq/internal/faultdb"
+	"github.com/laneq/laneq/internal/waitfor"
 	"github.com/laneq/laneq/runtime/crashmatrix"
 	"github.com/laneq/laneq/runtime/worker"
 	"github.com/laneq/laneq/runtime/workqueue"
@@ -199,12 +200,9 @@ func TestCrashBeforeBatchCommitRerunsOnlyUnacknowledged(t *testing.T) {
 	}
 	// Let the executors queue behind the blocked write: every slot ends up
 	// holding a returned, unacknowledged completion.
-	for deadline := time.Now().Add(time.Minute); stuck() < 2; {
-		if time.Now().After(deadline) {
-			t.Fatalf("only %d completions queued behind the blocked batch write", stuck())
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	waitfor.Until(t, time.Minute, func() (bool, error) { return stuck() >= 2, nil }, func() string {
+		return fmt.Sprintf("only %d completions queued behind the blocked batch write", stuck())
+	})
 	killed.Store(true)
 	_ = dbA.Close() // the kill: nothing of A's reaches the server any more
 	// What A made durable is what the database holds, not what A's hooks
@@ -243,12 +241,8 @@ func TestCrashBeforeBatchCommitRerunsOnlyUnacknowledged(t *testing.T) {
 		t.Fatal(err)
 	}
 	stopB := run(t, wB)
-	for deadline := time.Now().Add(2 * time.Minute); f.states()[workqueue.StateCompleted] < items; {
-		if time.Now().After(deadline) {
-			t.Fatalf("states %v after recovery", f.states())
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	waitfor.Until(t, 2*time.Minute, func() (bool, error) { return f.states()[workqueue.StateCompleted] >= items, nil },
+		func() string { return fmt.Sprintf("states %v after recovery", f.states()) })
 	if err := stopB(); err != nil {
 		t.Fatal(err)
 	}

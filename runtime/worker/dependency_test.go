@@ -11,6 +11,7 @@ import (
 
 	"github.com/laneq/laneq/internal/queuetest"
 	"github.com/laneq/laneq/internal/sqlwrap"
+	"github.com/laneq/laneq/internal/waitfor"
 	"github.com/laneq/laneq/runtime/clock"
 	"github.com/laneq/laneq/runtime/controller"
 	"github.com/laneq/laneq/runtime/worker"
@@ -32,15 +33,9 @@ func (f *fixture) item(id int64) queuetest.ItemFacts {
 // returned) until it reaches state.
 func (f *fixture) waitForState(id int64, state string) {
 	f.t.Helper()
-	for deadline := time.Now().Add(time.Minute); ; time.Sleep(5 * time.Millisecond) {
-		got := f.item(id).State
-		if got == state {
-			return
-		}
-		if time.Now().After(deadline) {
-			f.t.Fatalf("work %d is %s, want %s", id, got, state)
-		}
-	}
+	got := ""
+	waitfor.Until(f.t, time.Minute, func() (bool, error) { got = f.item(id).State; return got == state, nil },
+		func() string { return fmt.Sprintf("work %d is %s, want %s", id, got, state) })
 }
 
 func (f *fixture) onlyItem() int64 {

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/laneq/laneq/internal/sqlcount"
+	"github.com/laneq/laneq/internal/waitfor"
 	"github.com/laneq/laneq/runtime/clock"
 	"github.com/laneq/laneq/runtime/controller"
 	"github.com/laneq/laneq/runtime/worker"
@@ -343,13 +344,8 @@ func TestTwoProcessesDrainThenIdleWithZeroSQL(t *testing.T) {
 		}
 	}
 	// Wait for the last finishes to commit.
-	for deadline := time.Now().Add(time.Minute); ; time.Sleep(50 * time.Millisecond) {
-		if st := f.states(); st["completed"] == items {
-			break
-		} else if time.Now().After(deadline) {
-			t.Fatalf("states %v", st)
-		}
-	}
+	waitfor.Until(t, time.Minute, func() (bool, error) { return f.states()["completed"] == items, nil },
+		func() string { return fmt.Sprintf("states %v", f.states()) })
 	// Idle: a 3-second window in both processes at once.
 	for _, p := range procs {
 		p.send(t, "idle 3000")

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/laneq/laneq/internal/faultdb"
+	"github.com/laneq/laneq/internal/waitfor"
 	"github.com/laneq/laneq/runtime/worker"
 	"github.com/laneq/laneq/runtime/workqueue"
 )
@@ -99,18 +100,11 @@ func TestPoisonItemThatKillsItsProcessEndsDead(t *testing.T) {
 	if state != workqueue.StateDead || class != workqueue.FailureAttemptsExhausted || attempts != budget {
 		t.Fatalf("poison item: %s (%q) after %d attempts; want dead (%s) after %d", state, class, attempts, workqueue.FailureAttemptsExhausted, budget)
 	}
-	for deadline := time.Now().Add(time.Minute); ; time.Sleep(20 * time.Millisecond) {
-		var s string
-		if err := f.db.QueryRow("SELECT state FROM work_item WHERE work_id = ?", follower).Scan(&s); err != nil {
-			t.Fatal(err)
-		}
-		if s == workqueue.StateCompleted {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("follower is %s", s)
-		}
-	}
+	var s string
+	waitfor.Until(t, time.Minute, func() (bool, error) {
+		err := f.db.QueryRow("SELECT state FROM work_item WHERE work_id = ?", follower).Scan(&s)
+		return s == workqueue.StateCompleted, err
+	}, func() string { return "follower is " + s })
 }
 
 // TestDeadProcessItemsAreReclaimedWithinALease: a process dies holding six
@@ -184,16 +178,14 @@ func TestLeaseExpiringDuringAClaimTurnIsReclaimed(t *testing.T) {
 	var first sync.Once
 	cfg.Hooks = &worker.Hooks{AfterClaimTurn: func(time.Duration, []workqueue.Claimed) {
 		first.Do(func() {
-			for deadline := time.Now().Add(2 * time.Minute); ; time.Sleep(10 * time.Millisecond) {
+			waitfor.Poll(2*time.Minute, func() (bool, bool) {
 				var expired bool
 				if err := f.db.QueryRow("SELECT run_after < NOW(6) FROM work_item WHERE work_id = ?", held[0].WorkID).Scan(&expired); err != nil {
 					t.Error(err)
-					return
+					return false, true
 				}
-				if expired || time.Now().After(deadline) {
-					return
-				}
-			}
+				return expired, false
+			})
 		})
 	}}
 	c := newCollector(nil)

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/laneq/laneq/internal/queuetest"
+	"github.com/laneq/laneq/internal/waitfor"
 	"github.com/laneq/laneq/runtime/clock"
 	"github.com/laneq/laneq/runtime/controller"
 	"github.com/laneq/laneq/runtime/wake"
@@ -80,11 +81,8 @@ func TestTwoProcessesIdleWithWakes(t *testing.T) {
 	}
 	// Both registered and past their self-tests.
 	for _, p := range []*helperProc{a, b} {
-		for deadline := time.Now().Add(time.Minute); !p.report(t, "stats", ran).Stats.Quiet; time.Sleep(10 * time.Millisecond) {
-			if time.Now().After(deadline) {
-				t.Fatalf("%s not quiet after a minute", p.name)
-			}
-		}
+		waitfor.Until(t, time.Minute, func() (bool, error) { return p.report(t, "stats", ran).Stats.Quiet, nil },
+			func() string { return p.name + " not quiet" })
 	}
 	eps, err := f.qu.WakeEndpoints(f.ctx, scope)
 	if err != nil || len(eps) != 2 {
@@ -111,11 +109,8 @@ func TestTwoProcessesIdleWithWakes(t *testing.T) {
 		t.Fatalf("B was not woken by A's enqueue: %+v", rb.Stats.Wake)
 	}
 	// Wait for the completions to commit before the idle window.
-	for deadline := time.Now().Add(time.Minute); f.states()["completed"] != items; time.Sleep(20 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("states %v", f.states())
-		}
-	}
+	waitfor.Until(t, time.Minute, func() (bool, error) { return f.states()["completed"] == items, nil },
+		func() string { return fmt.Sprintf("states %v", f.states()) })
 	// Eight hours of the workers' clocks, and 40 minutes more: the checks
 	// below expect the ticks due at the eighth hour, which a loaded
 	// machine delivers a little late.
@@ -184,14 +179,10 @@ func BenchmarkCrossProcessWakeLatency(b *testing.B) {
 	defer stop()
 	w := startHelper(b, "worker", dsn, helperStampEnv+"=1")
 	w.send(b, "go")
-	for deadline := time.Now().Add(time.Minute); ; time.Sleep(10 * time.Millisecond) {
-		if eps, err := qu.WakeEndpoints(context.Background(), scope); err == nil && len(eps) == 1 {
-			break
-		}
-		if time.Now().After(deadline) {
-			b.Fatal("the worker process did not register its wake endpoint")
-		}
-	}
+	waitfor.Until(b, time.Minute, func() (bool, error) {
+		eps, err := qu.WakeEndpoints(context.Background(), scope)
+		return err == nil && len(eps) == 1, nil
+	}, func() string { return "the worker process did not register its wake endpoint" })
 	ctx := context.Background()
 	lat := make([]time.Duration, 0, b.N)
 	b.ResetTimer()
@@ -241,11 +232,8 @@ func reportLatencies(b *testing.B, w *helperProc, lat []time.Duration) {
 // only bounds a hung test.
 func waitQuiet(t *testing.T, w *worker.Worker, want bool) {
 	t.Helper()
-	for deadline := time.Now().Add(30 * time.Second); w.Stats().Quiet != want; time.Sleep(5 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("quiet never became %t: %+v", want, w.Stats())
-		}
-	}
+	waitfor.Until(t, 30*time.Second, func() (bool, error) { return w.Stats().Quiet == want, nil },
+		func() string { return fmt.Sprintf("quiet never became %t: %+v", want, w.Stats()) })
 }
 
 // A worker whose wakes stop arriving (here: work enqueued by a process

@@ -17,6 +17,7 @@ import (
 
 	"github.com/laneq/laneq/internal/queuetest"
 	"github.com/laneq/laneq/internal/tidbtest"
+	"github.com/laneq/laneq/internal/waitfor"
 	"github.com/laneq/laneq/runtime/worker"
 	"github.com/laneq/laneq/runtime/workqueue"
 )
@@ -183,20 +184,13 @@ func (c *collector) wait(t *testing.T, n int) {
 // controller handled what that caused.
 func settled(t *testing.T, f *fixture, w *worker.Worker, want map[string]int) {
 	t.Helper()
-	deadline := time.Now().Add(time.Minute)
-	for {
-		if err := w.Settle(f.ctx); err != nil {
-			t.Fatal(err)
-		}
-		got := f.states()
-		if fmt.Sprint(got) == fmt.Sprint(want) {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("states %v, want %v", got, want)
-		}
-		time.Sleep(10 * time.Millisecond) // finishing commits after the handler returned
-	}
+	var got map[string]int
+	// Finishes commit after the handler returned: look until they did.
+	waitfor.Until(t, time.Minute, func() (bool, error) {
+		err := w.Settle(f.ctx)
+		got = f.states()
+		return fmt.Sprint(got) == fmt.Sprint(want), err
+	}, func() string { return fmt.Sprintf("states %v, want %v", got, want) })
 }
 
 func TestDrainsLanesThroughWakesWithoutPeriodicReads(t *testing.T) {

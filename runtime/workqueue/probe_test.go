@@ -4,6 +4,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/laneq/laneq/internal/waitfor"
 	"github.com/laneq/laneq/runtime/workqueue"
 )
 
@@ -46,9 +47,6 @@ func TestProbeSeesEnqueueReleaseAndExpiredLease(t *testing.T) {
 		t.Fatal("the probe did not change when the only claimable row was claimed")
 	}
 	// The claimer stops; its lease expires.
-	for deadline := time.Now().Add(lease + time.Minute); probe() == claimed; time.Sleep(50 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatal("the probe never saw the expired lease")
-		}
-	}
+	waitfor.Until(t, lease+time.Minute, func() (bool, error) { return probe() != claimed, nil },
+		func() string { return "the probe never saw the expired lease" })
 }
