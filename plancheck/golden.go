@@ -60,11 +60,21 @@ func (r *Report) CompareGolden(g Golden) {
 		switch {
 		case !ok:
 			res.Violations = append(res.Violations, fmt.Sprintf("%s: no golden plan shape; review the plan and run `make plancheck-accept`", res.Query))
-		case want != res.Shape:
+		case sameShape(want) != sameShape(res.Shape):
 			res.Violations = append(res.Violations, fmt.Sprintf("%s: the plan shape changed at scale %d; review and run `make plancheck-accept` if intended:\n%s",
 				res.Query, g.Scale, shapeDiff(want, res.Shape)))
 		}
 	}
+}
+
+// sameShape is a shape as the comparison reads it: HashAgg and StreamAgg
+// are one operator, Agg. Which of the two TiDB picks for a COUNT over a
+// LIMITed index read changed between two runs of the same fixture
+// (ClassStatsCapped's arms), and neither reads anything the other does not:
+// the shape is there to catch a changed read (an index, a full scan, a join
+// order), not the aggregation's algorithm.
+func sameShape(shape string) string {
+	return strings.NewReplacer("HashAgg", "Agg", "StreamAgg", "Agg").Replace(shape)
 }
 
 // shapeDiff shows removed and added plan lines.

@@ -229,9 +229,10 @@ func TestGoldenShapes(t *testing.T) {
 		{Query: "Same", Shape: "Point_Get table:t\n"},
 		{Query: "Changed", Shape: "TableFullScan table:t\n"},
 		{Query: "New", Shape: "Point_Get table:t\n"},
+		{Query: "OtherAgg", Shape: "HashAgg\n  IndexReader\n"},
 	}}
 	golden := plancheck.Golden{Scale: 10000, Shapes: map[string]string{
-		"Same": "Point_Get table:t\n", "Changed": "Point_Get table:t\n",
+		"Same": "Point_Get table:t\n", "Changed": "Point_Get table:t\n", "OtherAgg": "StreamAgg\n  IndexReader\n",
 	}}
 	rep.CompareGolden(golden)
 	if !rep.Results[0].Pass() {
@@ -243,6 +244,9 @@ func TestGoldenShapes(t *testing.T) {
 	if v := strings.Join(rep.Results[2].Violations, "\n"); !strings.Contains(v, "no golden plan shape") {
 		t.Fatalf("new statement: %q", v)
 	}
+	if !rep.Results[3].Pass() {
+		t.Fatalf("the aggregation's algorithm alone changed, and failed: %v", rep.Results[3].Violations)
+	}
 	// A run at another largest scale (-large) does not compare.
 	other := plancheck.Report{Scales: []int{100, 100000}, Results: []plancheck.Result{{Query: "Changed", Shape: "X\n"}}}
 	other.CompareGolden(golden)
@@ -250,7 +254,7 @@ func TestGoldenShapes(t *testing.T) {
 		t.Fatalf("compared at a scale the golden file does not record: %v", other.Results[0].Violations)
 	}
 	// Accepting records every shape at the largest scale.
-	if g := rep.Golden(); g.Scale != 10000 || len(g.Shapes) != 3 || g.Shapes["Changed"] != "TableFullScan table:t\n" {
+	if g := rep.Golden(); g.Scale != 10000 || len(g.Shapes) != 4 || g.Shapes["Changed"] != "TableFullScan table:t\n" {
 		t.Fatalf("accepted golden %+v", g)
 	}
 }
