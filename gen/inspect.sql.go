@@ -11,6 +11,44 @@ import (
 	"time"
 )
 
+const activeProjectionGeneration = `-- name: ActiveProjectionGeneration :many
+SELECT work_id, state, updated_at
+FROM work_item
+WHERE projection_active_key = ?
+`
+
+type ActiveProjectionGenerationRow struct {
+	WorkID    int64
+	State     string
+	UpdatedAt time.Time
+}
+
+// Why an inactive projection successor is not running: the generation it
+// queues behind, by a point get on uk_work_item_projection_active. Not
+// locking (LockActiveProjections is enqueue's locking form).
+func (q *Queries) ActiveProjectionGeneration(ctx context.Context, projectionKey sql.NullString) ([]ActiveProjectionGenerationRow, error) {
+	rows, err := q.db.QueryContext(ctx, activeProjectionGeneration, projectionKey)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []ActiveProjectionGenerationRow{}
+	for rows.Next() {
+		var i ActiveProjectionGenerationRow
+		if err := rows.Scan(&i.WorkID, &i.State, &i.UpdatedAt); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Close(); err != nil {
+		return nil, err
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
 const deadLetterPage = `-- name: DeadLetterPage :many
 
 SELECT /*+ INL_JOIN(w, e, r) */ w.work_id, w.event_id, w.work_type, w.queue_class, w.attempt_count,
@@ -160,7 +198,7 @@ SELECT /*+ INL_JOIN(e, r) */ w.work_id, w.event_id, w.scope_id, w.generation, w.
        w.state, w.run_after, w.priority, w.attempt_count, w.safe_retry_count,
        w.lease_owner, w.lease_token, w.source_lane_key, w.target_lane_key, w.lane_ordinal,
        w.projection_key, w.projection_active_key, w.projection_queued_key,
-       w.dependency_wake_key, w.terminal_at, w.failure_class, w.failure_summary,
+       w.dependency_wake_key, w.dependency_keys, w.terminal_at, w.failure_class, w.failure_summary,
        w.replay_of_work_id, w.replayed_at, w.replay_depth, w.created_at, w.updated_at,
        e.route_id, e.route_version, e.event_kind, e.source_kind, e.source_id,
        e.idempotency_key, e.receipt_id, e.created_at AS event_created_at,
@@ -193,6 +231,7 @@ type ItemDetailRow struct {
 	ProjectionActiveKey sql.NullString
 	ProjectionQueuedKey sql.NullString
 	DependencyWakeKey   sql.NullString
+	DependencyKeys      []byte
 	TerminalAt          sql.NullTime
 	FailureClass        sql.NullString
 	FailureSummary      sql.NullString
@@ -246,6 +285,7 @@ func (q *Queries) ItemDetail(ctx context.Context, workID int64) (ItemDetailRow, 
 		&i.ProjectionActiveKey,
 		&i.ProjectionQueuedKey,
 		&i.DependencyWakeKey,
+		&i.DependencyKeys,
 		&i.TerminalAt,
 		&i.FailureClass,
 		&i.FailureSummary,
@@ -269,6 +309,71 @@ func (q *Queries) ItemDetail(ctx context.Context, workID int64) (ItemDetailRow, 
 		&i.DbNow,
 	)
 	return i, err
+}
+
+const laneQueues = `-- name: LaneQueues :many
+SELECT 'source' AS lane, COUNT(*) AS blocked
+FROM (SELECT s.work_id FROM work_item s
+      WHERE s.scope_id = ? AND s.generation = ?
+        AND s.source_lane_key = ? AND s.state = 'blocked'
+      LIMIT 1001) sb
+UNION ALL
+SELECT 'target', COUNT(*)
+FROM (SELECT t.work_id FROM work_item t
+      WHERE t.scope_id = ? AND t.generation = ?
+        AND t.target_lane_key = ? AND t.state = 'blocked'
+      LIMIT 1001) tb
+`
+
+type LaneQueuesParams struct {
+	ScopeID       string
+	Generation    int64
+	SourceLaneKey sql.NullString
+	TargetLaneKey sql.NullString
+}
+
+type LaneQueuesRow struct {
+	Lane    string
+	Blocked int64
+}
+
+// Why an item is not running: how many rows wait blocked in its source lane
+// and in its target lane (behind that lane's head), each counted up to
+// 1,001 (inspect says "more than 1,000"). Each arm is one range of its lane
+// index (state before the ordinal: the lane's blocked rows are one range)
+// cut by its LIMIT, index only, so a lane of 10,000 followers reads 1,001
+// entries (TiDB's paging: at most 2,048), not 10,000. Derived tables in
+// FROM, not scalar subqueries: TiDB runs an uncorrelated scalar subquery
+// while planning, where EXPLAIN ANALYZE cannot see its reads. A NULL lane
+// key matches nothing and counts 0.
+func (q *Queries) LaneQueues(ctx context.Context, arg LaneQueuesParams) ([]LaneQueuesRow, error) {
+	rows, err := q.db.QueryContext(ctx, laneQueues,
+		arg.ScopeID,
+		arg.Generation,
+		arg.SourceLaneKey,
+		arg.ScopeID,
+		arg.Generation,
+		arg.TargetLaneKey,
+	)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []LaneQueuesRow{}
+	for rows.Next() {
+		var i LaneQueuesRow
+		if err := rows.Scan(&i.Lane, &i.Blocked); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Close(); err != nil {
+		return nil, err
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
 }
 
 const listScopes = `-- name: ListScopes :many

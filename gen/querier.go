@@ -31,6 +31,10 @@ type Querier interface {
 	// point gets on uk_work_item_projection_queued. run_after moves to at least
 	// now, as every transition toward claimable does (the claim cursor's floor).
 	ActivateQueuedProjections(ctx context.Context, projectionKeys []sql.NullString) (int64, error)
+	// Why an inactive projection successor is not running: the generation it
+	// queues behind, by a point get on uk_work_item_projection_active. Not
+	// locking (LockActiveProjections is enqueue's locking form).
+	ActiveProjectionGeneration(ctx context.Context, projectionKey sql.NullString) ([]ActiveProjectionGenerationRow, error)
 	// Reserves a block of ordinals [next_enqueue_ordinal, + reserved) for the
 	// items of one enqueue batch; called under LockScopeForEnqueue's lock as the
 	// batch's last statement. admitted_at records the database time just before
@@ -386,6 +390,16 @@ type Querier interface {
 	// point read (GetScope): joined here, the tiny scope table drew the same
 	// full scan.
 	ItemDetail(ctx context.Context, workID int64) (ItemDetailRow, error)
+	// Why an item is not running: how many rows wait blocked in its source lane
+	// and in its target lane (behind that lane's head), each counted up to
+	// 1,001 (inspect says "more than 1,000"). Each arm is one range of its lane
+	// index (state before the ordinal: the lane's blocked rows are one range)
+	// cut by its LIMIT, index only, so a lane of 10,000 followers reads 1,001
+	// entries (TiDB's paging: at most 2,048), not 10,000. Derived tables in
+	// FROM, not scalar subqueries: TiDB runs an uncorrelated scalar subquery
+	// while planning, where EXPLAIN ANALYZE cannot see its reads. A NULL lane
+	// key matches nothing and counts 0.
+	LaneQueues(ctx context.Context, arg LaneQueuesParams) ([]LaneQueuesRow, error)
 	// GetLeaseState for a batch (one batch point get): after FinishLanelessBatch
 	// changed fewer rows than it was given, or a run's reply was lost, which
 	// entries committed (their token plus one, in the state written).

@@ -50,7 +50,7 @@ SELECT /*+ INL_JOIN(e, r) */ w.work_id, w.event_id, w.scope_id, w.generation, w.
        w.state, w.run_after, w.priority, w.attempt_count, w.safe_retry_count,
        w.lease_owner, w.lease_token, w.source_lane_key, w.target_lane_key, w.lane_ordinal,
        w.projection_key, w.projection_active_key, w.projection_queued_key,
-       w.dependency_wake_key, w.terminal_at, w.failure_class, w.failure_summary,
+       w.dependency_wake_key, w.dependency_keys, w.terminal_at, w.failure_class, w.failure_summary,
        w.replay_of_work_id, w.replayed_at, w.replay_depth, w.created_at, w.updated_at,
        e.route_id, e.route_version, e.event_kind, e.source_kind, e.source_id,
        e.idempotency_key, e.receipt_id, e.created_at AS event_created_at,
@@ -80,3 +80,33 @@ FROM scope
 WHERE scope_id > sqlc.arg(after_scope_id)
 ORDER BY scope_id
 LIMIT ?;
+
+-- name: LaneQueues :many
+-- Why an item is not running: how many rows wait blocked in its source lane
+-- and in its target lane (behind that lane's head), each counted up to
+-- 1,001 (inspect says "more than 1,000"). Each arm is one range of its lane
+-- index (state before the ordinal: the lane's blocked rows are one range)
+-- cut by its LIMIT, index only, so a lane of 10,000 followers reads 1,001
+-- entries (TiDB's paging: at most 2,048), not 10,000. Derived tables in
+-- FROM, not scalar subqueries: TiDB runs an uncorrelated scalar subquery
+-- while planning, where EXPLAIN ANALYZE cannot see its reads. A NULL lane
+-- key matches nothing and counts 0.
+SELECT 'source' AS lane, COUNT(*) AS blocked
+FROM (SELECT s.work_id FROM work_item s
+      WHERE s.scope_id = sqlc.arg(scope_id) AND s.generation = sqlc.arg(generation)
+        AND s.source_lane_key = sqlc.narg(source_lane_key) AND s.state = 'blocked'
+      LIMIT 1001) sb
+UNION ALL
+SELECT 'target', COUNT(*)
+FROM (SELECT t.work_id FROM work_item t
+      WHERE t.scope_id = sqlc.arg(scope_id) AND t.generation = sqlc.arg(generation)
+        AND t.target_lane_key = sqlc.narg(target_lane_key) AND t.state = 'blocked'
+      LIMIT 1001) tb;
+
+-- name: ActiveProjectionGeneration :many
+-- Why an inactive projection successor is not running: the generation it
+-- queues behind, by a point get on uk_work_item_projection_active. Not
+-- locking (LockActiveProjections is enqueue's locking form).
+SELECT work_id, state, updated_at
+FROM work_item
+WHERE projection_active_key = sqlc.arg(projection_key);

@@ -216,11 +216,21 @@ func runItemShow(c *cli, args []string) error {
 	if err != nil {
 		return err
 	}
-	return c.emit(it, func(t *table) {
+	why, err := r.Why(ctx, it)
+	if err != nil {
+		return err
+	}
+	// JSON: the item's fields as before, and Why beside them.
+	out := struct {
+		inspect.Item
+		Why inspect.Why
+	}{it, why}
+	return c.emit(out, func(t *table) {
 		t.row("work id", strconv.FormatInt(it.WorkID, 10))
 		t.row("scope", fmt.Sprintf("%s (generation %d%s)", it.Scope, it.Generation, map[bool]string{true: ", not the active one", false: ""}[it.Stale]))
 		t.row("work", fmt.Sprintf("%s in class %s", it.WorkType, it.QueueClass))
 		t.row("state", it.State)
+		t.row("why", why.Text)
 		if it.TerminalAt.IsZero() {
 			t.row("run after", fmt.Sprintf("%s (%s from now)", it.RunAfter.Format(time.RFC3339Nano), it.RunAfter.Sub(it.At).Round(time.Millisecond)))
 		} else {

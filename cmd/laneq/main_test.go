@@ -184,13 +184,16 @@ func TestStatsAndDeadLetters(t *testing.T) {
 		t.Fatalf("a filter that matches nothing listed:\n%s", out)
 	}
 
-	item := decode[inspect.Item](t, laneq(t, dsn, "item", "show", "--work-id", fmt.Sprint(dead[0]), "--json").want(t, 0))
-	if item.State != "dead" || item.Failure == nil || len(item.History) != 1 {
+	item := decode[struct {
+		inspect.Item
+		Why inspect.Why
+	}](t, laneq(t, dsn, "item", "show", "--work-id", fmt.Sprint(dead[0]), "--json").want(t, 0))
+	if item.State != "dead" || item.Failure == nil || len(item.History) != 1 || item.Why.Kind != inspect.WhyFinished {
 		t.Fatalf("item JSON %+v", item)
 	}
 	out := laneq(t, dsn, "item", "show", "--work-id", fmt.Sprint(dead[0])).want(t, 0).stdout
 	t.Logf("laneq item show:\n%s", out)
-	if !strings.Contains(out, "state") || !strings.Contains(out, "DEPTH") {
+	if !strings.Contains(out, "state") || !strings.Contains(out, "DEPTH") || !strings.Contains(out, "dead at") || !strings.Contains(out, "a replay runs it again") {
 		t.Fatalf("item table:\n%s", out)
 	}
 

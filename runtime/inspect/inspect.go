@@ -9,6 +9,7 @@ import (
 	"database/sql"
 	"encoding/base64"
 	"encoding/binary"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"time"
@@ -84,33 +85,38 @@ type Failure struct {
 
 // Item is one work item's state.
 type Item struct {
-	WorkID       int64
-	Scope        string
-	Generation   int64
-	Stale        bool // of a generation that is no longer the scope's active one: never claimed
-	WorkType     string
-	QueueClass   string
-	State        string // pending, blocked, processing, dependency_registration, waiting_dependency, inactive, completed, skipped, dead
-	RunAfter     time.Time
-	At           time.Time // the database's clock when read
-	Attempts     int
-	SafeRetries  int
-	LeaseOwner   string // set while processing
-	LeaseToken   int64
-	SourceLane   string
-	TargetLane   string
-	LaneOrdinal  int64
-	Projection   string // the projection key of a projection generation
-	WaitsOn      string // the dependency wake key of a waiting item
-	TerminalAt   time.Time
-	Failure      *Failure // the last failure (nil: none recorded)
-	ReplayOf     int64    // the parent this item replays (0: an original)
-	ReplayDepth  int
-	ReplayedAt   time.Time // when this dead item was replayed (zero: not)
-	CreatedAt    time.Time
-	UpdatedAt    time.Time
-	Event        EventContext
-	EventCreated time.Time
+	WorkID     int64
+	Scope      string
+	Generation int64
+	Stale      bool // of a generation that is no longer the scope's active one: never claimed
+	// ActiveGeneration is the scope's active generation when read.
+	ActiveGeneration int64
+	WorkType         string
+	QueueClass       string
+	State            string // pending, blocked, processing, dependency_registration, waiting_dependency, inactive, completed, skipped, dead
+	RunAfter         time.Time
+	At               time.Time // the database's clock when read
+	Attempts         int
+	SafeRetries      int
+	LeaseOwner       string // set while processing
+	LeaseToken       int64
+	SourceLane       string
+	TargetLane       string
+	LaneOrdinal      int64
+	Projection       string // the projection key of a projection generation
+	WaitsOn          string // the dependency wake key of a waiting item
+	// DependencyKeys are the keys a waiting item needs (any one satisfies
+	// it); nil when it waits for nothing.
+	DependencyKeys []string
+	TerminalAt     time.Time
+	Failure        *Failure // the last failure (nil: none recorded)
+	ReplayOf       int64    // the parent this item replays (0: an original)
+	ReplayDepth    int
+	ReplayedAt     time.Time // when this dead item was replayed (zero: not)
+	CreatedAt      time.Time
+	UpdatedAt      time.Time
+	Event          EventContext
+	EventCreated   time.Time
 	// History is the item's event and work type across replays, the
 	// original first; it includes this item.
 	History []HistoryEntry
@@ -147,7 +153,8 @@ func (r *Reader) Item(ctx context.Context, workID int64) (Item, error) {
 	}
 	it := Item{
 		WorkID: d.WorkID, Scope: d.ScopeID, Generation: d.Generation, Stale: d.Generation != sc.ActiveGeneration,
-		WorkType: d.WorkType, QueueClass: d.QueueClass, State: d.State, RunAfter: d.RunAfter, At: d.DbNow,
+		ActiveGeneration: sc.ActiveGeneration,
+		WorkType:         d.WorkType, QueueClass: d.QueueClass, State: d.State, RunAfter: d.RunAfter, At: d.DbNow,
 		Attempts: int(d.AttemptCount), SafeRetries: int(d.SafeRetryCount), LeaseOwner: d.LeaseOwner.String,
 		LeaseToken: d.LeaseToken, SourceLane: d.SourceLaneKey.String, TargetLane: d.TargetLaneKey.String,
 		LaneOrdinal: d.LaneOrdinal, Projection: d.ProjectionKey.String, WaitsOn: d.DependencyWakeKey.String,
@@ -160,6 +167,11 @@ func (r *Reader) Item(ctx context.Context, workID int64) (Item, error) {
 			ReceiptID: d.ReceiptID.Int64, DeliveryID: d.DeliveryID.String, RouteKey: d.RouteKey.String,
 			CorrelationID: d.CorrelationID.String,
 		},
+	}
+	if len(d.DependencyKeys) > 0 {
+		if err := json.Unmarshal(d.DependencyKeys, &it.DependencyKeys); err != nil {
+			return Item{}, fmt.Errorf("inspect: dependency keys of work item %d: %w", workID, err)
+		}
 	}
 	chain, err := r.q.ReplayChain(ctx, gen.ReplayChainParams{EventID: d.EventID, WorkType: d.WorkType})
 	if err != nil {

@@ -286,8 +286,15 @@ func (s *Server) item(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	replayable := it.State == workqueue.StateDead && it.ReplayedAt.IsZero()
+	ctx, cancel := s.ctx(r)
+	defer cancel()
+	why, err := s.in.Why(ctx, it)
+	if err != nil {
+		// The item is still worth showing: say the reason could not be read.
+		why = inspect.Why{Text: "could not tell: " + err.Error()}
+	}
 	s.render(w, http.StatusOK, "item.html", page{Title: fmt.Sprintf("Work item %d", it.WorkID), Data: map[string]any{
-		"Item": it, "Replayable": replayable,
+		"Item": it, "Why": why, "Replayable": replayable,
 	}})
 }
 

@@ -153,7 +153,7 @@ func TestReadOnlyPages(t *testing.T) {
 	code, body = c.get("/dlq?s=" + q + "&failure_class=other")
 	wantPage(t, code, body, 200, "No dead letters on this page")
 	code, body = c.get(fmt.Sprintf("/item?id=%d", dead[0]))
-	wantPage(t, code, body, 200, "rejected", "History")
+	wantPage(t, code, body, 200, "rejected", "History", "Why", "a replay runs it again")
 	if strings.Contains(body, "/replay?id=") {
 		t.Fatal("a read-only dashboard offers a replay")
 	}
