@@ -103,6 +103,7 @@ func New(db *sql.DB, cfg Config) (*Server, error) {
 	s.mux.HandleFunc("GET /scope", s.scope)
 	s.mux.HandleFunc("GET /dlq", s.deadLetters)
 	s.mux.HandleFunc("GET /item", s.item)
+	s.mux.HandleFunc("GET /metrics", s.metrics)
 	s.mux.HandleFunc("GET /replay", s.confirmReplay)
 	s.mux.HandleFunc("POST /replay", s.replay)
 	return s, nil

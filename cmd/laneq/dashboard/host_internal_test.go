@@ -125,3 +125,11 @@ func TestAllowedHostsOverHTTP(t *testing.T) {
 		}
 	}
 }
+
+// A label value is quoted with backslash, double quote and line feed
+// escaped, as Prometheus's text format requires.
+func TestMetricsLabelEscaping(t *testing.T) {
+	if got, want := label("a\\b\"c\nd <e>"), `"a\\b\"c\nd <e>"`; got != want {
+		t.Fatalf("label = %s, want %s", got, want)
+	}
+}
