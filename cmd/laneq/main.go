@@ -51,7 +51,9 @@ commands:
   receipt show             one ingress receipt, by delivery id or receipt id
   scope set-generation     move a scope's active generation (needs --yes)
   ui                       the web dashboard (--listen 127.0.0.1:8080; read-only unless --allow-replay;
-                           --allowed-host NAME for a name beyond loopback: other Host headers get 421)
+                           --allowed-host NAME for a name beyond loopback: other Host headers get 421;
+                           --login-file FILE, a user:password every request must log in with, needed beyond loopback;
+                           GET /metrics for Prometheus)
 
 every command takes:
   --dsn DSN        TiDB DSN (go-sql-driver syntax); default $LANEQ_TIDB_DSN

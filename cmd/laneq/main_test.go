@@ -246,6 +246,15 @@ func TestUI(t *testing.T) {
 	_, dsn := tidbtest.NewDBWithDSN(t)
 	laneq(t, dsn, "ui", "--listen", "not-an-address").oneLine(t, 2, "--listen")
 	laneq(t, dsn, "ui", "--listen", "127.0.0.1:0", "--allowed-host", "ok.example,user@dash.example").oneLine(t, 2, "--allowed-host user@dash.example")
+	// Beyond loopback only with a login; a login file must be readable and
+	// hold one user:password line with a password of 12 or more.
+	laneq(t, dsn, "ui", "--listen", "0.0.0.0:0").oneLine(t, 2, "--listen 0.0.0.0:0 is beyond loopback: give --login-file")
+	laneq(t, dsn, "ui", "--listen", "127.0.0.1:0", "--login-file", filepath.Join(t.TempDir(), "missing")).oneLine(t, 2, "--login-file")
+	short := filepath.Join(t.TempDir(), "login")
+	if err := os.WriteFile(short, []byte("ops:short\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	laneq(t, dsn, "ui", "--listen", "0.0.0.0:0", "--login-file", short).oneLine(t, 2, "at least 12 characters")
 	cmd := exec.Command(binary, "ui", "--listen", "127.0.0.1:0")
 	cmd.Env = append(os.Environ(), "LANEQ_TIDB_DSN="+dsn)
 	stderr, err := cmd.StderrPipe()

@@ -19,7 +19,9 @@ import (
 // runUI serves the dashboard until SIGINT or SIGTERM.
 func runUI(c *cli, args []string) error {
 	fs := c.flags()
-	listen := fs.String("listen", "127.0.0.1:8080", "address to serve on (loopback by default: the dashboard has no login)")
+	listen := fs.String("listen", "127.0.0.1:8080", "address to serve on (loopback by default; beyond loopback it needs --login-file)")
+	loginFile := fs.String("login-file", "", "a file holding one line user:password (12+ characters of password): every request must log in "+
+		"with it (HTTP basic auth; put TLS in front of it); required to listen beyond loopback")
 	allowReplay := fs.Bool("allow-replay", false, "enable the replay button (confirmation page, CSRF token); read-only without it")
 	var allowedHosts listFlag
 	fs.Var(&allowedHosts, "allowed-host", "a further `name` (or name:port) browsers reach the dashboard by, such as its DNS name or a proxy's "+
@@ -35,6 +37,16 @@ func runUI(c *cli, args []string) error {
 		return err
 	}
 	log := slog.New(slog.NewTextHandler(c.stderr, nil))
+	var login *dashboard.Login
+	if *loginFile != "" {
+		l, err := dashboard.ReadLogin(*loginFile)
+		if err != nil {
+			var ce *dashboard.ConfigError
+			errors.As(err, &ce)
+			return &usageError{fmt.Sprintf("--login-file %s: %s", ce.Value, ce.Reason)}
+		}
+		login = &l
+	}
 	ln, err := net.Listen("tcp", *listen)
 	if err != nil {
 		return &usageError{fmt.Sprintf("--listen %s: %v", *listen, err)}
@@ -48,7 +60,12 @@ func runUI(c *cli, args []string) error {
 			hosts = append(hosts, net.JoinHostPort(host, strconv.Itoa(ln.Addr().(*net.TCPAddr).Port)))
 		}
 	}
-	d, err := dashboard.New(c.db, dashboard.Config{AllowReplay: *allowReplay, Timeout: c.timeout, Logger: log, AllowedHosts: hosts})
+	if host, _, _ := net.SplitHostPort(ln.Addr().String()); !net.ParseIP(host).IsLoopback() && login == nil {
+		ln.Close()
+		return &usageError{fmt.Sprintf("--listen %s is beyond loopback: give --login-file, so that only those who log in can read dead letters"+
+			map[bool]string{true: " and replay them", false: ""}[*allowReplay], *listen)}
+	}
+	d, err := dashboard.New(c.db, dashboard.Config{AllowReplay: *allowReplay, Timeout: c.timeout, Logger: log, AllowedHosts: hosts, Login: login})
 	if err != nil {
 		ln.Close()
 		var ce *dashboard.ConfigError
@@ -58,8 +75,7 @@ func runUI(c *cli, args []string) error {
 		return fmt.Errorf("start the dashboard: %w", err)
 	}
 	if host, _, _ := net.SplitHostPort(ln.Addr().String()); !net.ParseIP(host).IsLoopback() {
-		log.Warn("the dashboard listens beyond loopback and has no login: anyone who reaches it can read dead letters"+
-			map[bool]string{true: " and replay them", false: ""}[*allowReplay]+
+		log.Warn("the dashboard listens beyond loopback: requests must log in; without TLS in front of it the credential crosses the network in the clear"+
 			"; browsers must use its IP address, the --listen name or an --allowed-host name", "addr", ln.Addr().String())
 	}
 	srv := &http.Server{Handler: d, ReadHeaderTimeout: 10 * time.Second}

@@ -53,6 +53,10 @@ type Config struct {
 	// name, so "localhost." is refused unless listed. New refuses a
 	// malformed entry with a *ConfigError.
 	AllowedHosts []string
+	// Login, when set, is the credential every request must carry (HTTP
+	// basic auth; see Login). laneq ui refuses to listen beyond loopback
+	// without one.
+	Login *Login
 }
 
 // Server serves the dashboard.
@@ -118,7 +122,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("X-Frame-Options", "DENY")
 	w.Header().Set("Content-Security-Policy", "default-src 'self'; form-action 'self'; frame-ancestors 'none'")
 	w.Header().Set("Referrer-Policy", "no-referrer")
-	if !s.checkHost(w, r) {
+	if !s.checkHost(w, r) || !s.checkLogin(w, r) {
 		return
 	}
 	http.NewCrossOriginProtection().Handler(s.mux).ServeHTTP(w, r)
