@@ -130,6 +130,10 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 
 const sessionCookie = "laneq_session"
 
+// ScopeRefreshSeconds is how often a scope page with capped counts loads
+// itself again (?live=0 stops it).
+const ScopeRefreshSeconds = 10
+
 // session returns the request's session id, setting a fresh one when the
 // request has none.
 func (s *Server) session(w http.ResponseWriter, r *http.Request) string {
@@ -153,6 +157,10 @@ func (s *Server) csrfToken(session string, workID int64) string {
 type page struct {
 	Title       string
 	AllowReplay bool
+	// Refresh, when set, makes the browser load the page again after that
+	// many seconds (a meta refresh: no script, so the page works, and
+	// updates, under the dashboard's Content-Security-Policy).
+	Refresh int
 	Error       string
 	Data        any
 }
@@ -215,7 +223,17 @@ func (s *Server) scope(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, err)
 		return
 	}
-	s.render(w, http.StatusOK, "scope.html", page{Title: st.Scope, Data: map[string]any{"Stats": st, "CapCount": stats.CapCount}})
+	// The capped counts update themselves (each costs one capped statement
+	// per class); the exact ones, which read the backlog, never do; live=0
+	// stops it.
+	live := !st.Exact && q.Get("live") != "0"
+	refresh := 0
+	if live {
+		refresh = ScopeRefreshSeconds
+	}
+	s.render(w, http.StatusOK, "scope.html", page{Title: st.Scope, Refresh: refresh, Data: map[string]any{
+		"Stats": st, "CapCount": stats.CapCount, "Live": live, "RefreshSeconds": ScopeRefreshSeconds,
+	}})
 }
 
 func (s *Server) deadLetters(w http.ResponseWriter, r *http.Request) {

@@ -141,10 +141,21 @@ func TestReadOnlyPages(t *testing.T) {
 	q := url.QueryEscape(scope)
 	code, body := c.get("/")
 	wantPage(t, code, body, 200, "tenant-a/pack &lt;1&gt;", `href="/scope?s=tenant-a%2fpack%20%3c1%3e"`, "read-only")
+	// The capped page loads itself again every 10s, without script; the
+	// exact one (it reads the backlog) and live=0 do not.
+	refresh := `<meta http-equiv="refresh" content="10">`
 	code, body = c.get("/scope?s=" + q)
-	wantPage(t, code, body, 200, "<th>default</th>", "Oldest due", "exact=1")
+	wantPage(t, code, body, 200, "<th>default</th>", "Oldest due", "exact=1", refresh, "updates every 10s", "live=0")
 	code, body = c.get("/scope?s=" + q + "&exact=1")
 	wantPage(t, code, body, 200, "exact counts")
+	if strings.Contains(body, "http-equiv") {
+		t.Fatal("the exact page refreshes itself")
+	}
+	code, body = c.get("/scope?s=" + q + "&live=0")
+	wantPage(t, code, body, 200, "<th>default</th>", "update every 10s")
+	if strings.Contains(body, "http-equiv") {
+		t.Fatal("live=0 still refreshes")
+	}
 	code, body = c.get("/dlq?s=" + q + "&failure_class=rejected")
 	wantPage(t, code, body, 200, fmt.Sprint(dead[0]), fmt.Sprint(dead[1]), "&lt;script&gt;")
 	if strings.Contains(body, "<script>") {
