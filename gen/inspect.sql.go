@@ -487,3 +487,267 @@ func (q *Queries) ReplayChain(ctx context.Context, arg ReplayChainParams) ([]Rep
 	}
 	return items, nil
 }
+
+const sourceLaneBlockedPage = `-- name: SourceLaneBlockedPage :many
+SELECT work_id, work_type, queue_class, lane_ordinal, source_lane_key, target_lane_key, created_at
+FROM work_item
+WHERE scope_id = ?
+  AND generation = ?
+  AND source_lane_key = ?
+  AND state = 'blocked'
+  AND lane_ordinal > ?
+ORDER BY lane_ordinal
+LIMIT ?
+`
+
+type SourceLaneBlockedPageParams struct {
+	ScopeID      string
+	Generation   int64
+	LaneKey      sql.NullString
+	AfterOrdinal int64
+	Limit        int32
+}
+
+type SourceLaneBlockedPageRow struct {
+	WorkID        int64
+	WorkType      string
+	QueueClass    string
+	LaneOrdinal   int64
+	SourceLaneKey sql.NullString
+	TargetLaneKey sql.NullString
+	CreatedAt     time.Time
+}
+
+// A lane page: the source lane's blocked rows in lane order after a
+// cursor ordinal, one page. The lane's blocked rows are one range of
+// idx_work_item_source_lane (state before the ordinal), read from the
+// cursor and cut by the LIMIT, so a page of a 10,000-row lane costs a page.
+func (q *Queries) SourceLaneBlockedPage(ctx context.Context, arg SourceLaneBlockedPageParams) ([]SourceLaneBlockedPageRow, error) {
+	rows, err := q.db.QueryContext(ctx, sourceLaneBlockedPage,
+		arg.ScopeID,
+		arg.Generation,
+		arg.LaneKey,
+		arg.AfterOrdinal,
+		arg.Limit,
+	)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []SourceLaneBlockedPageRow{}
+	for rows.Next() {
+		var i SourceLaneBlockedPageRow
+		if err := rows.Scan(
+			&i.WorkID,
+			&i.WorkType,
+			&i.QueueClass,
+			&i.LaneOrdinal,
+			&i.SourceLaneKey,
+			&i.TargetLaneKey,
+			&i.CreatedAt,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Close(); err != nil {
+		return nil, err
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const sourceLaneHead = `-- name: SourceLaneHead :many
+SELECT work_id, work_type, queue_class, state, lane_ordinal, run_after, lease_owner, updated_at
+FROM work_item
+WHERE scope_id = ?
+  AND generation = ?
+  AND source_lane_key = ?
+  AND state IN ('pending', 'processing', 'dependency_registration', 'waiting_dependency')
+ORDER BY lane_ordinal
+LIMIT 1
+`
+
+type SourceLaneHeadParams struct {
+	ScopeID    string
+	Generation int64
+	LaneKey    sql.NullString
+}
+
+type SourceLaneHeadRow struct {
+	WorkID      int64
+	WorkType    string
+	QueueClass  string
+	State       string
+	LaneOrdinal int64
+	RunAfter    time.Time
+	LeaseOwner  sql.NullString
+	UpdatedAt   time.Time
+}
+
+// A lane page's head: the source lane's one live row that is not blocked
+// (lane.sql: at most one), by the four head-state ranges of
+// idx_work_item_source_lane, each empty or holding the head, whatever the
+// lane's length. Row lookups for the displayed columns.
+func (q *Queries) SourceLaneHead(ctx context.Context, arg SourceLaneHeadParams) ([]SourceLaneHeadRow, error) {
+	rows, err := q.db.QueryContext(ctx, sourceLaneHead, arg.ScopeID, arg.Generation, arg.LaneKey)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []SourceLaneHeadRow{}
+	for rows.Next() {
+		var i SourceLaneHeadRow
+		if err := rows.Scan(
+			&i.WorkID,
+			&i.WorkType,
+			&i.QueueClass,
+			&i.State,
+			&i.LaneOrdinal,
+			&i.RunAfter,
+			&i.LeaseOwner,
+			&i.UpdatedAt,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Close(); err != nil {
+		return nil, err
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const targetLaneBlockedPage = `-- name: TargetLaneBlockedPage :many
+SELECT work_id, work_type, queue_class, lane_ordinal, source_lane_key, target_lane_key, created_at
+FROM work_item
+WHERE scope_id = ?
+  AND generation = ?
+  AND target_lane_key = ?
+  AND state = 'blocked'
+  AND lane_ordinal > ?
+ORDER BY lane_ordinal
+LIMIT ?
+`
+
+type TargetLaneBlockedPageParams struct {
+	ScopeID      string
+	Generation   int64
+	LaneKey      sql.NullString
+	AfterOrdinal int64
+	Limit        int32
+}
+
+type TargetLaneBlockedPageRow struct {
+	WorkID        int64
+	WorkType      string
+	QueueClass    string
+	LaneOrdinal   int64
+	SourceLaneKey sql.NullString
+	TargetLaneKey sql.NullString
+	CreatedAt     time.Time
+}
+
+// SourceLaneBlockedPage for a target lane, on idx_work_item_target_lane.
+func (q *Queries) TargetLaneBlockedPage(ctx context.Context, arg TargetLaneBlockedPageParams) ([]TargetLaneBlockedPageRow, error) {
+	rows, err := q.db.QueryContext(ctx, targetLaneBlockedPage,
+		arg.ScopeID,
+		arg.Generation,
+		arg.LaneKey,
+		arg.AfterOrdinal,
+		arg.Limit,
+	)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []TargetLaneBlockedPageRow{}
+	for rows.Next() {
+		var i TargetLaneBlockedPageRow
+		if err := rows.Scan(
+			&i.WorkID,
+			&i.WorkType,
+			&i.QueueClass,
+			&i.LaneOrdinal,
+			&i.SourceLaneKey,
+			&i.TargetLaneKey,
+			&i.CreatedAt,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Close(); err != nil {
+		return nil, err
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const targetLaneHead = `-- name: TargetLaneHead :many
+SELECT work_id, work_type, queue_class, state, lane_ordinal, run_after, lease_owner, updated_at
+FROM work_item
+WHERE scope_id = ?
+  AND generation = ?
+  AND target_lane_key = ?
+  AND state IN ('pending', 'processing', 'dependency_registration', 'waiting_dependency')
+ORDER BY lane_ordinal
+LIMIT 1
+`
+
+type TargetLaneHeadParams struct {
+	ScopeID    string
+	Generation int64
+	LaneKey    sql.NullString
+}
+
+type TargetLaneHeadRow struct {
+	WorkID      int64
+	WorkType    string
+	QueueClass  string
+	State       string
+	LaneOrdinal int64
+	RunAfter    time.Time
+	LeaseOwner  sql.NullString
+	UpdatedAt   time.Time
+}
+
+// SourceLaneHead for a target lane, on idx_work_item_target_lane.
+func (q *Queries) TargetLaneHead(ctx context.Context, arg TargetLaneHeadParams) ([]TargetLaneHeadRow, error) {
+	rows, err := q.db.QueryContext(ctx, targetLaneHead, arg.ScopeID, arg.Generation, arg.LaneKey)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []TargetLaneHeadRow{}
+	for rows.Next() {
+		var i TargetLaneHeadRow
+		if err := rows.Scan(
+			&i.WorkID,
+			&i.WorkType,
+			&i.QueueClass,
+			&i.State,
+			&i.LaneOrdinal,
+			&i.RunAfter,
+			&i.LeaseOwner,
+			&i.UpdatedAt,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Close(); err != nil {
+		return nil, err
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}

@@ -686,6 +686,16 @@ type Querier interface {
 	// wake in between (which moved the token on) wins. A row made pending sorts
 	// at now for claimers (see PromoteBlockedBatch).
 	SettleDependencyRegistration(ctx context.Context, arg SettleDependencyRegistrationParams) (int64, error)
+	// A lane page: the source lane's blocked rows in lane order after a
+	// cursor ordinal, one page. The lane's blocked rows are one range of
+	// idx_work_item_source_lane (state before the ordinal), read from the
+	// cursor and cut by the LIMIT, so a page of a 10,000-row lane costs a page.
+	SourceLaneBlockedPage(ctx context.Context, arg SourceLaneBlockedPageParams) ([]SourceLaneBlockedPageRow, error)
+	// A lane page's head: the source lane's one live row that is not blocked
+	// (lane.sql: at most one), by the four head-state ranges of
+	// idx_work_item_source_lane, each empty or holding the head, whatever the
+	// lane's length. Row lookups for the displayed columns.
+	SourceLaneHead(ctx context.Context, arg SourceLaneHeadParams) ([]SourceLaneHeadRow, error)
 	// Processing rows of one queue class whose lease expired by the database
 	// clock, oldest expiry first, on idx_work_item_claim: the class leads the
 	// expiry, so expired leases of other classes are outside the range. For a
@@ -700,6 +710,10 @@ type Querier interface {
 	// scope's primary-key range: whoever lists the scope may sweep it, so the
 	// range stays as long as the live process count.
 	SweepExpiredWakeEndpoints(ctx context.Context, arg SweepExpiredWakeEndpointsParams) (int64, error)
+	// SourceLaneBlockedPage for a target lane, on idx_work_item_target_lane.
+	TargetLaneBlockedPage(ctx context.Context, arg TargetLaneBlockedPageParams) ([]TargetLaneBlockedPageRow, error)
+	// SourceLaneHead for a target lane, on idx_work_item_target_lane.
+	TargetLaneHead(ctx context.Context, arg TargetLaneHeadParams) ([]TargetLaneHeadRow, error)
 	// The safety pass wakes one waiter whose key is satisfied: an idempotent CAS
 	// on the token its page read saw.
 	WakeDependencyWaiter(ctx context.Context, arg WakeDependencyWaiterParams) (int64, error)

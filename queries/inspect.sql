@@ -110,3 +110,55 @@ FROM (SELECT t.work_id FROM work_item t
 SELECT work_id, state, updated_at
 FROM work_item
 WHERE projection_active_key = sqlc.arg(projection_key);
+
+-- name: SourceLaneHead :many
+-- A lane page's head: the source lane's one live row that is not blocked
+-- (lane.sql: at most one), by the four head-state ranges of
+-- idx_work_item_source_lane, each empty or holding the head, whatever the
+-- lane's length. Row lookups for the displayed columns.
+SELECT work_id, work_type, queue_class, state, lane_ordinal, run_after, lease_owner, updated_at
+FROM work_item
+WHERE scope_id = sqlc.arg(scope_id)
+  AND generation = sqlc.arg(generation)
+  AND source_lane_key = sqlc.arg(lane_key)
+  AND state IN ('pending', 'processing', 'dependency_registration', 'waiting_dependency')
+ORDER BY lane_ordinal
+LIMIT 1;
+
+-- name: TargetLaneHead :many
+-- SourceLaneHead for a target lane, on idx_work_item_target_lane.
+SELECT work_id, work_type, queue_class, state, lane_ordinal, run_after, lease_owner, updated_at
+FROM work_item
+WHERE scope_id = sqlc.arg(scope_id)
+  AND generation = sqlc.arg(generation)
+  AND target_lane_key = sqlc.arg(lane_key)
+  AND state IN ('pending', 'processing', 'dependency_registration', 'waiting_dependency')
+ORDER BY lane_ordinal
+LIMIT 1;
+
+-- name: SourceLaneBlockedPage :many
+-- A lane page: the source lane's blocked rows in lane order after a
+-- cursor ordinal, one page. The lane's blocked rows are one range of
+-- idx_work_item_source_lane (state before the ordinal), read from the
+-- cursor and cut by the LIMIT, so a page of a 10,000-row lane costs a page.
+SELECT work_id, work_type, queue_class, lane_ordinal, source_lane_key, target_lane_key, created_at
+FROM work_item
+WHERE scope_id = sqlc.arg(scope_id)
+  AND generation = sqlc.arg(generation)
+  AND source_lane_key = sqlc.arg(lane_key)
+  AND state = 'blocked'
+  AND lane_ordinal > sqlc.arg(after_ordinal)
+ORDER BY lane_ordinal
+LIMIT ?;
+
+-- name: TargetLaneBlockedPage :many
+-- SourceLaneBlockedPage for a target lane, on idx_work_item_target_lane.
+SELECT work_id, work_type, queue_class, lane_ordinal, source_lane_key, target_lane_key, created_at
+FROM work_item
+WHERE scope_id = sqlc.arg(scope_id)
+  AND generation = sqlc.arg(generation)
+  AND target_lane_key = sqlc.arg(lane_key)
+  AND state = 'blocked'
+  AND lane_ordinal > sqlc.arg(after_ordinal)
+ORDER BY lane_ordinal
+LIMIT ?;

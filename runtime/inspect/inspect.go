@@ -272,16 +272,9 @@ func (r *Reader) DeadLetters(ctx context.Context, scope string, dq DeadLetterQue
 			before, beforeID = farFuture, 0
 		}
 	}
-	generation := dq.Generation
-	if generation == 0 {
-		sc, err := r.q.GetScope(ctx, scope)
-		if errors.Is(err, sql.ErrNoRows) {
-			return DeadLetterPage{}, fmt.Errorf("inspect: %w: %q", ErrUnknownScope, scope)
-		}
-		if err != nil {
-			return DeadLetterPage{}, fmt.Errorf("inspect: read scope %q: %w", scope, err)
-		}
-		generation = sc.ActiveGeneration
+	generation, err := r.generation(ctx, scope, dq.Generation)
+	if err != nil {
+		return DeadLetterPage{}, err
 	}
 	from := dq.From
 	if from.IsZero() {

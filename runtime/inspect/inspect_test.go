@@ -29,6 +29,8 @@ type env struct {
 	qu  *workqueue.Queue
 	r   *inspect.Reader
 	cl  *workqueue.Claimer
+
+	events int // events enqueued by enqueue, for their idempotency keys
 }
 
 func newEnv(t *testing.T) *env {

@@ -1,6 +1,7 @@
 package inspect_test
 
 import (
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -22,25 +23,7 @@ import (
 // staged here.)
 func TestWhyNotRunning(t *testing.T) {
 	e := newEnv(t)
-	n := 0
-	enqueue := func(works ...workqueue.Work) []int64 {
-		t.Helper()
-		var evs []workqueue.Event
-		for _, w := range works {
-			n++
-			evs = append(evs, workqueue.Event{IdempotencyKey: fmt.Sprintf("why-%d", n), RouteID: "r", RouteVersion: 1, EventKind: "k",
-				SourceKind: "s", SourceID: fmt.Sprintf("src-%d", n), Payload: []byte("{}"), Work: []workqueue.Work{w}})
-		}
-		got, err := e.qu.Enqueue(e.ctx, scope, evs)
-		if err != nil {
-			t.Fatal(err)
-		}
-		var ids []int64
-		for _, ev := range got {
-			ids = append(ids, ev.Work[0].WorkID)
-		}
-		return ids
-	}
+	enqueue := func(works ...workqueue.Work) []int64 { t.Helper(); return e.enqueue(t, works...) }
 	claim := func(qu *workqueue.Queue, workType string) workqueue.Claimed {
 		t.Helper()
 		cl, err := qu.NewClaimer(scope, "why-"+workType, workqueue.ClaimerConfig{})
@@ -160,19 +143,10 @@ func TestWhyNotRunning(t *testing.T) {
 // its lane reads "more than 1,000": the count stops at its cap.
 func TestWhyCountsALongLaneUpToItsCap(t *testing.T) {
 	e := newEnv(t)
-	const n = 1200
-	evs := make([]workqueue.Event, n)
-	for i := range evs {
-		evs[i] = workqueue.Event{IdempotencyKey: fmt.Sprintf("long-%d", i), RouteID: "r", RouteVersion: 1, EventKind: "k",
-			SourceKind: "s", SourceID: "s", Payload: []byte("{}"), Work: []workqueue.Work{{WorkType: "deliver", SourceLane: "busy"}}}
-	}
 	var last int64
-	for i := 0; i < n; i += 400 {
-		got, err := e.qu.Enqueue(e.ctx, scope, evs[i:i+400])
-		if err != nil {
-			t.Fatal(err)
-		}
-		last = got[len(got)-1].Work[0].WorkID
+	for range 3 { // 1,200 in three enqueues
+		ids := e.enqueue(t, slices.Repeat([]workqueue.Work{{WorkType: "deliver", SourceLane: "busy"}}, 400)...)
+		last = ids[len(ids)-1]
 	}
 	if w := e.why(t, last); w.Kind != inspect.WhySourceLane || !w.MoreInLane || w.QueuedInLane != 1000 || !strings.Contains(w.Text, "more than 1000 items wait in that lane") {
 		t.Fatalf("%+v", w)
@@ -192,4 +166,78 @@ func (e *env) why(t testing.TB, id int64) inspect.Why {
 	}
 	t.Logf("item %d (%s): %s", id, it.State, w.Text)
 	return w
+}
+
+// TestLanePage reads a lane in order: its running head, then its blocked
+// items a page at a time through the cursor, each exactly once, and the
+// count; a target lane likewise; bad queries and an unknown scope are
+// refused.
+func TestLanePage(t *testing.T) {
+	e := newEnv(t)
+	ids := e.enqueue(t, slices.Repeat([]workqueue.Work{{WorkType: "deliver", SourceLane: "acct-1", TargetLane: "repo-1"}}, 8)...)
+	if c, _, err := e.cl.Claim(e.ctx, workqueue.ClaimRequest{QueueClasses: []string{"default"}, WorkTypes: []string{"deliver"}, Max: 1}); err != nil || len(c) != 1 || c[0].WorkID != ids[0] {
+		t.Fatalf("claimed %v, %v; want the head %d", c, err, ids[0])
+	}
+	for _, q := range []inspect.LaneQuery{{Source: "acct-1", Limit: 3}, {Target: "repo-1", Limit: 3}} {
+		var seen []int64
+		p, err := e.r.Lane(e.ctx, scope, q)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if p.Head == nil || p.Head.WorkID != ids[0] || p.Head.State != workqueue.StateProcessing || p.Head.LeaseOwner == "" || p.Queued != 7 || p.MoreQueued {
+			t.Fatalf("%+v: first page %+v (head %+v)", q, p, p.Head)
+		}
+		pages := 0
+		for {
+			pages++
+			for _, b := range p.Blocked {
+				seen = append(seen, b.WorkID)
+			}
+			if p.Next == 0 {
+				break
+			}
+			q.After = p.Next
+			if p, err = e.r.Lane(e.ctx, scope, q); err != nil {
+				t.Fatal(err)
+			}
+			if p.Head != nil {
+				t.Fatalf("a later page repeats the head: %+v", p.Head)
+			}
+		}
+		if !slices.Equal(seen, ids[1:]) || pages != 3 {
+			t.Fatalf("%+v: %d pages of %v, want %v in lane order", q, pages, seen, ids[1:])
+		}
+	}
+	for _, q := range []inspect.LaneQuery{{}, {Source: "a", Target: "b"}, {Source: "a", Limit: -1}, {Source: "a", Limit: inspect.MaxPageSize + 1}, {Source: "a", After: -1}} {
+		if _, err := e.r.Lane(e.ctx, scope, q); !errors.Is(err, inspect.ErrInvalid) {
+			t.Errorf("%+v: %v, want ErrInvalid", q, err)
+		}
+	}
+	if _, err := e.r.Lane(e.ctx, "no/such", inspect.LaneQuery{Source: "a"}); !errors.Is(err, inspect.ErrUnknownScope) {
+		t.Errorf("unknown scope: %v", err)
+	}
+	if p, err := e.r.Lane(e.ctx, scope, inspect.LaneQuery{Source: "empty"}); err != nil || p.Head != nil || len(p.Blocked) != 0 || p.Queued != 0 {
+		t.Errorf("an empty lane: %+v, %v", p, err)
+	}
+}
+
+// enqueue enqueues one event per work, in one call, and returns their
+// items' ids in order.
+func (e *env) enqueue(t testing.TB, works ...workqueue.Work) []int64 {
+	t.Helper()
+	var evs []workqueue.Event
+	for _, w := range works {
+		e.events++
+		evs = append(evs, workqueue.Event{IdempotencyKey: fmt.Sprintf("e-%d", e.events), RouteID: "r", RouteVersion: 1, EventKind: "k",
+			SourceKind: "s", SourceID: fmt.Sprintf("src-%d", e.events), Payload: []byte("{}"), Work: []workqueue.Work{w}})
+	}
+	got, err := e.qu.Enqueue(e.ctx, scope, evs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ids []int64
+	for _, ev := range got {
+		ids = append(ids, ev.Work[0].WorkID)
+	}
+	return ids
 }

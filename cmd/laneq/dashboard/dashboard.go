@@ -22,6 +22,7 @@ import (
 	"net/http"
 	"net/url"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/laneq/laneq/runtime/inspect"
@@ -108,6 +109,7 @@ func New(db *sql.DB, cfg Config) (*Server, error) {
 	s.mux.HandleFunc("GET /dlq", s.deadLetters)
 	s.mux.HandleFunc("GET /item", s.item)
 	s.mux.HandleFunc("GET /metrics", s.metrics)
+	s.mux.HandleFunc("GET /lane", s.lane)
 	s.mux.HandleFunc("GET /replay", s.confirmReplay)
 	s.mux.HandleFunc("POST /replay", s.replay)
 	return s, nil
@@ -161,8 +163,8 @@ type page struct {
 	// many seconds (a meta refresh: no script, so the page works, and
 	// updates, under the dashboard's Content-Security-Policy).
 	Refresh int
-	Error       string
-	Data        any
+	Error   string
+	Data    any
 }
 
 func (s *Server) render(w http.ResponseWriter, status int, name string, p page) {
@@ -285,6 +287,37 @@ func workID(value string) (int64, error) {
 		return 0, &inspect.InvalidError{Field: "id", Reason: fmt.Sprintf("%q is not a work id", value)}
 	}
 	return id, nil
+}
+
+// lane is one lane in order: its head and a page of what is blocked
+// behind it (inspect.Reader.Lane).
+func (s *Server) lane(w http.ResponseWriter, r *http.Request) {
+	ctx, cancel := s.ctx(r)
+	defer cancel()
+	q := r.URL.Query()
+	lq := inspect.LaneQuery{Source: q.Get("source"), Target: q.Get("target")}
+	if v := q.Get("after"); v != "" {
+		after, err := strconv.ParseInt(v, 10, 64)
+		if err != nil {
+			s.fail(w, &inspect.InvalidError{Field: "after", Reason: fmt.Sprintf("%q is not a lane ordinal", v)})
+			return
+		}
+		lq.After = after
+	}
+	p, err := s.in.Lane(ctx, q.Get("s"), lq)
+	if err != nil {
+		s.fail(w, err)
+		return
+	}
+	next := url.Values{}
+	if p.Next != 0 {
+		for k, v := range q {
+			next[k] = v
+		}
+		next.Set("after", strconv.FormatInt(p.Next, 10))
+	}
+	s.render(w, http.StatusOK, "lane.html", page{Title: fmt.Sprintf("%s lane %s", strings.ToUpper(p.Kind[:1])+p.Kind[1:], p.Lane),
+		Data: map[string]any{"Page": p, "After": lq.After, "Next": next}})
 }
 
 // readItem reads the item the request's id names; on failure it has
