@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/laneq/laneq/gen"
+	"github.com/laneq/laneq/internal/store"
 )
 
 // LaneQuery selects a page of one lane: a source lane or a target lane
@@ -82,7 +83,7 @@ func (r *Reader) Lane(ctx context.Context, scope string, q LaneQuery) (LanePage,
 		return LanePage{}, err
 	}
 	p := LanePage{Scope: scope, Generation: generation, Kind: kind, Lane: key}
-	lane := sql.NullString{String: key, Valid: true}
+	lane := store.NullString(key)
 	var heads []gen.SourceLaneHeadRow
 	var blocked []gen.SourceLaneBlockedPageRow
 	counts := gen.LaneQueuesParams{ScopeID: scope, Generation: generation}

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/laneq/laneq/gen"
+	"github.com/laneq/laneq/internal/store"
 	"github.com/laneq/laneq/runtime/workqueue"
 )
 
@@ -124,7 +125,7 @@ func (r *Reader) whyDependency(ctx context.Context, it Item, ago func(time.Time)
 }
 
 func (r *Reader) whyProjection(ctx context.Context, it Item, ago func(time.Time) string) (Why, error) {
-	rows, err := r.q.ActiveProjectionGeneration(ctx, nullIf(it.Projection))
+	rows, err := r.q.ActiveProjectionGeneration(ctx, store.NullString(it.Projection))
 	if err != nil {
 		return Why{}, fmt.Errorf("inspect: active generation of projection %q: %w", it.Projection, err)
 	}
@@ -166,7 +167,7 @@ func (r *Reader) whyLane(ctx context.Context, it Item, ago func(time.Time) strin
 	}
 	w := Why{Kind: kind, Lane: lane}
 	rows, err := r.q.LaneQueues(ctx, gen.LaneQueuesParams{ScopeID: it.Scope, Generation: it.Generation,
-		SourceLaneKey: nullIf(it.SourceLane), TargetLaneKey: nullIf(it.TargetLane)})
+		SourceLaneKey: store.NullString(it.SourceLane), TargetLaneKey: store.NullString(it.TargetLane)})
 	if err != nil {
 		return Why{}, fmt.Errorf("inspect: lane queues of work item %d: %w", it.WorkID, err)
 	}
@@ -211,8 +212,6 @@ func (r *Reader) whyLane(ctx context.Context, it Item, ago func(time.Time) strin
 	w.Text = fmt.Sprintf("blocked in %s %s behind item %d (%s since %s%s); %s", lanes[kind], lane, head.WorkID, head.State, ago(head.UpdatedAt), held, queued)
 	return w, nil
 }
-
-func nullIf(s string) sql.NullString { return sql.NullString{String: s, Valid: s != ""} }
 
 // stamp is a database time as the sentences show it: UTC, to the second.
 func stamp(t time.Time) string { return t.UTC().Format("2006-01-02 15:04:05Z") }
