@@ -120,7 +120,7 @@ chromium: ## Install Chromium (Debian package) when no chromium is on PATH.
 
 .PHONY: screenshots
 screenshots: tidb chromium ## Retake the dashboard screenshots in cmd/laneq/dashboard/screenshots.
-	cd tools/uitest && LANEQ_SCREENSHOTS=$(ROOT)/cmd/laneq/dashboard/screenshots $(GO) test -count=1 -run Chromium ./...
+	cd tools/uitest && LANEQ_SCREENSHOTS=$(ROOT)/cmd/laneq/dashboard/screenshots $(GO) test -count=1 -run 'Chromium|TestDashboardActions' ./...
 
 # --- the two jobs in README -----------------------------------------------------
 

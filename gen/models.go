@@ -69,6 +69,7 @@ type Scope struct {
 	AdmittedAt         time.Time
 	CreatedAt          time.Time
 	UpdatedAt          time.Time
+	PausedClasses      []byte
 }
 
 type ScopeWorkKind struct {

@@ -325,6 +325,8 @@ type Querier interface {
 	// Primary-key point read, once per claim turn and per generation probe. It
 	// also returns the database's clock: a claim turn bounds every scan by
 	// this instant, so scan windows are measured on one clock, never a host's.
+	// paused_classes rides along so a pause or resume reaches every claimer on
+	// the read it already makes (no statement of its own; see operate.sql).
 	GetScope(ctx context.Context, scopeID string) (GetScopeRow, error)
 	// Primary-key point read.
 	GetWorkItem(ctx context.Context, workID int64) (WorkItem, error)
@@ -460,6 +462,22 @@ type Querier interface {
 	// Current read under a row lock. Enqueue takes this lock first, then writes
 	// events, then work items: one lock order for every admission path.
 	LockScopeForEnqueue(ctx context.Context, scopeID string) (LockScopeForEnqueueRow, error)
+	// The paused classes, read current under the scope row's lock, so two
+	// operators pausing two classes at once both land: primary-key point get.
+	// Enqueue takes the same lock first too; a pause holds it for two
+	// statements.
+	LockScopePause(ctx context.Context, scopeID string) ([]byte, error)
+	// Operator actions (workqueue.Queue.RetryNow, SkipUnclaimed, PauseClass,
+	// ResumeClass): what the laneq command and the dashboard's write actions
+	// run. Each acts on one row by primary key, under the row lock its caller
+	// took first, and each is a compare-and-swap on the state the caller read,
+	// so an item that moved on meanwhile (claimed, finished) matches nothing
+	// and the action is refused, never half-applied.
+	// An action's current read of its item, under a row lock: primary-key point
+	// get. not_due compares on the database clock, never a host's. Taken after
+	// no other lock (an action locks one item, then its lane followers, the
+	// order every finish uses).
+	LockWorkItemForAction(ctx context.Context, workID int64) (LockWorkItemForActionRow, error)
 	// Replay's current read of the item to replay, under a row lock taken after
 	// the scope lock (LockScopeForEnqueue): the same lock order as enqueue, so a
 	// replay and an enqueue into the same lanes serialize on the scope row and
@@ -632,6 +650,13 @@ type Querier interface {
 	// A safe retry: pending again after a backoff computed from the consecutive
 	// safe-retry count, which this increments. Still its lanes' head.
 	RetryLater(ctx context.Context, arg RetryLaterParams) (int64, error)
+	// A pending item that is not due yet (a retry in backoff, a delayed item)
+	// becomes due now. run_after moves to the database's current time, which a
+	// claimer's scan floor has not passed (every transition toward claimable
+	// sets it so; see ClaimCandidates). The token moves, as on every write.
+	// Attempts and the safe-retry count are untouched: the item keeps its
+	// failure budget.
+	RetryNow(ctx context.Context, workID int64) (int64, error)
 	// A transient routing failure: pending again after a backoff, with the
 	// failure's sanitized class and summary. Fenced by the claim token: a
 	// router whose lease was taken over changes nothing (0 rows).
@@ -671,6 +696,10 @@ type Querier interface {
 	// workqueue.DefaultLockWaitTimeout); and the database clock (scanning it
 	// shows whether the driver parses DATETIME into UTC times).
 	SessionSettings(ctx context.Context) (SessionSettingsRow, error)
+	// Writes the paused classes the caller computed under LockScopePause's lock
+	// (a JSON array; NULL for none). Every claimer reads it on its next claim
+	// turn or probe (GetScope).
+	SetPausedClasses(ctx context.Context, arg SetPausedClassesParams) (int64, error)
 	// Moves the generation fence forward, only forward. Work of older
 	// generations stops being claimable at once: every claim CAS compares with
 	// active_generation, and a claim CAS already in flight is caught by
@@ -686,6 +715,14 @@ type Querier interface {
 	// wake in between (which moved the token on) wins. A row made pending sorts
 	// at now for claimers (see PromoteBlockedBatch).
 	SettleDependencyRegistration(ctx context.Context, arg SettleDependencyRegistrationParams) (int64, error)
+	// An operator's skip: an item no process holds (a lane head waiting for its
+	// claim or its due time, a lane follower, a dependency waiter) becomes
+	// terminal 'skipped' with the operator's reason, and the same terminal
+	// columns as Finish, so its lanes move on in this transaction (the caller
+	// promotes its followers) and a projection's queued successor takes over
+	// (the caller's handoff). A processing row is never matched: its handler
+	// is running, and cancelling that is another action.
+	SkipUnclaimed(ctx context.Context, arg SkipUnclaimedParams) (int64, error)
 	// A lane page: the source lane's blocked rows in lane order after a
 	// cursor ordinal, one page. The lane's blocked rows are one range of
 	// idx_work_item_source_lane (state before the ordinal), read from the

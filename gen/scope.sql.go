@@ -54,7 +54,7 @@ func (q *Queries) EnsureScope(ctx context.Context, arg EnsureScopeParams) error 
 
 const getScope = `-- name: GetScope :one
 SELECT scope_id, active_generation, next_enqueue_ordinal, admitted_at,
-       CAST(NOW(6) AS DATETIME(6)) AS db_now
+       paused_classes, CAST(NOW(6) AS DATETIME(6)) AS db_now
 FROM scope
 WHERE scope_id = ?
 `
@@ -64,12 +64,15 @@ type GetScopeRow struct {
 	ActiveGeneration   int64
 	NextEnqueueOrdinal int64
 	AdmittedAt         time.Time
+	PausedClasses      []byte
 	DbNow              time.Time
 }
 
 // Primary-key point read, once per claim turn and per generation probe. It
 // also returns the database's clock: a claim turn bounds every scan by
 // this instant, so scan windows are measured on one clock, never a host's.
+// paused_classes rides along so a pause or resume reaches every claimer on
+// the read it already makes (no statement of its own; see operate.sql).
 func (q *Queries) GetScope(ctx context.Context, scopeID string) (GetScopeRow, error) {
 	row := q.db.QueryRowContext(ctx, getScope, scopeID)
 	var i GetScopeRow
@@ -78,6 +81,7 @@ func (q *Queries) GetScope(ctx context.Context, scopeID string) (GetScopeRow, er
 		&i.ActiveGeneration,
 		&i.NextEnqueueOrdinal,
 		&i.AdmittedAt,
+		&i.PausedClasses,
 		&i.DbNow,
 	)
 	return i, err

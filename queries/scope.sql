@@ -9,8 +9,10 @@ ON DUPLICATE KEY UPDATE scope_id = scope_id;
 -- Primary-key point read, once per claim turn and per generation probe. It
 -- also returns the database's clock: a claim turn bounds every scan by
 -- this instant, so scan windows are measured on one clock, never a host's.
+-- paused_classes rides along so a pause or resume reaches every claimer on
+-- the read it already makes (no statement of its own; see operate.sql).
 SELECT scope_id, active_generation, next_enqueue_ordinal, admitted_at,
-       CAST(NOW(6) AS DATETIME(6)) AS db_now
+       paused_classes, CAST(NOW(6) AS DATETIME(6)) AS db_now
 FROM scope
 WHERE scope_id = sqlc.arg(scope_id);
 

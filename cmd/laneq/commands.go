@@ -271,35 +271,6 @@ func runItemShow(c *cli, args []string) error {
 	})
 }
 
-func runReplay(c *cli, args []string) error {
-	fs := c.flags()
-	scope := fs.String("scope", "", "the scope (required)")
-	id := fs.Int64("work-id", 0, "the dead work item (required)")
-	yes := fs.Bool("yes", false, "really replay: creates a new work item that will run")
-	if err := c.parse(args); err != nil {
-		return err
-	}
-	if err := need(flagSet{"scope", *scope != ""}, flagSet{"work-id", *id != 0}); err != nil {
-		return err
-	}
-	if !*yes {
-		return &refusedError{fmt.Sprintf("replaying work item %d creates a new work item that will run; pass --yes to do it", *id)}
-	}
-	ctx, cancel := c.context()
-	defer cancel()
-	qu, err := c.queue(ctx)
-	if err != nil {
-		return err
-	}
-	child, err := qu.Replay(ctx, *scope, *id)
-	if err != nil {
-		return err
-	}
-	return c.emit(map[string]any{"replayed": *id, "child": child.WorkID, "state": child.State}, func(t *table) {
-		t.line("replayed %d: child work item %d (%s)", *id, child.WorkID, child.State)
-	})
-}
-
 func runReceiptShow(c *cli, args []string) error {
 	fs := c.flags()
 	scope := fs.String("scope", "", "the scope (with --delivery)")

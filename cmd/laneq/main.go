@@ -1,6 +1,7 @@
 // Command laneq is the operator's command line: migrate a database, read a
-// scope's statistics, dead letters, items and receipts, replay a dead item,
-// move a scope's generation.
+// scope's statistics, dead letters, items and receipts; replay dead items
+// (one, or all a filter matches), make an item due now, skip one, pause and
+// resume a queue class, move a scope's generation.
 //
 //	laneq <command> [flags]
 //
@@ -8,7 +9,7 @@
 // output instead of tables) and --timeout. Exit codes: 0 done, 1 failed
 // (database unreachable, a statement failed), 2 usage (bad flags or
 // arguments), 3 not found (scope, item, receipt), 4 refused (a write
-// without --yes, a replay the item does not allow).
+// without --yes, an action the item's state does not allow).
 package main
 
 import (
@@ -19,6 +20,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"slices"
 	"strings"
 	"time"
 
@@ -48,9 +50,14 @@ commands:
   dlq list                 a scope's dead letters, newest first
   item show                one work item: state, context, replay history
   replay                   give a dead item a new attempt (needs --yes)
+  dlq replay               replay every dead letter the filters match, in batches (needs --yes; again: replays nothing twice)
+  item retry-now           make a pending item that is not due yet (a retry's backoff, a delay) due now (needs --yes)
+  item skip                end an unclaimed item (pending, blocked, waiting) as skipped; its lanes move on (needs --yes)
+  class pause              stop every worker claiming a queue class of a scope until resumed (needs --yes)
+  class resume             let workers claim a paused class again (needs --yes)
   receipt show             one ingress receipt, by delivery id or receipt id
   scope set-generation     move a scope's active generation (needs --yes)
-  ui                       the web dashboard (--listen 127.0.0.1:8080; read-only unless --allow-replay;
+  ui                       the web dashboard (--listen 127.0.0.1:8080; read-only unless --allow-writes;
                            --allowed-host NAME for a name beyond loopback: other Host headers get 421;
                            --login-file FILE, a user:password every request must log in with, needed beyond loopback;
                            GET /metrics for Prometheus)
@@ -92,6 +99,11 @@ var commands = []command{
 	{"dlq list", runDLQList},
 	{"item show", runItemShow},
 	{"replay", runReplay},
+	{"dlq replay", runDLQReplay},
+	{"item retry-now", runRetryNow},
+	{"item skip", runSkip},
+	{"class pause", classAction(true)},
+	{"class resume", classAction(false)},
 	{"receipt show", runReceiptShow},
 	{"scope set-generation", runSetGeneration},
 	{"ui", runUI},
@@ -146,7 +158,7 @@ func exitCode(err error) int {
 		return exitUsage
 	case errors.Is(err, workqueue.ErrUnknownScope), errors.Is(err, inspect.ErrNotFound), errors.Is(err, ingress.ErrNotFound):
 		return exitNotFound
-	case errors.As(err, &re), errors.Is(err, workqueue.ErrNotReplayable), errors.Is(err, workqueue.ErrAlreadyReplayed):
+	case errors.As(err, &re), slices.ContainsFunc(exitRefusedErrors, func(target error) bool { return errors.Is(err, target) }):
 		return exitRefused
 	default:
 		return exitFailed

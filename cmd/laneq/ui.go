@@ -22,7 +22,9 @@ func runUI(c *cli, args []string) error {
 	listen := fs.String("listen", "127.0.0.1:8080", "address to serve on (loopback by default; beyond loopback it needs --login-file)")
 	loginFile := fs.String("login-file", "", "a file holding one line user:password (12+ characters of password): every request must log in "+
 		"with it (HTTP basic auth; put TLS in front of it); required to listen beyond loopback")
-	allowReplay := fs.Bool("allow-replay", false, "enable the replay button (confirmation page, CSRF token); read-only without it")
+	allowWrites := fs.Bool("allow-writes", false, "enable the write actions: replay, bulk replay, retry now, skip, pause and resume a class "+
+		"(each behind a confirmation page and a CSRF token); read-only without it")
+	fs.BoolVar(allowWrites, "allow-replay", false, "the former name of --allow-writes")
 	var allowedHosts listFlag
 	fs.Var(&allowedHosts, "allowed-host", "a further `name` (or name:port) browsers reach the dashboard by, such as its DNS name or a proxy's "+
 		"(repeatable or comma-separated); against DNS rebinding, a request whose Host is none of these, the --listen address "+
@@ -63,9 +65,9 @@ func runUI(c *cli, args []string) error {
 	if host, _, _ := net.SplitHostPort(ln.Addr().String()); !net.ParseIP(host).IsLoopback() && login == nil {
 		ln.Close()
 		return &usageError{fmt.Sprintf("--listen %s is beyond loopback: give --login-file, so that only those who log in can read dead letters"+
-			map[bool]string{true: " and replay them", false: ""}[*allowReplay], *listen)}
+			map[bool]string{true: " and act on them", false: ""}[*allowWrites], *listen)}
 	}
-	d, err := dashboard.New(c.db, dashboard.Config{AllowReplay: *allowReplay, Timeout: c.timeout, Logger: log, AllowedHosts: hosts, Login: login})
+	d, err := dashboard.New(c.db, dashboard.Config{AllowWrites: *allowWrites, Timeout: c.timeout, Logger: log, AllowedHosts: hosts, Login: login})
 	if err != nil {
 		ln.Close()
 		var ce *dashboard.ConfigError
@@ -87,7 +89,7 @@ func runUI(c *cli, args []string) error {
 		defer cancel()
 		_ = srv.Shutdown(shut)
 	}()
-	fmt.Fprintf(c.stderr, "laneq ui: serving http://%s/ (%s)\n", ln.Addr(), map[bool]string{true: "replay enabled", false: "read-only"}[*allowReplay])
+	fmt.Fprintf(c.stderr, "laneq ui: serving http://%s/ (%s)\n", ln.Addr(), map[bool]string{true: "writes enabled", false: "read-only"}[*allowWrites])
 	if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
 		return fmt.Errorf("serve: %w", err)
 	}

@@ -94,6 +94,7 @@ type Scope struct {
 	AdmittedAt         time.Time
 	CreatedAt          time.Time
 	UpdatedAt          time.Time
+	PausedClasses      []byte
 }
 
 type ScopeWorkKind struct {

@@ -4,8 +4,10 @@ package queuetest
 
 import (
 	"context"
+	"crypto/rand"
 	"database/sql"
 	"errors"
+	"fmt"
 	"slices"
 	"testing"
 	"time"
@@ -116,4 +118,54 @@ func Percentile(ds []time.Duration, p int) time.Duration {
 	s := slices.Clone(ds)
 	slices.Sort(s)
 	return s[min(len(s)-1, len(s)*p/100)]
+}
+
+// Dead makes n dead items of workType in scope (default class, no lane),
+// each of its own event, through the real path: enqueue, claim, and a
+// permanent failure of failureClass. It returns their ids in enqueue
+// order.
+func Dead(t testing.TB, qu *workqueue.Queue, scope, workType, failureClass string, n int) []int64 {
+	t.Helper()
+	ctx := context.Background()
+	tag := make([]byte, 6)
+	_, _ = rand.Read(tag)
+	var events []workqueue.Event
+	for i := range n {
+		key := fmt.Sprintf("dead-%x-%s-%d", tag, workType, i)
+		events = append(events, workqueue.Event{IdempotencyKey: key, RouteID: "route", RouteVersion: 1, EventKind: "changed",
+			SourceKind: "object", SourceID: key, Payload: []byte("{}"), Work: []workqueue.Work{{WorkType: workType}}})
+	}
+	res, err := qu.Enqueue(ctx, scope, events)
+	if err != nil {
+		t.Fatalf("queuetest: enqueue %d items to kill: %v", n, err)
+	}
+	want := map[int64]bool{}
+	var ids []int64
+	for _, ev := range res {
+		want[ev.Work[0].WorkID] = true
+		ids = append(ids, ev.Work[0].WorkID)
+	}
+	cl, err := qu.NewClaimer(scope, "queuetest-dead", workqueue.ClaimerConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for len(want) > 0 {
+		got, _, err := cl.Claim(ctx, workqueue.ClaimRequest{QueueClasses: []string{"default"}, WorkTypes: []string{workType}, Max: 100})
+		if err != nil {
+			t.Fatalf("queuetest: claim items to kill: %v", err)
+		}
+		if len(got) == 0 {
+			t.Fatalf("queuetest: %d items to kill were not claimable", len(want))
+		}
+		for _, c := range got {
+			if !want[c.WorkID] {
+				t.Fatalf("queuetest: claimed %d, which Dead did not enqueue (the scope has other %s work)", c.WorkID, workType)
+			}
+			delete(want, c.WorkID)
+			if _, err := qu.Fail(ctx, c, workqueue.Failure{Class: failureClass, Summary: "killed by queuetest.Dead"}, workqueue.ErrPermanent); err != nil {
+				t.Fatalf("queuetest: fail %d: %v", c.WorkID, err)
+			}
+		}
+	}
+	return ids
 }

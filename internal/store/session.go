@@ -141,8 +141,10 @@ func (st *Store) checkFoundRows(ctx context.Context) error {
 		return fmt.Errorf("workqueue: session check: %w", err)
 	}
 	// The same row, asked for with a trailing space: found only when the
-	// key column pads spaces.
-	if _, err := q.GetScope(ctx, sessionCheckScope+" "); err == nil {
+	// key column pads spaces. (A read of the columns every schema since the
+	// first has, so that a pre-release table is named as such, not as a
+	// missing column.)
+	if _, err := q.LockScopeForEnqueue(ctx, sessionCheckScope+" "); err == nil {
 		return ErrPreReleaseSchema
 	} else if !errors.Is(err, sql.ErrNoRows) {
 		return fmt.Errorf("workqueue: session check: %w", err)

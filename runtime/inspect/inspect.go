@@ -12,6 +12,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/laneq/laneq/gen"
@@ -93,18 +94,21 @@ type Item struct {
 	ActiveGeneration int64
 	WorkType         string
 	QueueClass       string
-	State            string // pending, blocked, processing, dependency_registration, waiting_dependency, inactive, completed, skipped, dead
-	RunAfter         time.Time
-	At               time.Time // the database's clock when read
-	Attempts         int
-	SafeRetries      int
-	LeaseOwner       string // set while processing
-	LeaseToken       int64
-	SourceLane       string
-	TargetLane       string
-	LaneOrdinal      int64
-	Projection       string // the projection key of a projection generation
-	WaitsOn          string // the dependency wake key of a waiting item
+	// ClassPaused: an operator paused the item's class in its scope
+	// (workqueue.Queue.PauseClass); nothing of it is claimed until resumed.
+	ClassPaused bool
+	State       string // pending, blocked, processing, dependency_registration, waiting_dependency, inactive, completed, skipped, dead
+	RunAfter    time.Time
+	At          time.Time // the database's clock when read
+	Attempts    int
+	SafeRetries int
+	LeaseOwner  string // set while processing
+	LeaseToken  int64
+	SourceLane  string
+	TargetLane  string
+	LaneOrdinal int64
+	Projection  string // the projection key of a projection generation
+	WaitsOn     string // the dependency wake key of a waiting item
 	// DependencyKeys are the keys a waiting item needs (any one satisfies
 	// it); nil when it waits for nothing.
 	DependencyKeys []string
@@ -151,8 +155,13 @@ func (r *Reader) Item(ctx context.Context, workID int64) (Item, error) {
 	if err != nil {
 		return Item{}, fmt.Errorf("inspect: scope of work item %d: %w", workID, err)
 	}
+	paused, err := workqueue.ParsePausedClasses(sc.PausedClasses)
+	if err != nil {
+		return Item{}, fmt.Errorf("inspect: scope of work item %d: %w", workID, err)
+	}
 	it := Item{
-		WorkID: d.WorkID, Scope: d.ScopeID, Generation: d.Generation, Stale: d.Generation != sc.ActiveGeneration,
+		ClassPaused: slices.Contains(paused, d.QueueClass),
+		WorkID:      d.WorkID, Scope: d.ScopeID, Generation: d.Generation, Stale: d.Generation != sc.ActiveGeneration,
 		ActiveGeneration: sc.ActiveGeneration,
 		WorkType:         d.WorkType, QueueClass: d.QueueClass, State: d.State, RunAfter: d.RunAfter, At: d.DbNow,
 		Attempts: int(d.AttemptCount), SafeRetries: int(d.SafeRetryCount), LeaseOwner: d.LeaseOwner.String,

@@ -27,6 +27,7 @@ const (
 	WhyLeaseExpired   = "lease_expired"  // processing under a lease that ran out: the next claim turn reclaims it
 	WhyOldGeneration  = "old_generation" // of a generation that is not the scope's active one: never claimed
 	WhyFinished       = "finished"       // terminal: completed, skipped or dead
+	WhyPaused         = "paused"         // due or reclaimable, but its class is paused in the scope
 	maxLaneQueueCount = 1000             // LaneQueues counts to 1,001: "more than 1,000"
 )
 
@@ -69,6 +70,19 @@ func (r *Reader) Why(ctx context.Context, it Item) (Why, error) {
 		return w, nil
 	case it.Stale:
 		return Why{Kind: WhyOldGeneration, Text: fmt.Sprintf("of generation %d, not the scope's active generation %d: never claimed", it.Generation, it.ActiveGeneration)}, nil
+	case it.ClassPaused && (it.State == workqueue.StatePending || it.State == workqueue.StateProcessing && !it.RunAfter.After(at)):
+		// Blocked, waiting and leased items are held by something else
+		// first; what a claim would take is held by the pause.
+		var when string
+		switch {
+		case it.State == workqueue.StateProcessing:
+			when = "its lease ran out at " + ago(it.RunAfter)
+		case it.RunAfter.After(at):
+			when = fmt.Sprintf("due at %s, in %s", stamp(it.RunAfter), it.RunAfter.Sub(at).Round(time.Second))
+		default:
+			when = "due since " + ago(it.RunAfter)
+		}
+		return Why{Kind: WhyPaused, Until: it.RunAfter, Text: fmt.Sprintf("class %s is paused in this scope: no worker claims or takes over its items until it is resumed (%s)", it.QueueClass, when)}, nil
 	}
 	switch it.State {
 	case workqueue.StatePending:

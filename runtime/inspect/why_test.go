@@ -18,7 +18,8 @@ import (
 // blocked in a source lane behind a running head, blocked in a target lane,
 // blocked behind a lane whose first item waits for its other lane, waiting
 // for dependency keys, an inactive projection successor, leased, a lease
-// that ran out, finished, and an item of a generation the scope left.
+// that ran out, finished, a due item of a paused class, and an item of a
+// generation the scope left.
 // (The dependency_registration state lasts one transaction; it is not
 // staged here.)
 func TestWhyNotRunning(t *testing.T) {
@@ -124,6 +125,26 @@ func TestWhyNotRunning(t *testing.T) {
 			func() string { return fmt.Sprintf("a 50ms lease still reads as %+v", w) })
 		if !strings.Contains(w.Text, "the lease of why-expire") || !strings.Contains(w.Text, "takes it over") {
 			t.Fatalf("%q", w.Text)
+		}
+	})
+
+	t.Run("paused class", func(t *testing.T) {
+		held := enqueue(workqueue.Work{WorkType: "held", QueueClass: "bulk"})[0]
+		if err := e.qu.PauseClass(e.ctx, scope, "bulk"); err != nil {
+			t.Fatal(err)
+		}
+		w := e.why(t, held)
+		if w.Kind != inspect.WhyPaused || !strings.Contains(w.Text, "class bulk is paused in this scope") || !strings.Contains(w.Text, "due since") {
+			t.Fatalf("%+v", w)
+		}
+		if w := e.why(t, due); w.Kind != inspect.WhyDue {
+			t.Fatalf("an item of an unpaused class: %+v", w)
+		}
+		if err := e.qu.ResumeClass(e.ctx, scope, "bulk"); err != nil {
+			t.Fatal(err)
+		}
+		if w := e.why(t, held); w.Kind != inspect.WhyDue {
+			t.Fatalf("after resume: %+v", w)
 		}
 	})
 

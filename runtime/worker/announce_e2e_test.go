@@ -135,8 +135,10 @@ func waitHelperQuiet(t *testing.T, h *helperProc) {
 // dependency safety pass, a finish that promotes a lane follower, a
 // dead-letter that promotes one, a projection successor activated by its
 // predecessor's finish, lane recovery, a release, a replay, a generation
-// rolled back (its fenced work claimable again), and a retry coming due (announced when it was scheduled, so the other process armed
-// its due timer for it).
+// rolled back (its fenced work claimable again), the operator's retry-now,
+// skip (its lane follower promoted) and resume of a paused class, and a
+// retry coming due (announced when it was scheduled, so the other process
+// armed its due timer for it).
 func TestEveryRunnableTransitionIsAnnounced(t *testing.T) {
 	f := newFixture(t, workqueue.Config{Lease: 10 * time.Minute, Retry: workqueue.RetryPolicy{Initial: 2 * time.Second}})
 	p := newProducer(f)
@@ -169,7 +171,16 @@ func TestEveryRunnableTransitionIsAnnounced(t *testing.T) {
 		t.Fatal(err)
 	}
 	retried := p.claimOne(workqueue.Work{})
-	for _, w := range []workqueue.EnqueuedWork{laneFollower, deadFollower, stranded} {
+	// Operator actions: an item an hour away, a lane whose head is an hour
+	// away, and an item of a paused class.
+	retriedNow := p.enqueue(workqueue.Work{Delay: time.Hour})
+	skippedHead := p.enqueue(workqueue.Work{SourceLane: "skip", Delay: time.Hour})
+	skipFollower := p.enqueue(workqueue.Work{SourceLane: "skip"})
+	if err := f.qu.PauseClass(ctx, scope, "bulk"); err != nil {
+		t.Fatal(err)
+	}
+	paused := p.enqueue(workqueue.Work{QueueClass: "bulk"})
+	for _, w := range []workqueue.EnqueuedWork{laneFollower, deadFollower, stranded, skipFollower} {
 		if w.State != workqueue.StateBlocked {
 			t.Fatalf("work %d is %s, want blocked", w.WorkID, w.State)
 		}
@@ -292,6 +303,24 @@ func TestEveryRunnableTransitionIsAnnounced(t *testing.T) {
 			t.Fatal(err)
 		}
 		expectRan(t, h, child.WorkID)
+	})
+	t.Run("retry now", func(t *testing.T) {
+		if err := f.qu.RetryNow(ctx, scope, retriedNow.WorkID); err != nil {
+			t.Fatal(err)
+		}
+		expectRan(t, h, retriedNow.WorkID)
+	})
+	t.Run("skip promotes a follower", func(t *testing.T) {
+		if fin, err := f.qu.SkipUnclaimed(ctx, scope, skippedHead.WorkID, "test"); err != nil || fin.Promoted != 1 {
+			t.Fatalf("skip %+v (%v)", fin, err)
+		}
+		expectRan(t, h, skipFollower.WorkID)
+	})
+	t.Run("resume", func(t *testing.T) {
+		if err := f.qu.ResumeClass(ctx, scope, "bulk"); err != nil {
+			t.Fatal(err)
+		}
+		expectRan(t, h, paused.WorkID)
 	})
 	t.Run("retry comes due", func(t *testing.T) {
 		out, err := f.qu.Fail(ctx, retried, workqueue.Failure{Class: "test", Summary: "transient"}, errors.New("transient"))

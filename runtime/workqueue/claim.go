@@ -148,6 +148,7 @@ type Claimer struct {
 	generation int64  // active generation seen last
 	ordinal    int64  // next enqueue ordinal seen last
 	admittedAt time.Time
+	paused     pausedSet          // the scope's paused classes, as read last
 	fresh      map[string]*cursor // queue class -> pending-range cursor
 	stale      map[string]*cursor // queue class -> processing-range cursor
 	lastStale  time.Time
@@ -400,10 +401,11 @@ func (c *Claimer) groupRequests(ctx context.Context, sc gen.GetScopeRow, reqs []
 		return a.StaleOnly == b.StaleOnly && slices.Equal(a.WorkTypes, b.WorkTypes) &&
 			slices.Equal(a.staleClasses(), b.staleClasses()) && slices.EqualFunc(at, bt, slices.Equal)
 	}
+	paused := c.pausedClasses()
 next:
 	for _, i := range valid {
 		req := reqs[i]
-		tiers := c.tiersWithWork(ctx, sc, req, stats)
+		tiers := paused.dropFromTiers(c.tiersWithWork(ctx, sc, req, stats))
 		for g := range groups {
 			if sameClaim(groups[g].req, req, groups[g].tiers, tiers) {
 				groups[g].req.Max += req.Max
@@ -422,7 +424,7 @@ func (c *Claimer) claimMerged(ctx context.Context, sc gen.GetScopeRow, req Claim
 	var stats ClaimStats
 	var out []Claimed
 	if stale {
-		got, err := c.reclaim(ctx, sc, req.staleClasses(), req.WorkTypes, req.Max, &stats)
+		got, err := c.reclaim(ctx, sc, c.pausedClasses().drop(req.staleClasses()), req.WorkTypes, req.Max, &stats)
 		out = append(out, got...) // items already won are the caller's even on error
 		if err != nil || req.StaleOnly {
 			return out, stats, err
@@ -525,7 +527,13 @@ func (c *Claimer) readScope(ctx context.Context) (gen.GetScopeRow, error) {
 	if err != nil {
 		return sc, fmt.Errorf("workqueue: read scope %q: %w", c.scope, err)
 	}
-	c.observe(sc)
+	// A paused_classes value no PauseClass wrote fails the turn loudly
+	// rather than claim work an operator may have meant to pause.
+	paused, err := ParsePausedClasses(sc.PausedClasses)
+	if err != nil {
+		return sc, fmt.Errorf("%w (scope %q)", err, c.scope)
+	}
+	c.observe(sc, paused)
 	return sc, nil
 }
 
@@ -536,9 +544,10 @@ func (c *Claimer) readScope(ctx context.Context) (gen.GetScopeRow, error) {
 // the last read showed had committed: their rows are due no earlier than
 // that one's admitted_at, even if a cursor moved past their run_after while
 // they were still being written.
-func (c *Claimer) observe(sc gen.GetScopeRow) {
+func (c *Claimer) observe(sc gen.GetScopeRow, paused []string) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	c.paused = newPausedSet(paused)
 	switch {
 	case !c.observed || sc.ActiveGeneration != c.generation:
 		c.restartLocked()
@@ -1000,8 +1009,10 @@ func (c *Claimer) Probe(ctx context.Context, classes, workTypes []string) (uint6
 		return 0, err
 	}
 	h := fnv.New64a()
-	fmt.Fprintf(h, "%d/%d", sc.ActiveGeneration, sc.NextEnqueueOrdinal)
-	for _, class := range classes {
+	// A resume changes the paused list, so the probe reports a change and
+	// the worker claims even if the resume's announcement was lost.
+	fmt.Fprintf(h, "%d/%d/%s", sc.ActiveGeneration, sc.NextEnqueueOrdinal, sc.PausedClasses)
+	for _, class := range c.pausedClasses().drop(classes) {
 		cur, _ := c.cursorFor(c.fresh, class)
 		rows, err := c.qu.q.ClaimCandidates(ctx, gen.ClaimCandidatesParams{
 			ScopeID: c.scope, Generation: sc.ActiveGeneration, QueueClass: class,
@@ -1034,4 +1045,55 @@ func (c *Claimer) Probe(ctx context.Context, classes, workTypes []string) (uint6
 // scanStart is where a scan from cur starts (scanfloor.Floor.Start).
 func (c *Claimer) scanStart(cur cursor) time.Time {
 	return cur.floor.Start(c.cfg.StragglerWindow)
+}
+
+// pausedClasses is the scope's paused classes as the last scope read saw.
+func (c *Claimer) pausedClasses() pausedSet {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.paused
+}
+
+// pausedSet is a scope's paused classes (Queue.PauseClass): a claim turn
+// neither scans nor reclaims them. nil pauses nothing.
+type pausedSet map[string]bool
+
+func newPausedSet(classes []string) pausedSet {
+	if len(classes) == 0 {
+		return nil
+	}
+	s := make(pausedSet, len(classes))
+	for _, c := range classes {
+		s[c] = true
+	}
+	return s
+}
+
+// drop returns classes without the paused ones.
+func (p pausedSet) drop(classes []string) []string {
+	if len(p) == 0 {
+		return classes
+	}
+	var out []string
+	for _, c := range classes {
+		if !p[c] {
+			out = append(out, c)
+		}
+	}
+	return out
+}
+
+// dropFromTiers drops the paused classes from claim tiers, and tiers left
+// empty.
+func (p pausedSet) dropFromTiers(tiers [][]string) [][]string {
+	if len(p) == 0 {
+		return tiers
+	}
+	var out [][]string
+	for _, t := range tiers {
+		if kept := p.drop(t); len(kept) > 0 {
+			out = append(out, kept)
+		}
+	}
+	return out
 }

@@ -98,7 +98,7 @@ func seed(t *testing.T) (*sql.DB, []int64) {
 func TestDashboardInChromium(t *testing.T) {
 	browser := chromium(t)
 	db, dead := seed(t)
-	d, err := dashboard.New(db, dashboard.Config{AllowReplay: true})
+	d, err := dashboard.New(db, dashboard.Config{AllowWrites: true})
 	if err != nil {
 		t.Fatal(err)
 	}

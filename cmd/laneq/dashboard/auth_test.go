@@ -17,7 +17,7 @@ import (
 // (a replay POST writes nothing), and the right one is served.
 func TestLogin(t *testing.T) {
 	db, dead := seed(t)
-	c := newClient(t, db, dashboard.Config{AllowReplay: true, Login: &dashboard.Login{User: "ops", Password: "correct horse battery"}})
+	c := newClient(t, db, dashboard.Config{AllowWrites: true, Login: &dashboard.Login{User: "ops", Password: "correct horse battery"}})
 	get := func(path, user, password string) (int, http.Header) {
 		req, _ := http.NewRequest("GET", c.base+path, nil)
 		if user != "" {

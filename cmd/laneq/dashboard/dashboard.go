@@ -1,17 +1,17 @@
 // Package dashboard is laneq's web dashboard: server-rendered pages
 // (net/http, html/template, embedded assets, no JavaScript) over the same
 // reads as the laneq command: scopes, per-class statistics, dead letters
-// with filters, one item's history, and, only when enabled, a replay guarded
-// by a confirmation page, a CSRF token and cross-origin protection. Every
+// with filters, one item's history and why it is not running, a lane in
+// order, Prometheus metrics, and, only when enabled, write actions (replay,
+// bulk replay, retry now, skip, pause and resume a class; actions.go), each
+// guarded by a confirmation page, a CSRF token and cross-origin protection. Every
 // request must name the dashboard in its Host header (see hostAllowed), or
 // it is refused with 421 Misdirected Request.
 package dashboard
 
 import (
 	"context"
-	"crypto/hmac"
 	"crypto/rand"
-	"crypto/sha256"
 	"database/sql"
 	"embed"
 	"encoding/hex"
@@ -21,6 +21,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -35,9 +36,11 @@ var assets embed.FS
 
 // Config configures a dashboard.
 type Config struct {
-	// AllowReplay enables the replay button and POST /replay; without it
-	// the dashboard is read-only and refuses every POST.
-	AllowReplay bool
+	// AllowWrites enables the write actions (replay, bulk replay, retry
+	// now, skip, pause, resume: see actions.go), each behind its
+	// confirmation page; without it the dashboard is read-only and refuses
+	// every POST.
+	AllowWrites bool
 	// Timeout bounds each request's database work (default 10s).
 	Timeout time.Duration
 	Logger  *slog.Logger
@@ -70,6 +73,7 @@ type Server struct {
 	key   []byte // signs CSRF tokens; fresh per process
 	mux   *http.ServeMux
 	hosts []hostPort // Config.AllowedHosts, parsed
+	jobs  jobs       // bulk replays
 }
 
 // New returns a dashboard on db.
@@ -94,6 +98,7 @@ func New(db *sql.DB, cfg Config) (*Server, error) {
 		"age":   ageCell,
 		"when":  func(t time.Time) string { return whenCell(t) },
 		"query": func(v url.Values) template.URL { return template.URL(v.Encode()) },
+		"has":   func(list []string, v string) bool { return slices.Contains(list, v) },
 	}).ParseFS(assets, "templates/*.html")
 	if err != nil {
 		return nil, fmt.Errorf("dashboard: templates: %w", err)
@@ -110,8 +115,11 @@ func New(db *sql.DB, cfg Config) (*Server, error) {
 	s.mux.HandleFunc("GET /item", s.item)
 	s.mux.HandleFunc("GET /metrics", s.metrics)
 	s.mux.HandleFunc("GET /lane", s.lane)
-	s.mux.HandleFunc("GET /replay", s.confirmReplay)
-	s.mux.HandleFunc("POST /replay", s.replay)
+	s.mux.HandleFunc("GET /job", s.job)
+	for _, a := range s.actions() {
+		s.mux.HandleFunc("GET "+a.path, s.confirm(a))
+		s.mux.HandleFunc("POST "+a.path, s.perform(a))
+	}
 	return s, nil
 }
 
@@ -149,16 +157,13 @@ func (s *Server) session(w http.ResponseWriter, r *http.Request) string {
 	return id
 }
 
-// csrfToken binds an action on one item to the session.
-func (s *Server) csrfToken(session string, workID int64) string {
-	m := hmac.New(sha256.New, s.key)
-	fmt.Fprintf(m, "replay:%s:%d", session, workID)
-	return hex.EncodeToString(m.Sum(nil))
-}
-
 type page struct {
 	Title       string
-	AllowReplay bool
+	AllowWrites bool
+	// Scope, when set, is the scope the page is about: the header says
+	// which of its classes are paused (one point read of the scope row).
+	Scope  string
+	Paused []string
 	// Refresh, when set, makes the browser load the page again after that
 	// many seconds (a meta refresh: no script, so the page works, and
 	// updates, under the dashboard's Content-Security-Policy).
@@ -167,8 +172,14 @@ type page struct {
 	Data    any
 }
 
-func (s *Server) render(w http.ResponseWriter, status int, name string, p page) {
-	p.AllowReplay = s.cfg.AllowReplay
+func (s *Server) render(w http.ResponseWriter, r *http.Request, status int, name string, p page) {
+	p.AllowWrites = s.cfg.AllowWrites
+	if p.Scope != "" {
+		ctx, cancel := s.ctx(r)
+		// A failed read leaves the banner out; the page itself was read.
+		p.Paused, _ = s.qu.PausedClasses(ctx, p.Scope)
+		cancel()
+	}
 	w.Header().Set("Content-Type", "text/html; charset=utf-8")
 	w.WriteHeader(status)
 	if err := s.pages.ExecuteTemplate(w, name, p); err != nil {
@@ -177,19 +188,21 @@ func (s *Server) render(w http.ResponseWriter, status int, name string, p page) 
 }
 
 // fail renders an error page with the status the error means.
-func (s *Server) fail(w http.ResponseWriter, err error) {
+func (s *Server) fail(w http.ResponseWriter, r *http.Request, err error) {
 	status := http.StatusInternalServerError
 	switch {
 	case errors.Is(err, stats.ErrInvalid), errors.Is(err, inspect.ErrInvalid), errors.Is(err, workqueue.ErrInvalid):
 		status = http.StatusBadRequest
 	case errors.Is(err, workqueue.ErrUnknownScope), errors.Is(err, inspect.ErrNotFound):
 		status = http.StatusNotFound
-	case errors.Is(err, workqueue.ErrNotReplayable), errors.Is(err, workqueue.ErrAlreadyReplayed):
+	case errors.Is(err, workqueue.ErrNotReplayable), errors.Is(err, workqueue.ErrAlreadyReplayed), errors.Is(err, workqueue.ErrRefused):
 		status = http.StatusConflict
+	case errors.Is(err, errTooManyJobs):
+		status = http.StatusTooManyRequests
 	default:
 		s.cfg.Logger.Error("dashboard", "err", err)
 	}
-	s.render(w, status, "error.html", page{Title: http.StatusText(status), Error: err.Error()})
+	s.render(w, r, status, "error.html", page{Title: http.StatusText(status), Error: err.Error()})
 }
 
 func (s *Server) ctx(r *http.Request) (context.Context, context.CancelFunc) {
@@ -202,14 +215,14 @@ func (s *Server) scopes(w http.ResponseWriter, r *http.Request) {
 	after := r.URL.Query().Get("after")
 	list, err := s.in.Scopes(ctx, after, 100)
 	if err != nil {
-		s.fail(w, err)
+		s.fail(w, r, err)
 		return
 	}
 	next := ""
 	if len(list) == 100 {
 		next = list[len(list)-1].Scope
 	}
-	s.render(w, http.StatusOK, "scopes.html", page{Title: "Scopes", Data: map[string]any{"Scopes": list, "Next": next}})
+	s.render(w, r, http.StatusOK, "scopes.html", page{Title: "Scopes", Data: map[string]any{"Scopes": list, "Next": next}})
 }
 
 func (s *Server) scope(w http.ResponseWriter, r *http.Request) {
@@ -222,7 +235,7 @@ func (s *Server) scope(w http.ResponseWriter, r *http.Request) {
 	}
 	st, err := read(ctx, q.Get("s"), stats.Filter{})
 	if err != nil {
-		s.fail(w, err)
+		s.fail(w, r, err)
 		return
 	}
 	// The capped counts update themselves (each costs one capped statement
@@ -233,7 +246,7 @@ func (s *Server) scope(w http.ResponseWriter, r *http.Request) {
 	if live {
 		refresh = ScopeRefreshSeconds
 	}
-	s.render(w, http.StatusOK, "scope.html", page{Title: st.Scope, Refresh: refresh, Data: map[string]any{
+	s.render(w, r, http.StatusOK, "scope.html", page{Title: st.Scope, Scope: st.Scope, Refresh: refresh, Data: map[string]any{
 		"Stats": st, "CapCount": stats.CapCount, "Live": live, "RefreshSeconds": ScopeRefreshSeconds,
 	}})
 }
@@ -242,19 +255,15 @@ func (s *Server) deadLetters(w http.ResponseWriter, r *http.Request) {
 	ctx, cancel := s.ctx(r)
 	defer cancel()
 	q := r.URL.Query()
-	dq := inspect.DeadLetterQuery{WorkType: q.Get("work_type"), FailureClass: q.Get("failure_class"), Cursor: q.Get("cursor")}
-	var err error
-	if dq.From, err = parseTime("since", q.Get("since")); err != nil {
-		s.fail(w, err)
+	dq, err := deadLetterQuery(q)
+	if err != nil {
+		s.fail(w, r, err)
 		return
 	}
-	if dq.To, err = parseTime("until", q.Get("until")); err != nil {
-		s.fail(w, err)
-		return
-	}
+	dq.Cursor = q.Get("cursor")
 	p, err := s.in.DeadLetters(ctx, q.Get("s"), dq)
 	if err != nil {
-		s.fail(w, err)
+		s.fail(w, r, err)
 		return
 	}
 	next := url.Values{}
@@ -264,9 +273,33 @@ func (s *Server) deadLetters(w http.ResponseWriter, r *http.Request) {
 		}
 		next.Set("cursor", p.Next)
 	}
-	s.render(w, http.StatusOK, "dlq.html", page{Title: "Dead letters of " + p.Scope, Data: map[string]any{
-		"Page": p, "Filter": dq, "Since": q.Get("since"), "Until": q.Get("until"), "Next": next,
+	s.render(w, r, http.StatusOK, "dlq.html", page{Title: "Dead letters of " + p.Scope, Scope: p.Scope, Data: map[string]any{
+		"Page": p, "Filter": dq, "Since": q.Get("since"), "Until": q.Get("until"), "Next": next, "Filters": dlqFilters(q),
 	}})
+}
+
+// dlqFilters are the scope and dead-letter filters of a request, as the
+// dead letters page and the bulk replay take them.
+func dlqFilters(in url.Values) url.Values {
+	out := url.Values{"s": {in.Get("s")}}
+	for _, k := range []string{"work_type", "failure_class", "since", "until"} {
+		if v := in.Get(k); v != "" {
+			out.Set(k, v)
+		}
+	}
+	return out
+}
+
+// deadLetterQuery reads the dead-letter filters (the dead letters page's
+// and the bulk replay's).
+func deadLetterQuery(in url.Values) (inspect.DeadLetterQuery, error) {
+	dq := inspect.DeadLetterQuery{WorkType: in.Get("work_type"), FailureClass: in.Get("failure_class")}
+	var err error
+	if dq.From, err = parseTime("since", in.Get("since")); err != nil {
+		return dq, err
+	}
+	dq.To, err = parseTime("until", in.Get("until"))
+	return dq, err
 }
 
 func parseTime(field, s string) (time.Time, error) {
@@ -299,14 +332,14 @@ func (s *Server) lane(w http.ResponseWriter, r *http.Request) {
 	if v := q.Get("after"); v != "" {
 		after, err := strconv.ParseInt(v, 10, 64)
 		if err != nil {
-			s.fail(w, &inspect.InvalidError{Field: "after", Reason: fmt.Sprintf("%q is not a lane ordinal", v)})
+			s.fail(w, r, &inspect.InvalidError{Field: "after", Reason: fmt.Sprintf("%q is not a lane ordinal", v)})
 			return
 		}
 		lq.After = after
 	}
 	p, err := s.in.Lane(ctx, q.Get("s"), lq)
 	if err != nil {
-		s.fail(w, err)
+		s.fail(w, r, err)
 		return
 	}
 	next := url.Values{}
@@ -316,7 +349,7 @@ func (s *Server) lane(w http.ResponseWriter, r *http.Request) {
 		}
 		next.Set("after", strconv.FormatInt(p.Next, 10))
 	}
-	s.render(w, http.StatusOK, "lane.html", page{Title: fmt.Sprintf("%s lane %s", strings.ToUpper(p.Kind[:1])+p.Kind[1:], p.Lane),
+	s.render(w, r, http.StatusOK, "lane.html", page{Title: fmt.Sprintf("%s lane %s", strings.ToUpper(p.Kind[:1])+p.Kind[1:], p.Lane), Scope: p.Scope,
 		Data: map[string]any{"Page": p, "After": lq.After, "Next": next}})
 }
 
@@ -332,7 +365,7 @@ func (s *Server) readItem(w http.ResponseWriter, r *http.Request, value string) 
 			return it, true
 		}
 	}
-	s.fail(w, err)
+	s.fail(w, r, err)
 	return inspect.Item{}, false
 }
 
@@ -341,7 +374,6 @@ func (s *Server) item(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	replayable := it.State == workqueue.StateDead && it.ReplayedAt.IsZero()
 	ctx, cancel := s.ctx(r)
 	defer cancel()
 	why, err := s.in.Why(ctx, it)
@@ -349,65 +381,13 @@ func (s *Server) item(w http.ResponseWriter, r *http.Request) {
 		// The item is still worth showing: say the reason could not be read.
 		why = inspect.Why{Text: "could not tell: " + err.Error()}
 	}
-	s.render(w, http.StatusOK, "item.html", page{Title: fmt.Sprintf("Work item %d", it.WorkID), Data: map[string]any{
-		"Item": it, "Why": why, "Replayable": replayable,
+	s.render(w, r, http.StatusOK, "item.html", page{Title: fmt.Sprintf("Work item %d", it.WorkID), Scope: it.Scope, Data: map[string]any{
+		"Item": it, "Why": why,
+		// The actions the item's state allows (each still checked when done).
+		"Replayable": it.State == workqueue.StateDead && it.ReplayedAt.IsZero(),
+		"RetryNow":   it.State == workqueue.StatePending && it.RunAfter.After(it.At),
+		"Skippable":  slices.Contains([]string{workqueue.StatePending, workqueue.StateBlocked, workqueue.StateWaitingDependency}, it.State),
 	}})
-}
-
-// confirmReplay is the confirmation page: the only place a replay form is
-// rendered, with a token for this session and item.
-func (s *Server) confirmReplay(w http.ResponseWriter, r *http.Request) {
-	if !s.cfg.AllowReplay {
-		s.render(w, http.StatusForbidden, "error.html", page{Title: "Read-only", Error: "this dashboard is read-only: start it with --allow-replay to replay"})
-		return
-	}
-	it, ok := s.readItem(w, r, r.URL.Query().Get("id"))
-	if !ok {
-		return
-	}
-	session := s.session(w, r)
-	s.render(w, http.StatusOK, "confirm.html", page{Title: "Replay?", Data: map[string]any{
-		"Item": it, "Token": s.csrfToken(session, it.WorkID),
-	}})
-}
-
-// replay replays a dead item: POST only, read-only servers refuse it, and
-// the form must carry the token confirmReplay issued for this session and
-// item (cross-origin POSTs were refused before this handler).
-func (s *Server) replay(w http.ResponseWriter, r *http.Request) {
-	if !s.cfg.AllowReplay {
-		s.render(w, http.StatusForbidden, "error.html", page{Title: "Read-only", Error: "this dashboard is read-only"})
-		return
-	}
-	r.Body = http.MaxBytesReader(w, r.Body, 4096)
-	if err := r.ParseForm(); err != nil {
-		s.fail(w, &inspect.InvalidError{Field: "form", Reason: err.Error()})
-		return
-	}
-	id, err := workID(r.PostForm.Get("id"))
-	if err != nil {
-		s.fail(w, err)
-		return
-	}
-	c, err := r.Cookie(sessionCookie)
-	token := r.PostForm.Get("csrf")
-	if err != nil || token == "" || !hmac.Equal([]byte(token), []byte(s.csrfToken(c.Value, id))) {
-		s.render(w, http.StatusForbidden, "error.html", page{Title: "Refused", Error: "missing or invalid CSRF token: open the item's replay page and confirm there"})
-		return
-	}
-	it, ok := s.readItem(w, r, r.PostForm.Get("id"))
-	if !ok {
-		return
-	}
-	ctx, cancel := s.ctx(r)
-	defer cancel()
-	child, err := s.qu.Replay(ctx, it.Scope, id)
-	if err != nil {
-		s.fail(w, err)
-		return
-	}
-	s.cfg.Logger.Info("dashboard: replayed", "scope", it.Scope, "work_id", id, "child", child.WorkID)
-	http.Redirect(w, r, "/item?id="+strconv.FormatInt(child.WorkID, 10), http.StatusSeeOther)
 }
 
 func ageCell(d time.Duration) string {

@@ -184,16 +184,16 @@ func TestReadOnlyPages(t *testing.T) {
 	}
 }
 
-// With --allow-replay, a replay goes through the confirmation page and its
+// With --allow-writes, a replay goes through the confirmation page and its
 // token: without the token, with another session's cookie, or from another
 // origin it is refused; the confirmed one creates exactly one child, and
 // submitting it again creates none.
 func TestReplayNeedsConfirmationAndToken(t *testing.T) {
 	db, dead := seed(t)
-	c := newClient(t, db, dashboard.Config{AllowReplay: true})
+	c := newClient(t, db, dashboard.Config{AllowWrites: true})
 	id := fmt.Sprint(dead[0])
 	code, body := c.get("/item?id=" + id)
-	wantPage(t, code, body, 200, "/replay?id="+id, "replay enabled")
+	wantPage(t, code, body, 200, "/replay?id="+id, "writes enabled")
 	code, body = c.get("/replay?id=" + id)
 	wantPage(t, code, body, 200, `name="csrf"`, "Replay work item "+id)
 	token := regexp.MustCompile(`name="csrf" value="([0-9a-f]+)"`).FindStringSubmatch(body)
@@ -205,7 +205,7 @@ func TestReplayNeedsConfirmationAndToken(t *testing.T) {
 	wantPage(t, code, body, 403, "CSRF")
 	code, body, _ = c.post("/replay", url.Values{"id": {fmt.Sprint(dead[1])}, "csrf": {token[1]}}, nil)
 	wantPage(t, code, body, 403, "CSRF") // a token is for one item
-	stranger := newClient(t, db, dashboard.Config{AllowReplay: true})
+	stranger := newClient(t, db, dashboard.Config{AllowWrites: true})
 	stranger.base = c.base
 	code, body, _ = stranger.post("/replay", url.Values{"id": {id}, "csrf": {token[1]}}, nil)
 	wantPage(t, code, body, 403, "CSRF") // and for one session

@@ -79,7 +79,7 @@ func listenPort(t *testing.T, base string) string {
 // and the replay writes nothing.
 func TestForgedHostRefused(t *testing.T) {
 	db, dead := seed(t)
-	c := newClient(t, db, dashboard.Config{AllowReplay: true})
+	c := newClient(t, db, dashboard.Config{AllowWrites: true})
 	port := listenPort(t, c.base)
 	forged := "attacker.example:" + port
 	id := fmt.Sprint(dead[0])
@@ -162,7 +162,7 @@ func TestForgedHostRefused(t *testing.T) {
 // loopback name other than the one listened on.
 func TestLoopbackAndListenHostsAccepted(t *testing.T) {
 	db, dead := seed(t)
-	c := newClient(t, db, dashboard.Config{AllowReplay: true})
+	c := newClient(t, db, dashboard.Config{AllowWrites: true})
 	port := listenPort(t, c.base)
 	for _, host := range []string{
 		strings.TrimPrefix(c.base, "http://"), // the listen address itself: 127.0.0.1:port

@@ -1,0 +1,83 @@
+package main_test
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/laneq/laneq/internal/queuetest"
+	"github.com/laneq/laneq/runtime/workqueue"
+)
+
+// The write commands: each refuses without --yes (exit 4, nothing
+// written), does its work with it, and refuses (exit 4, one line saying
+// why) what the item's state no longer allows.
+func TestWriteCommands(t *testing.T) {
+	qu, db, dsn := queuetest.New(t, workqueue.Config{}, scope)
+	ctx := context.Background()
+	res, err := qu.Enqueue(ctx, scope, []workqueue.Event{{IdempotencyKey: "e1", RouteID: "r", RouteVersion: 1, EventKind: "k", SourceKind: "s", SourceID: "1",
+		Payload: []byte("{}"), Work: []workqueue.Work{{WorkType: "later", Delay: time.Hour}, {WorkType: "lane", SourceLane: "acct-1"}, {WorkType: "lane2", SourceLane: "acct-1"}}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	later, head, follower := res[0].Work[0].WorkID, res[0].Work[1].WorkID, res[0].Work[2].WorkID
+	dead := queuetest.Dead(t, qu, scope, "sync", "rejected", 7)
+	state := func(id int64) string {
+		t.Helper()
+		var s string
+		if err := db.QueryRow("SELECT state FROM work_item WHERE work_id = ?", id).Scan(&s); err != nil {
+			t.Fatal(err)
+		}
+		return s
+	}
+	id := func(v int64) string { return fmt.Sprint(v) }
+
+	// retry-now
+	laneq(t, dsn, "item", "retry-now", "--scope", scope, "--work-id", id(later)).oneLine(t, 4, "pass --yes")
+	laneq(t, dsn, "item", "retry-now", "--scope", scope, "--work-id", id(later), "--yes").want(t, 0)
+	laneq(t, dsn, "item", "retry-now", "--scope", scope, "--work-id", id(later), "--yes").oneLine(t, 4, "pending and already due")
+	laneq(t, dsn, "item", "retry-now", "--scope", scope, "--yes").oneLine(t, 2, "missing --work-id")
+
+	// skip hands the lane over
+	laneq(t, dsn, "item", "skip", "--scope", scope, "--work-id", id(head)).oneLine(t, 4, "pass --yes")
+	if state(head) != workqueue.StatePending {
+		t.Fatal("a skip without --yes wrote")
+	}
+	out := laneq(t, dsn, "item", "skip", "--scope", scope, "--work-id", id(head), "--reason", "bad data", "--yes").want(t, 0).stdout
+	if !strings.Contains(out, "1 lane follower(s) now claimable") || state(head) != workqueue.StateSkipped || state(follower) != workqueue.StatePending {
+		t.Fatalf("skip: %q; head %s, follower %s", out, state(head), state(follower))
+	}
+	laneq(t, dsn, "item", "skip", "--scope", scope, "--work-id", id(head), "--yes").oneLine(t, 4, "is skipped")
+
+	// pause and resume
+	laneq(t, dsn, "class", "pause", "--scope", scope, "--class", "bulk").oneLine(t, 4, "pass --yes")
+	got := decode[map[string]any](t, laneq(t, dsn, "class", "pause", "--scope", scope, "--class", "bulk", "--yes", "--json").want(t, 0))
+	if fmt.Sprint(got["paused_classes"]) != "[bulk]" {
+		t.Fatalf("pause: %v", got)
+	}
+	laneq(t, dsn, "class", "pause", "--scope", scope, "--class", "bad class", "--yes").oneLine(t, 2, "queue class")
+	laneq(t, dsn, "class", "pause", "--scope", "tenant-none", "--class", "bulk", "--yes").oneLine(t, 3, "unknown scope")
+	laneq(t, dsn, "class", "resume", "--scope", scope, "--class", "bulk", "--yes").want(t, 0)
+	if paused, err := qu.PausedClasses(ctx, scope); err != nil || len(paused) != 0 {
+		t.Fatalf("after resume: %v, %v", paused, err)
+	}
+
+	// bulk replay, twice
+	laneq(t, dsn, "dlq", "replay", "--scope", scope, "--work-type", "sync").oneLine(t, 4, "pass --yes")
+	r := laneq(t, dsn, "dlq", "replay", "--scope", scope, "--work-type", "sync", "--batch", "3", "--yes").want(t, 0)
+	if !strings.Contains(r.stdout, "replayed 7 of 7 matching dead letters") || strings.Count(r.stderr, "dlq replay: batch") != 3 {
+		t.Fatalf("bulk replay:\nstdout %s\nstderr %s", r.stdout, r.stderr)
+	}
+	again := laneq(t, dsn, "dlq", "replay", "--scope", scope, "--work-type", "sync", "--yes").want(t, 0)
+	if !strings.Contains(again.stdout, "replayed 0 of 7 matching dead letters (7 replayed before") {
+		t.Fatalf("second bulk replay: %s", again.stdout)
+	}
+	var children int
+	if err := db.QueryRow("SELECT COUNT(*) FROM work_item WHERE replay_of_work_id IN (?, ?, ?, ?, ?, ?, ?)",
+		dead[0], dead[1], dead[2], dead[3], dead[4], dead[5], dead[6]).Scan(&children); err != nil || children != 7 {
+		t.Fatalf("%d children (%v), want 7", children, err)
+	}
+	laneq(t, dsn, "dlq", "replay", "--scope", scope, "--batch", "501", "--yes").oneLine(t, 2, "Batch")
+}

@@ -1,0 +1,387 @@
+package dashboard
+
+import (
+	"context"
+	"crypto/hmac"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/url"
+	"slices"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/laneq/laneq/runtime/inspect"
+	"github.com/laneq/laneq/runtime/operate"
+	"github.com/laneq/laneq/runtime/workqueue"
+)
+
+// Write actions. Every one is two requests: GET path renders its
+// confirmation page (the only place its form is rendered, with a token
+// bound to the session, the action and its subject), and POST path does it
+// after checking, in order: writes are enabled, the token matches this
+// session and this exact subject, and the runtime agrees the subject's
+// state allows it (a refusal is a 409 page saying why). Cross-origin POSTs
+// and forged Host headers are refused before any of this (ServeHTTP).
+
+// action is one write the dashboard offers.
+type action struct {
+	path  string // "/replay": GET confirms, POST does
+	title string // the confirmation page's title
+	// target reads the request's inputs (the query on GET, the form on
+	// POST) and what it acts on; a failure is rendered as an error page.
+	target func(ctx context.Context, in url.Values) (target, error)
+	// do performs it and returns where to send the browser.
+	do func(ctx context.Context, t target, form url.Values) (redirect string, err error)
+}
+
+// target is what a confirmation page shows and a POST acts on.
+type target struct {
+	Subject  string     // canonical: what the token is bound to
+	Question string     // "Replay dead work item 42 (deliver of crm/7 in scope s)?"
+	Effect   string     // what will happen
+	Button   string     // the submit button's label
+	Fields   url.Values // posted back as hidden fields
+	Cancel   string     // where "Cancel" leads
+	Reason   bool       // ask for a reason (skip)
+	scope    string
+	workID   int64
+	class    string
+	bulk     operate.BulkReplay
+}
+
+func (s *Server) actions() []action {
+	return []action{
+		{path: "/replay", title: "Replay?", target: s.itemTarget(func(it inspect.Item) target {
+			return target{
+				Question: fmt.Sprintf("Replay dead work item %d (%s of %s/%s in scope %s)?", it.WorkID, it.WorkType, it.Event.SourceKind, it.Event.SourceID, it.Scope),
+				Effect:   "A new work item for the same event will be created and will run. The dead item stays as it is.",
+				Button:   fmt.Sprintf("Replay work item %d", it.WorkID),
+			}
+		}), do: func(ctx context.Context, t target, _ url.Values) (string, error) {
+			child, err := s.qu.Replay(ctx, t.scope, t.workID)
+			if err != nil {
+				return "", err
+			}
+			s.cfg.Logger.Info("dashboard: replayed", "scope", t.scope, "work_id", t.workID, "child", child.WorkID)
+			return "/item?id=" + strconv.FormatInt(child.WorkID, 10), nil
+		}},
+		{path: "/retry-now", title: "Retry now?", target: s.itemTarget(func(it inspect.Item) target {
+			return target{
+				Question: fmt.Sprintf("Make work item %d (%s in scope %s, due at %s UTC) due now?", it.WorkID, it.WorkType, it.Scope, whenCell(it.RunAfter)),
+				Effect:   "It becomes due at once and a worker of its class claims it; it keeps its attempts and failure budget.",
+				Button:   fmt.Sprintf("Retry work item %d now", it.WorkID),
+			}
+		}), do: func(ctx context.Context, t target, _ url.Values) (string, error) {
+			if err := s.qu.RetryNow(ctx, t.scope, t.workID); err != nil {
+				return "", err
+			}
+			s.cfg.Logger.Info("dashboard: retry now", "scope", t.scope, "work_id", t.workID)
+			return "/item?id=" + strconv.FormatInt(t.workID, 10), nil
+		}},
+		{path: "/skip", title: "Skip?", target: s.itemTarget(func(it inspect.Item) target {
+			return target{
+				Question: fmt.Sprintf("Skip work item %d (%s of %s/%s in scope %s, %s)?", it.WorkID, it.WorkType, it.Event.SourceKind, it.Event.SourceID, it.Scope, it.State),
+				Effect:   "It ends as skipped and never runs; the next item of each of its lanes takes its place. This cannot be undone.",
+				Button:   fmt.Sprintf("Skip work item %d", it.WorkID),
+				Reason:   true,
+			}
+		}), do: func(ctx context.Context, t target, form url.Values) (string, error) {
+			fin, err := s.qu.SkipUnclaimed(ctx, t.scope, t.workID, form.Get("reason"))
+			if err != nil {
+				return "", err
+			}
+			s.cfg.Logger.Info("dashboard: skipped", "scope", t.scope, "work_id", t.workID, "promoted", fin.Promoted)
+			return "/item?id=" + strconv.FormatInt(t.workID, 10), nil
+		}},
+		s.classAction(true),
+		s.classAction(false),
+		{path: "/dlq/replay", title: "Replay these dead letters?", target: s.bulkTarget, do: s.startBulkReplay},
+	}
+}
+
+// itemTarget reads the item the "id" input names.
+func (s *Server) itemTarget(describe func(inspect.Item) target) func(ctx context.Context, in url.Values) (target, error) {
+	return func(ctx context.Context, in url.Values) (target, error) {
+		id, err := workID(in.Get("id"))
+		if err != nil {
+			return target{}, err
+		}
+		it, err := s.in.Item(ctx, id)
+		if err != nil {
+			return target{}, err
+		}
+		t := describe(it)
+		t.Subject, t.scope, t.workID = strconv.FormatInt(id, 10), it.Scope, id
+		t.Fields = url.Values{"id": {t.Subject}}
+		t.Cancel = "/item?id=" + t.Subject
+		return t, nil
+	}
+}
+
+func (s *Server) classAction(pause bool) action {
+	verb, path := "Resume", "/resume"
+	effect := "Workers claim its due work again at once."
+	if pause {
+		verb, path = "Pause", "/pause"
+		effect = "From their next claim turn no worker claims its work or takes over its expired leases, until it is resumed; items already running finish. Durable: restarts keep it paused."
+	}
+	return action{path: path, title: verb + "?", target: func(ctx context.Context, in url.Values) (target, error) {
+		scope, class := in.Get("s"), in.Get("class")
+		if scope == "" {
+			return target{}, &inspect.InvalidError{Field: "s", Reason: "empty"}
+		}
+		if err := workqueue.ValidQueueClass(class); err != nil {
+			return target{}, err
+		}
+		return target{
+			Subject: scope + "\x00" + class, scope: scope, class: class,
+			Question: fmt.Sprintf("%s class %s of scope %s?", verb, class, scope), Effect: effect,
+			Button: fmt.Sprintf("%s class %s", verb, class), Fields: url.Values{"s": {scope}, "class": {class}},
+			Cancel: "/scope?s=" + url.QueryEscape(scope),
+		}, nil
+	}, do: func(ctx context.Context, t target, _ url.Values) (string, error) {
+		set := s.qu.ResumeClass
+		if pause {
+			set = s.qu.PauseClass
+		}
+		if err := set(ctx, t.scope, t.class); err != nil {
+			return "", err
+		}
+		s.cfg.Logger.Info("dashboard: "+path[1:], "scope", t.scope, "class", t.class)
+		return "/scope?s=" + url.QueryEscape(t.scope), nil
+	}}
+}
+
+// bulkTarget reads the dead-letter filters of the request (the dead
+// letters page's) and counts nothing: a bulk replay's extent is known only
+// by reading it, which the job does in batches.
+func (s *Server) bulkTarget(_ context.Context, in url.Values) (target, error) {
+	dq, err := deadLetterQuery(in)
+	if err != nil {
+		return target{}, err
+	}
+	scope := in.Get("s")
+	if scope == "" {
+		return target{}, &inspect.InvalidError{Field: "s", Reason: "empty"}
+	}
+	fields := dlqFilters(in)
+	filter := "every dead letter"
+	if dq.WorkType != "" || dq.FailureClass != "" || !dq.From.IsZero() || !dq.To.IsZero() {
+		filter = "the dead letters matching " + describeFilter(dq)
+	}
+	return target{
+		Subject: fields.Encode(), scope: scope, bulk: operate.BulkReplay{Scope: scope, Filter: dq, Batch: operate.DefaultBatch},
+		Question: fmt.Sprintf("Replay %s of scope %s that was not replayed before?", filter, scope),
+		Effect: fmt.Sprintf("Each gets a new work item that will run, %d dead letters at a time, with progress on the next page. "+
+			"Running it again replays nothing twice.", operate.DefaultBatch),
+		Button: "Replay them", Fields: fields, Cancel: "/dlq?" + fields.Encode(),
+	}, nil
+}
+
+func describeFilter(dq inspect.DeadLetterQuery) string {
+	var parts []string
+	if dq.WorkType != "" {
+		parts = append(parts, "work type "+dq.WorkType)
+	}
+	if dq.FailureClass != "" {
+		parts = append(parts, "failure class "+dq.FailureClass)
+	}
+	if !dq.From.IsZero() {
+		parts = append(parts, "dead since "+whenCell(dq.From)+" UTC")
+	}
+	if !dq.To.IsZero() {
+		parts = append(parts, "dead before "+whenCell(dq.To)+" UTC")
+	}
+	out := ""
+	for i, p := range parts {
+		if i > 0 {
+			out += ", "
+		}
+		out += p
+	}
+	return out
+}
+
+// token binds an action on one subject to the session.
+func (s *Server) token(session, path, subject string) string {
+	m := hmac.New(sha256.New, s.key)
+	fmt.Fprintf(m, "%s\x00%s\x00%s", session, path, subject)
+	return hex.EncodeToString(m.Sum(nil))
+}
+
+// confirm renders an action's confirmation page.
+func (s *Server) confirm(a action) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		if !s.cfg.AllowWrites {
+			s.render(w, r, http.StatusForbidden, "error.html", page{Title: "Read-only", Error: "this dashboard is read-only: start it with --allow-writes to act on items"})
+			return
+		}
+		ctx, cancel := s.ctx(r)
+		defer cancel()
+		t, err := a.target(ctx, r.URL.Query())
+		if err != nil {
+			s.fail(w, r, err)
+			return
+		}
+		session := s.session(w, r)
+		s.render(w, r, http.StatusOK, "confirm.html", page{Title: a.title, Scope: t.scope, Data: map[string]any{
+			"Action": a.path, "Target": t, "Token": s.token(session, a.path, t.Subject),
+		}})
+	}
+}
+
+// perform does an action: POST only, refused by a read-only server or
+// without the token its confirmation page issued for this session and
+// subject.
+func (s *Server) perform(a action) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		if !s.cfg.AllowWrites {
+			s.render(w, r, http.StatusForbidden, "error.html", page{Title: "Read-only", Error: "this dashboard is read-only"})
+			return
+		}
+		r.Body = http.MaxBytesReader(w, r.Body, 8192)
+		if err := r.ParseForm(); err != nil {
+			s.fail(w, r, &inspect.InvalidError{Field: "form", Reason: err.Error()})
+			return
+		}
+		ctx, cancel := s.ctx(r)
+		defer cancel()
+		t, err := a.target(ctx, r.PostForm)
+		if err != nil {
+			s.fail(w, r, err)
+			return
+		}
+		c, err := r.Cookie(sessionCookie)
+		token := r.PostForm.Get("csrf")
+		if err != nil || token == "" || !hmac.Equal([]byte(token), []byte(s.token(c.Value, a.path, t.Subject))) {
+			s.render(w, r, http.StatusForbidden, "error.html", page{Title: "Refused", Error: "missing or invalid CSRF token: open the action's confirmation page and confirm there"})
+			return
+		}
+		to, err := a.do(ctx, t, r.PostForm)
+		if err != nil {
+			s.fail(w, r, err)
+			return
+		}
+		http.Redirect(w, r, to, http.StatusSeeOther)
+	}
+}
+
+// Bulk replays run as jobs of the server, not of the request that started
+// them: a large one outlives a request's timeout, and its page shows its
+// progress, reloading itself until it is done.
+const (
+	maxRunningJobs = 2
+	maxKeptJobs    = 32
+	jobTimeout     = time.Hour
+	// JobRefreshSeconds is how often a running job's page reloads.
+	JobRefreshSeconds = 1
+)
+
+// job is one bulk replay.
+type job struct {
+	ID      string
+	Scope   string
+	Filter  string
+	Started time.Time
+	mu      sync.Mutex
+	p       operate.Progress
+	err     error
+	done    bool
+}
+
+// JobState is a job as its page shows it.
+type JobState struct {
+	ID, Scope, Filter string
+	Started           time.Time
+	Progress          operate.Progress
+	Running           bool
+	Error             string
+}
+
+func (j *job) state() JobState {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	st := JobState{ID: j.ID, Scope: j.Scope, Filter: j.Filter, Started: j.Started, Progress: j.p, Running: !j.done}
+	if j.err != nil {
+		st.Error = j.err.Error()
+	}
+	return st
+}
+
+// jobs are the server's bulk replays, newest last.
+type jobs struct {
+	mu   sync.Mutex
+	list []*job
+}
+
+var errTooManyJobs = errors.New("dashboard: bulk replays already running")
+
+func (s *Server) startBulkReplay(_ context.Context, t target, _ url.Values) (string, error) {
+	b := make([]byte, 8)
+	_, _ = rand.Read(b)
+	j := &job{ID: hex.EncodeToString(b), Scope: t.scope, Filter: describeFilter(t.bulk.Filter), Started: time.Now()}
+	s.jobs.mu.Lock()
+	running := 0
+	for _, o := range s.jobs.list {
+		if o.state().Running {
+			running++
+		}
+	}
+	if running >= maxRunningJobs {
+		s.jobs.mu.Unlock()
+		return "", fmt.Errorf("%w: %d at once at most; wait for one to finish", errTooManyJobs, maxRunningJobs)
+	}
+	s.jobs.list = append(s.jobs.list, j)
+	for i := 0; len(s.jobs.list) > maxKeptJobs && i < len(s.jobs.list); {
+		if s.jobs.list[i].state().Running {
+			i++
+			continue
+		}
+		s.jobs.list = slices.Delete(s.jobs.list, i, i+1) // the oldest finished first
+	}
+	s.jobs.mu.Unlock()
+	s.cfg.Logger.Info("dashboard: bulk replay started", "job", j.ID, "scope", j.Scope, "filter", j.Filter)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), jobTimeout)
+		defer cancel()
+		p, err := operate.Replay(ctx, s.qu, s.in, t.bulk, func(p operate.Progress) {
+			j.mu.Lock()
+			j.p = p
+			j.mu.Unlock()
+		})
+		j.mu.Lock()
+		j.p, j.err, j.done = p, err, true
+		j.mu.Unlock()
+		s.cfg.Logger.Info("dashboard: bulk replay ended", "job", j.ID, "replayed", p.Replayed, "already", p.AlreadyReplayed, "refused", p.Refused, "err", err)
+	}()
+	return "/job?id=" + j.ID, nil
+}
+
+// job shows a bulk replay's progress; the page reloads itself while the
+// job runs.
+func (s *Server) job(w http.ResponseWriter, r *http.Request) {
+	id := r.URL.Query().Get("id")
+	s.jobs.mu.Lock()
+	var j *job
+	for _, o := range s.jobs.list {
+		if o.ID == id {
+			j = o
+		}
+	}
+	s.jobs.mu.Unlock()
+	if j == nil {
+		s.fail(w, r, fmt.Errorf("%w: no bulk replay %q on this dashboard (jobs live as long as the process)", inspect.ErrNotFound, id))
+		return
+	}
+	st := j.state()
+	refresh := 0
+	if st.Running {
+		refresh = JobRefreshSeconds
+	}
+	s.render(w, r, http.StatusOK, "job.html", page{Title: "Bulk replay", Scope: st.Scope, Refresh: refresh, Data: st})
+}

@@ -1,0 +1,110 @@
+// Package operate runs operator actions over many items at once: a bulk
+// replay of a scope's dead letters chosen by the dead-letter filters
+// (inspect.DeadLetterQuery), in bounded batches with progress. It reads
+// with the dead-letter read path (one DeadLetterPage statement per batch)
+// and writes with workqueue.Queue.Replay, one transaction per item, so it
+// adds no statement of its own and each item's replay is as safe as a
+// single one: an item replayed before, by this run or any other, is only
+// counted, so running the same bulk replay again creates nothing.
+//
+// The laneq command (laneq dlq replay) and the dashboard's bulk action both
+// run it.
+package operate
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/laneq/laneq/runtime/inspect"
+	"github.com/laneq/laneq/runtime/workqueue"
+)
+
+// DefaultBatch is how many dead-letter entries one batch reads (and at most
+// replays) when BulkReplay.Batch is 0.
+const DefaultBatch = 100
+
+// BulkReplay chooses the dead letters to replay.
+type BulkReplay struct {
+	Scope string
+	// Filter is the dead-letter filters (work type, failure class, death
+	// time range); its Cursor and Limit are ignored: a bulk replay starts
+	// at the newest entry and reads Batch entries per batch.
+	Filter inspect.DeadLetterQuery
+	// Batch is how many dead-letter entries one batch reads, 1..
+	// inspect.MaxPageSize; default DefaultBatch.
+	Batch int
+}
+
+// Progress is what a bulk replay did so far.
+type Progress struct {
+	Batches  int // batches read
+	Scanned  int // dead-letter entries read
+	Matched  int // entries the filters matched
+	Replayed int // children created by this run
+	// AlreadyReplayed counts matched items replayed before (by an earlier
+	// bulk replay, one item's replay, or a concurrent run): nothing written.
+	AlreadyReplayed int
+	// Refused counts matched items Replay refused (workqueue.ErrNotReplayable:
+	// for example a projection generation with a newer generation); the
+	// last refusal is in LastRefusal.
+	Refused     int
+	LastRefusal string
+	Done        bool // every entry of the range was read
+}
+
+// Replay replays every dead letter bulk's filters match that was not
+// replayed before, newest first, one batch at a time, calling progress
+// (when not nil) after each batch. It stops at the first error other than
+// a refusal, returning the progress so far: what was replayed stays
+// replayed, and running it again continues where it stopped (what it
+// replayed is only counted).
+func Replay(ctx context.Context, qu *workqueue.Queue, in *inspect.Reader, bulk BulkReplay, progress func(Progress)) (Progress, error) {
+	var p Progress
+	switch {
+	case bulk.Batch == 0:
+		bulk.Batch = DefaultBatch
+	case bulk.Batch < 0 || bulk.Batch > inspect.MaxPageSize:
+		return p, &inspect.InvalidError{Field: "Batch", Reason: fmt.Sprintf("%d out of range 1..%d", bulk.Batch, inspect.MaxPageSize)}
+	}
+	q := bulk.Filter
+	q.Cursor, q.Limit = "", bulk.Batch
+	for {
+		page, err := in.DeadLetters(ctx, bulk.Scope, q)
+		if err != nil {
+			return p, fmt.Errorf("operate: bulk replay of %q after %d batches: %w", bulk.Scope, p.Batches, err)
+		}
+		// Later batches stay on the generation the first one read, even if
+		// the scope moves on meanwhile (Replay then refuses them).
+		q.Generation = page.Generation
+		p.Batches++
+		p.Scanned += page.Scanned
+		for _, d := range page.Items {
+			p.Matched++
+			if d.Replayed {
+				p.AlreadyReplayed++
+				continue
+			}
+			_, err := qu.Replay(ctx, bulk.Scope, d.WorkID)
+			switch {
+			case err == nil:
+				p.Replayed++
+			case errors.Is(err, workqueue.ErrAlreadyReplayed):
+				p.AlreadyReplayed++
+			case errors.Is(err, workqueue.ErrNotReplayable):
+				p.Refused++
+				p.LastRefusal = err.Error()
+			default:
+				return p, fmt.Errorf("operate: bulk replay of %q, item %d: %w", bulk.Scope, d.WorkID, err)
+			}
+		}
+		p.Done = page.Next == ""
+		if progress != nil {
+			progress(p)
+		}
+		if p.Done {
+			return p, nil
+		}
+		q.Cursor = page.Next
+	}
+}
