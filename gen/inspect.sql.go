@@ -376,6 +376,59 @@ func (q *Queries) LaneQueues(ctx context.Context, arg LaneQueuesParams) ([]LaneQ
 	return items, nil
 }
 
+const leaseOwnerCounts = `-- name: LeaseOwnerCounts :many
+SELECT k.lease_owner, COUNT(*) AS leases, CAST(SUM(k.run_after < NOW(6)) AS SIGNED) AS expired
+FROM (SELECT w.lease_owner, w.run_after
+      FROM work_item w
+      WHERE w.scope_id = ?
+        AND w.generation = ?
+        AND w.state = 'processing'
+      ORDER BY w.run_after
+      LIMIT ?) k
+GROUP BY k.lease_owner
+`
+
+type LeaseOwnerCountsParams struct {
+	ScopeID    string
+	Generation int64
+	Limit      int32
+}
+
+type LeaseOwnerCountsRow struct {
+	LeaseOwner sql.NullString
+	Leases     int64
+	Expired    int64
+}
+
+// Leases held per claim turn reference in a scope generation: the
+// processing range of idx_work_item_due (live and expired leases), cut at
+// the limit before grouping, so the read is bounded by the limit whatever
+// the backlog (a processing row is a running item or a lease that ran out;
+// there are as many as executors are busy, plus expired ones). The caller
+// folds the references into processes by their owner prefix.
+func (q *Queries) LeaseOwnerCounts(ctx context.Context, arg LeaseOwnerCountsParams) ([]LeaseOwnerCountsRow, error) {
+	rows, err := q.db.QueryContext(ctx, leaseOwnerCounts, arg.ScopeID, arg.Generation, arg.Limit)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []LeaseOwnerCountsRow{}
+	for rows.Next() {
+		var i LeaseOwnerCountsRow
+		if err := rows.Scan(&i.LeaseOwner, &i.Leases, &i.Expired); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Close(); err != nil {
+		return nil, err
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
 const listScopes = `-- name: ListScopes :many
 SELECT scope_id, active_generation, admitted_at, created_at
 FROM scope
@@ -474,6 +527,66 @@ func (q *Queries) ReplayChain(ctx context.Context, arg ReplayChainParams) ([]Rep
 			&i.TerminalAt,
 			&i.ReplayedAt,
 			&i.CreatedAt,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Close(); err != nil {
+		return nil, err
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const scopeProcesses = `-- name: ScopeProcesses :many
+SELECT endpoint_id, address, process, registered_at, renewed_at, expires_at,
+       CAST(expires_at > NOW(6) AS SIGNED) AS live
+FROM wake_endpoint
+WHERE scope_id = ?
+ORDER BY endpoint_id
+LIMIT ?
+`
+
+type ScopeProcessesParams struct {
+	ScopeID string
+	Limit   int32
+}
+
+type ScopeProcessesRow struct {
+	EndpointID   string
+	Address      string
+	Process      []byte
+	RegisteredAt time.Time
+	RenewedAt    sql.NullTime
+	ExpiresAt    time.Time
+	Live         int64
+}
+
+// The processes page: a scope's registered worker processes, live and
+// recently expired, with what each says about itself. The scope's
+// primary-key range of wake_endpoint, as long as its process count (rows
+// of processes that died are swept a TTL after they expire), cut at the
+// limit. live compares on the database clock.
+func (q *Queries) ScopeProcesses(ctx context.Context, arg ScopeProcessesParams) ([]ScopeProcessesRow, error) {
+	rows, err := q.db.QueryContext(ctx, scopeProcesses, arg.ScopeID, arg.Limit)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []ScopeProcessesRow{}
+	for rows.Next() {
+		var i ScopeProcessesRow
+		if err := rows.Scan(
+			&i.EndpointID,
+			&i.Address,
+			&i.Process,
+			&i.RegisteredAt,
+			&i.RenewedAt,
+			&i.ExpiresAt,
+			&i.Live,
 		); err != nil {
 			return nil, err
 		}
@@ -738,6 +851,91 @@ func (q *Queries) TargetLaneHead(ctx context.Context, arg TargetLaneHeadParams) 
 			&i.RunAfter,
 			&i.LeaseOwner,
 			&i.UpdatedAt,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Close(); err != nil {
+		return nil, err
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const unclaimedPage = `-- name: UnclaimedPage :many
+SELECT /*+ INL_JOIN(w) */ w.work_id, k.run_after, w.queue_class, w.work_type,
+       CAST((? = '' OR w.queue_class = ?)
+            AND (? = '' OR w.work_type = ?) AS SIGNED) AS matches
+FROM (SELECT d.work_id, d.run_after
+      FROM work_item d
+      WHERE d.scope_id = ?
+        AND d.generation = ?
+        AND d.state = ?
+        AND (d.run_after > ?
+             OR (d.run_after = ? AND d.work_id > ?))
+      ORDER BY d.run_after, d.work_id
+      LIMIT ?) k
+JOIN work_item w ON w.work_id = k.work_id
+ORDER BY k.run_after, k.work_id
+`
+
+type UnclaimedPageParams struct {
+	QueueClass  string
+	WorkType    string
+	ScopeID     string
+	Generation  int64
+	State       string
+	AfterTime   time.Time
+	AfterWorkID int64
+	Limit       int32
+}
+
+type UnclaimedPageRow struct {
+	WorkID     int64
+	RunAfter   time.Time
+	QueueClass string
+	WorkType   string
+	Matches    int64
+}
+
+// One page of one unclaimed state (pending, blocked, waiting_dependency) of
+// a scope generation, in due order after a cursor (run_after, work_id), for
+// a bulk skip. As DeadLetterPage: the page is cut on idx_work_item_due
+// before any row is read, and the class and work-type filters are reported
+// per row (matches) instead of applied in WHERE, so a page costs LIMIT
+// lookups however selective the filters are and the caller learns where
+// the scan stopped. Rows a skip moves out of the state leave the range; the
+// cursor passes the rest.
+func (q *Queries) UnclaimedPage(ctx context.Context, arg UnclaimedPageParams) ([]UnclaimedPageRow, error) {
+	rows, err := q.db.QueryContext(ctx, unclaimedPage,
+		arg.QueueClass,
+		arg.QueueClass,
+		arg.WorkType,
+		arg.WorkType,
+		arg.ScopeID,
+		arg.Generation,
+		arg.State,
+		arg.AfterTime,
+		arg.AfterTime,
+		arg.AfterWorkID,
+		arg.Limit,
+	)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []UnclaimedPageRow{}
+	for rows.Next() {
+		var i UnclaimedPageRow
+		if err := rows.Scan(
+			&i.WorkID,
+			&i.RunAfter,
+			&i.QueueClass,
+			&i.WorkType,
+			&i.Matches,
 		); err != nil {
 			return nil, err
 		}

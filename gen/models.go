@@ -62,6 +62,18 @@ type IngressReceipt struct {
 	EventIDs         []byte
 }
 
+type QueueHistory struct {
+	ScopeID    string
+	MinuteAt   time.Time
+	QueueClass string
+	WorkType   string
+	Writer     string
+	Completed  int32
+	Failed     int32
+	Dead       int32
+	MaxDueMs   int64
+}
+
 type Scope struct {
 	ScopeID            string
 	ActiveGeneration   int64
@@ -86,6 +98,8 @@ type WakeEndpoint struct {
 	WakeKey      []byte
 	RegisteredAt time.Time
 	ExpiresAt    time.Time
+	Process      []byte
+	RenewedAt    sql.NullTime
 }
 
 type WorkItem struct {

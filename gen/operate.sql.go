@@ -65,8 +65,9 @@ type LockWorkItemForActionRow struct {
 // and the action is refused, never half-applied.
 // An action's current read of its item, under a row lock: primary-key point
 // get. not_due compares on the database clock, never a host's. Taken after
-// no other lock (an action locks one item, then its lane followers, the
-// order every finish uses).
+// no other lock: an action locks one item, then its lane followers, the
+// order every finish uses (the rows ahead of a follower are read without
+// locks).
 func (q *Queries) LockWorkItemForAction(ctx context.Context, workID int64) (LockWorkItemForActionRow, error) {
 	row := q.db.QueryRowContext(ctx, lockWorkItemForAction, workID)
 	var i LockWorkItemForActionRow

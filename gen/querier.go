@@ -363,6 +363,13 @@ type Querier interface {
 	// and runs READ COMMITTED, so this reads the latest commit; recovery
 	// promotes under PromoteBlockedBatch's state guard.
 	HeadsAhead(ctx context.Context, workIds []int64) ([]HeadsAheadRow, error)
+	// A scope's history from since on: the scope's primary-key range from that
+	// minute, summed over writers. Rows read are minutes x kinds x writers of
+	// the window (bounded by the window and the process count), never items.
+	// The limit cuts a window with more rows than a chart draws at its old
+	// end (the range is read newest first); writer_rows adding up to it tells
+	// the caller the window was cut, and its oldest minute may be partial.
+	HistorySince(ctx context.Context, arg HistorySinceParams) ([]HistorySinceRow, error)
 	// event_id is AUTO_RANDOM (no write hot spot on the primary key); the driver
 	// returns the generated id.
 	InsertEvent(ctx context.Context, arg InsertEventParams) (int64, error)
@@ -402,6 +409,13 @@ type Querier interface {
 	// while planning, where EXPLAIN ANALYZE cannot see its reads. A NULL lane
 	// key matches nothing and counts 0.
 	LaneQueues(ctx context.Context, arg LaneQueuesParams) ([]LaneQueuesRow, error)
+	// Leases held per claim turn reference in a scope generation: the
+	// processing range of idx_work_item_due (live and expired leases), cut at
+	// the limit before grouping, so the read is bounded by the limit whatever
+	// the backlog (a processing row is a running item or a lease that ran out;
+	// there are as many as executors are busy, plus expired ones). The caller
+	// folds the references into processes by their owner prefix.
+	LeaseOwnerCounts(ctx context.Context, arg LeaseOwnerCountsParams) ([]LeaseOwnerCountsRow, error)
 	// GetLeaseState for a batch (one batch point get): after FinishLanelessBatch
 	// changed fewer rows than it was given, or a run's reply was lost, which
 	// entries committed (their token plus one, in the state written).
@@ -415,7 +429,7 @@ type Querier interface {
 	// write for nothing). Senders cache the list and read it again rarely.
 	// Every column in table order: with a projection over the reader, TiDB
 	// placed it above or inside the reader from one run to the next.
-	ListWakeEndpoints(ctx context.Context, scopeID string) ([]WakeEndpoint, error)
+	ListWakeEndpoints(ctx context.Context, scopeID string) ([]ListWakeEndpointsRow, error)
 	// The pairs a scope has work of: a primary-key prefix range, as small as the
 	// number of distinct pairs. Workers read it at start-up and reconciliation.
 	ListWorkKinds(ctx context.Context, scopeID string) ([]ListWorkKindsRow, error)
@@ -475,8 +489,9 @@ type Querier interface {
 	// and the action is refused, never half-applied.
 	// An action's current read of its item, under a row lock: primary-key point
 	// get. not_due compares on the database clock, never a host's. Taken after
-	// no other lock (an action locks one item, then its lane followers, the
-	// order every finish uses).
+	// no other lock: an action locks one item, then its lane followers, the
+	// order every finish uses (the rows ahead of a follower are read without
+	// locks).
 	LockWorkItemForAction(ctx context.Context, workID int64) (LockWorkItemForActionRow, error)
 	// Replay's current read of the item to replay, under a row lock taken after
 	// the scope lock (LockScopeForEnqueue): the same lock order as enqueue, so a
@@ -576,6 +591,9 @@ type Querier interface {
 	// sort after what claimers already consumed, or their scan floors would
 	// pass it (see ClaimCandidates).
 	PromoteBlockedBatch(ctx context.Context, workIds []int64) (int64, error)
+	// Deletes up to LIMIT rows of the scope older than before: the front of
+	// the scope's primary-key range. Writers run it after a flush, rarely.
+	PruneHistory(ctx context.Context, arg PruneHistoryParams) (int64, error)
 	// The router's scan for one (scope, class): due pending receipts and
 	// receipts whose routing lease expired (a router died or froze), each
 	// branch oldest due first. Two ordered, limited ranges of
@@ -597,6 +615,15 @@ type Querier interface {
 	// Only while attempts remain; an item at its attempt budget goes to dead
 	// through FinishExpired instead.
 	ReclaimCAS(ctx context.Context, arg ReclaimCASParams) (int64, error)
+	// Throughput history (queue_history; see its migration): written by worker
+	// processes once a minute from what they counted in memory, read by the
+	// dashboard's charts. Nothing here runs on the claim or finish path, and no
+	// statement reads work_item.
+	// One process's counts of one minute and work kind. An upsert on the
+	// primary key, which includes the writer, so no two processes touch one
+	// row; a writer that flushes the same minute twice (its counts arrived in
+	// two parts) adds to its row.
+	RecordHistory(ctx context.Context, arg RecordHistoryParams) error
 	// Durable forward progress inside a long attempt: ends the consecutive
 	// safe-retry series so the next failure backs off from the start.
 	RecordProgress(ctx context.Context, arg RecordProgressParams) (int64, error)
@@ -608,6 +635,7 @@ type Querier interface {
 	// swept) where it listens. An upsert by primary key: a restarted process
 	// registers a new endpoint id, so an update only ever renews this
 	// incarnation's own row. Expiry from the database clock, like leases.
+	// process is what the process says about itself, for operators only.
 	RegisterWakeEndpoint(ctx context.Context, arg RegisterWakeEndpointParams) error
 	// Enqueue records each (queue class, work type) pair of a scope once, in the
 	// batch's transaction; a process skips pairs it registered before. Primary
@@ -685,6 +713,12 @@ type Querier interface {
 	// between the two leaves a satisfied key with waiters: the safety pass
 	// wakes them.
 	SatisfyDependency(ctx context.Context, arg SatisfyDependencyParams) error
+	// The processes page: a scope's registered worker processes, live and
+	// recently expired, with what each says about itself. The scope's
+	// primary-key range of wake_endpoint, as long as its process count (rows
+	// of processes that died are swept a TTL after they expire), cut at the
+	// limit. live compares on the database clock.
+	ScopeProcesses(ctx context.Context, arg ScopeProcessesParams) ([]ScopeProcessesRow, error)
 	// What workqueue.New checks about a session before trusting it: the
 	// transaction mode (laneq's finish and enqueue transactions rely on
 	// pessimistic READ COMMITTED, which TiDB honors only in pessimistic mode; in
@@ -751,6 +785,15 @@ type Querier interface {
 	TargetLaneBlockedPage(ctx context.Context, arg TargetLaneBlockedPageParams) ([]TargetLaneBlockedPageRow, error)
 	// SourceLaneHead for a target lane, on idx_work_item_target_lane.
 	TargetLaneHead(ctx context.Context, arg TargetLaneHeadParams) ([]TargetLaneHeadRow, error)
+	// One page of one unclaimed state (pending, blocked, waiting_dependency) of
+	// a scope generation, in due order after a cursor (run_after, work_id), for
+	// a bulk skip. As DeadLetterPage: the page is cut on idx_work_item_due
+	// before any row is read, and the class and work-type filters are reported
+	// per row (matches) instead of applied in WHERE, so a page costs LIMIT
+	// lookups however selective the filters are and the caller learns where
+	// the scan stopped. Rows a skip moves out of the state leave the range; the
+	// cursor passes the rest.
+	UnclaimedPage(ctx context.Context, arg UnclaimedPageParams) ([]UnclaimedPageRow, error)
 	// The safety pass wakes one waiter whose key is satisfied: an idempotent CAS
 	// on the token its page read saw.
 	WakeDependencyWaiter(ctx context.Context, arg WakeDependencyWaiterParams) (int64, error)

@@ -7,6 +7,7 @@ package gen
 
 import (
 	"context"
+	"time"
 )
 
 const listWakeEndpoints = `-- name: ListWakeEndpoints :many
@@ -17,21 +18,30 @@ WHERE scope_id = ?
 ORDER BY endpoint_id
 `
 
+type ListWakeEndpointsRow struct {
+	ScopeID      string
+	EndpointID   string
+	Address      string
+	WakeKey      []byte
+	RegisteredAt time.Time
+	ExpiresAt    time.Time
+}
+
 // The live endpoints a sender wakes: the scope's primary-key range, expired
 // rows filtered after the read (there are as many rows as processes, live
 // or recently dead, so an expiry index would cost every renewal an index
 // write for nothing). Senders cache the list and read it again rarely.
 // Every column in table order: with a projection over the reader, TiDB
 // placed it above or inside the reader from one run to the next.
-func (q *Queries) ListWakeEndpoints(ctx context.Context, scopeID string) ([]WakeEndpoint, error) {
+func (q *Queries) ListWakeEndpoints(ctx context.Context, scopeID string) ([]ListWakeEndpointsRow, error) {
 	rows, err := q.db.QueryContext(ctx, listWakeEndpoints, scopeID)
 	if err != nil {
 		return nil, err
 	}
 	defer rows.Close()
-	items := []WakeEndpoint{}
+	items := []ListWakeEndpointsRow{}
 	for rows.Next() {
-		var i WakeEndpoint
+		var i ListWakeEndpointsRow
 		if err := rows.Scan(
 			&i.ScopeID,
 			&i.EndpointID,
@@ -55,12 +65,14 @@ func (q *Queries) ListWakeEndpoints(ctx context.Context, scopeID string) ([]Wake
 
 const registerWakeEndpoint = `-- name: RegisterWakeEndpoint :exec
 
-INSERT INTO wake_endpoint (scope_id, endpoint_id, address, wake_key, registered_at, expires_at)
+INSERT INTO wake_endpoint (scope_id, endpoint_id, address, wake_key, registered_at, expires_at, process, renewed_at)
 VALUES (?, ?, ?, ?, NOW(6),
-        DATE_ADD(NOW(6), INTERVAL CAST(? AS SIGNED) MICROSECOND))
+        DATE_ADD(NOW(6), INTERVAL CAST(? AS SIGNED) MICROSECOND), ?, NOW(6))
 ON DUPLICATE KEY UPDATE address = VALUES(address),
                         wake_key = VALUES(wake_key),
-                        expires_at = VALUES(expires_at)
+                        expires_at = VALUES(expires_at),
+                        process = VALUES(process),
+                        renewed_at = VALUES(renewed_at)
 `
 
 type RegisterWakeEndpointParams struct {
@@ -69,6 +81,7 @@ type RegisterWakeEndpointParams struct {
 	Address    string
 	WakeKey    []byte
 	TTLMicros  int64
+	Process    []byte
 }
 
 // Wake endpoints (issue 12): where a scope's worker processes listen for
@@ -79,6 +92,7 @@ type RegisterWakeEndpointParams struct {
 // swept) where it listens. An upsert by primary key: a restarted process
 // registers a new endpoint id, so an update only ever renews this
 // incarnation's own row. Expiry from the database clock, like leases.
+// process is what the process says about itself, for operators only.
 func (q *Queries) RegisterWakeEndpoint(ctx context.Context, arg RegisterWakeEndpointParams) error {
 	_, err := q.db.ExecContext(ctx, registerWakeEndpoint,
 		arg.ScopeID,
@@ -86,6 +100,7 @@ func (q *Queries) RegisterWakeEndpoint(ctx context.Context, arg RegisterWakeEndp
 		arg.Address,
 		arg.WakeKey,
 		arg.TTLMicros,
+		arg.Process,
 	)
 	return err
 }
@@ -113,13 +128,16 @@ func (q *Queries) RemoveWakeEndpoint(ctx context.Context, arg RemoveWakeEndpoint
 
 const renewWakeEndpoint = `-- name: RenewWakeEndpoint :execrows
 UPDATE wake_endpoint
-SET expires_at = DATE_ADD(NOW(6), INTERVAL CAST(? AS SIGNED) MICROSECOND)
+SET expires_at = DATE_ADD(NOW(6), INTERVAL CAST(? AS SIGNED) MICROSECOND),
+    process = ?,
+    renewed_at = NOW(6)
 WHERE scope_id = ?
   AND endpoint_id = ?
 `
 
 type RenewWakeEndpointParams struct {
 	TTLMicros  int64
+	Process    []byte
 	ScopeID    string
 	EndpointID string
 }
@@ -127,7 +145,12 @@ type RenewWakeEndpointParams struct {
 // Moves this endpoint's expiry; 0 rows means the row is gone (swept as
 // expired while the process was paused): the caller registers again.
 func (q *Queries) RenewWakeEndpoint(ctx context.Context, arg RenewWakeEndpointParams) (int64, error) {
-	result, err := q.db.ExecContext(ctx, renewWakeEndpoint, arg.TTLMicros, arg.ScopeID, arg.EndpointID)
+	result, err := q.db.ExecContext(ctx, renewWakeEndpoint,
+		arg.TTLMicros,
+		arg.Process,
+		arg.ScopeID,
+		arg.EndpointID,
+	)
 	if err != nil {
 		return 0, err
 	}

@@ -321,6 +321,14 @@ func Seed(ctx context.Context, db *sql.DB, scale int64, progress io.Writer) erro
 			return fmt.Errorf("plancheck: seed wake endpoints of %s: %w", s.scope, err)
 		}
 	}
+	for _, s := range []struct {
+		scope string
+		count int64
+	}{{TargetScope, 6 * 60 * 4}, {OtherScope, min(scale, 10_000)}} {
+		if _, err := execSeed(ctx, conn, "SeedHistory", map[string]any{"scope_id": s.scope, "count": s.count}); err != nil {
+			return fmt.Errorf("plancheck: seed history of %s: %w", s.scope, err)
+		}
+	}
 	for _, r := range receiptDistributions(scale) {
 		base := pastBase
 		if r.at.future {
@@ -337,7 +345,7 @@ func Seed(ctx context.Context, db *sql.DB, scale int64, progress io.Writer) erro
 	if _, err := execSeed(ctx, conn, "AdmitSeededOrdinals", map[string]any{"next_ordinal": int64(maxSeededOrdinal + 1)}); err != nil {
 		return fmt.Errorf("plancheck: set the scopes' next ordinal: %w", err)
 	}
-	for _, table := range []string{"scope", "event", "work_item", "dependency_satisfied", "wake_endpoint", "ingress_receipt"} {
+	for _, table := range []string{"scope", "event", "work_item", "dependency_satisfied", "wake_endpoint", "ingress_receipt", "queue_history"} {
 		if _, err := db.ExecContext(ctx, "ANALYZE TABLE "+table); err != nil {
 			return fmt.Errorf("plancheck: analyze %s: %w", table, err)
 		}

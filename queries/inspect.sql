@@ -162,3 +162,57 @@ WHERE scope_id = sqlc.arg(scope_id)
   AND lane_ordinal > sqlc.arg(after_ordinal)
 ORDER BY lane_ordinal
 LIMIT ?;
+
+-- name: ScopeProcesses :many
+-- The processes page: a scope's registered worker processes, live and
+-- recently expired, with what each says about itself. The scope's
+-- primary-key range of wake_endpoint, as long as its process count (rows
+-- of processes that died are swept a TTL after they expire), cut at the
+-- limit. live compares on the database clock.
+SELECT endpoint_id, address, process, registered_at, renewed_at, expires_at,
+       CAST(expires_at > NOW(6) AS SIGNED) AS live
+FROM wake_endpoint
+WHERE scope_id = sqlc.arg(scope_id)
+ORDER BY endpoint_id
+LIMIT ?;
+
+-- name: LeaseOwnerCounts :many
+-- Leases held per claim turn reference in a scope generation: the
+-- processing range of idx_work_item_due (live and expired leases), cut at
+-- the limit before grouping, so the read is bounded by the limit whatever
+-- the backlog (a processing row is a running item or a lease that ran out;
+-- there are as many as executors are busy, plus expired ones). The caller
+-- folds the references into processes by their owner prefix.
+SELECT k.lease_owner, COUNT(*) AS leases, CAST(SUM(k.run_after < NOW(6)) AS SIGNED) AS expired
+FROM (SELECT w.lease_owner, w.run_after
+      FROM work_item w
+      WHERE w.scope_id = sqlc.arg(scope_id)
+        AND w.generation = sqlc.arg(generation)
+        AND w.state = 'processing'
+      ORDER BY w.run_after
+      LIMIT ?) k
+GROUP BY k.lease_owner;
+
+-- name: UnclaimedPage :many
+-- One page of one unclaimed state (pending, blocked, waiting_dependency) of
+-- a scope generation, in due order after a cursor (run_after, work_id), for
+-- a bulk skip. As DeadLetterPage: the page is cut on idx_work_item_due
+-- before any row is read, and the class and work-type filters are reported
+-- per row (matches) instead of applied in WHERE, so a page costs LIMIT
+-- lookups however selective the filters are and the caller learns where
+-- the scan stopped. Rows a skip moves out of the state leave the range; the
+-- cursor passes the rest.
+SELECT /*+ INL_JOIN(w) */ w.work_id, k.run_after, w.queue_class, w.work_type,
+       CAST((sqlc.arg(queue_class) = '' OR w.queue_class = sqlc.arg(queue_class))
+            AND (sqlc.arg(work_type) = '' OR w.work_type = sqlc.arg(work_type)) AS SIGNED) AS matches
+FROM (SELECT d.work_id, d.run_after
+      FROM work_item d
+      WHERE d.scope_id = sqlc.arg(scope_id)
+        AND d.generation = sqlc.arg(generation)
+        AND d.state = sqlc.arg(state)
+        AND (d.run_after > sqlc.arg(after_time)
+             OR (d.run_after = sqlc.arg(after_time) AND d.work_id > sqlc.arg(after_work_id)))
+      ORDER BY d.run_after, d.work_id
+      LIMIT ?) k
+JOIN work_item w ON w.work_id = k.work_id
+ORDER BY k.run_after, k.work_id;

@@ -8,8 +8,9 @@
 -- name: LockWorkItemForAction :one
 -- An action's current read of its item, under a row lock: primary-key point
 -- get. not_due compares on the database clock, never a host's. Taken after
--- no other lock (an action locks one item, then its lane followers, the
--- order every finish uses).
+-- no other lock: an action locks one item, then its lane followers, the
+-- order every finish uses (the rows ahead of a follower are read without
+-- locks).
 SELECT work_id, scope_id, generation, queue_class, work_type, state, run_after,
        source_lane_key, target_lane_key, lane_ordinal, projection_key,
        projection_active_key, projection_queued_key,

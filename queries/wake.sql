@@ -8,18 +8,23 @@
 -- swept) where it listens. An upsert by primary key: a restarted process
 -- registers a new endpoint id, so an update only ever renews this
 -- incarnation's own row. Expiry from the database clock, like leases.
-INSERT INTO wake_endpoint (scope_id, endpoint_id, address, wake_key, registered_at, expires_at)
+-- process is what the process says about itself, for operators only.
+INSERT INTO wake_endpoint (scope_id, endpoint_id, address, wake_key, registered_at, expires_at, process, renewed_at)
 VALUES (sqlc.arg(scope_id), sqlc.arg(endpoint_id), sqlc.arg(address), sqlc.arg(wake_key), NOW(6),
-        DATE_ADD(NOW(6), INTERVAL CAST(sqlc.arg(ttl_micros) AS SIGNED) MICROSECOND))
+        DATE_ADD(NOW(6), INTERVAL CAST(sqlc.arg(ttl_micros) AS SIGNED) MICROSECOND), sqlc.narg(process), NOW(6))
 ON DUPLICATE KEY UPDATE address = VALUES(address),
                         wake_key = VALUES(wake_key),
-                        expires_at = VALUES(expires_at);
+                        expires_at = VALUES(expires_at),
+                        process = VALUES(process),
+                        renewed_at = VALUES(renewed_at);
 
 -- name: RenewWakeEndpoint :execrows
 -- Moves this endpoint's expiry; 0 rows means the row is gone (swept as
 -- expired while the process was paused): the caller registers again.
 UPDATE wake_endpoint
-SET expires_at = DATE_ADD(NOW(6), INTERVAL CAST(sqlc.arg(ttl_micros) AS SIGNED) MICROSECOND)
+SET expires_at = DATE_ADD(NOW(6), INTERVAL CAST(sqlc.arg(ttl_micros) AS SIGNED) MICROSECOND),
+    process = sqlc.narg(process),
+    renewed_at = NOW(6)
 WHERE scope_id = sqlc.arg(scope_id)
   AND endpoint_id = sqlc.arg(endpoint_id);
 

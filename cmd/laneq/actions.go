@@ -1,6 +1,8 @@
 package main
 
 import (
+	"context"
+	"flag"
 	"fmt"
 
 	"github.com/laneq/laneq/runtime/inspect"
@@ -12,41 +14,36 @@ import (
 // would do), and each refusal by the item's state is exit 4 with the
 // reason (workqueue.ErrRefused, ErrNotReplayable, ErrAlreadyReplayed).
 
-// itemAction parses the flags every one-item write takes.
+// itemAction is a one-item write: its flags (--scope, --work-id, --yes and
+// its own), what it does, and how it reports.
 type itemAction struct {
-	scope *string
-	id    *int64
-	yes   *bool
+	what        string // for --yes's help: "really <what>"
+	consequence string // the refusal without --yes says it
+	reason      bool   // takes --reason, recorded on the item
+	// do writes and returns the JSON value and the table line.
+	do func(ctx context.Context, qu *workqueue.Queue, scope string, id int64, reason string) (any, string, error)
 }
 
-func (c *cli) itemActionFlags(what string) itemAction {
+// run parses, refuses without --yes, and does a.
+func (a itemAction) run(c *cli, args []string) error {
 	fs := c.flags()
-	return itemAction{
-		scope: fs.String("scope", "", "the scope (required)"),
-		id:    fs.Int64("work-id", 0, "the work item (required)"),
-		yes:   fs.Bool("yes", false, "really "+what),
+	scope := fs.String("scope", "", "the scope (required)")
+	id := fs.Int64("work-id", 0, "the work item (required)")
+	yes := fs.Bool("yes", false, "really "+a.what)
+	var reason *string
+	if a.reason {
+		reason = fs.String("reason", "", "why, recorded on the item (at most 1000 bytes)")
+	} else {
+		reason = new(string)
 	}
-}
-
-// ready checks the parsed flags and --yes; consequence says what the
-// write does, for the refusal without --yes.
-func (a itemAction) ready(consequence string) error {
-	if err := need(flagSet{"scope", *a.scope != ""}, flagSet{"work-id", *a.id != 0}); err != nil {
-		return err
-	}
-	if !*a.yes {
-		return &refusedError{fmt.Sprintf("work item %d: %s; pass --yes to do it", *a.id, consequence)}
-	}
-	return nil
-}
-
-func runReplay(c *cli, args []string) error {
-	a := c.itemActionFlags("replay: creates a new work item that will run")
 	if err := c.parse(args); err != nil {
 		return err
 	}
-	if err := a.ready("replaying creates a new work item that will run"); err != nil {
+	if err := need(flagSet{"scope", *scope != ""}, flagSet{"work-id", *id != 0}); err != nil {
 		return err
+	}
+	if !*yes {
+		return &refusedError{fmt.Sprintf("work item %d: %s; pass --yes to do it", *id, a.consequence)}
 	}
 	ctx, cancel := c.context()
 	defer cancel()
@@ -54,60 +51,39 @@ func runReplay(c *cli, args []string) error {
 	if err != nil {
 		return err
 	}
-	child, err := qu.Replay(ctx, *a.scope, *a.id)
+	v, line, err := a.do(ctx, qu, *scope, *id, *reason)
 	if err != nil {
 		return err
 	}
-	return c.emit(map[string]any{"replayed": *a.id, "child": child.WorkID, "state": child.State}, func(t *table) {
-		t.line("replayed %d: child work item %d (%s)", *a.id, child.WorkID, child.State)
-	})
+	return c.emit(v, func(t *table) { t.line("%s", line) })
 }
 
-func runRetryNow(c *cli, args []string) error {
-	a := c.itemActionFlags("make it due now")
-	if err := c.parse(args); err != nil {
-		return err
+var (
+	replayCommand = itemAction{
+		what: "replay: creates a new work item that will run", consequence: "replaying creates a new work item that will run",
+		do: func(ctx context.Context, qu *workqueue.Queue, scope string, id int64, reason string) (any, string, error) {
+			child, err := qu.Replay(ctx, scope, id)
+			return map[string]any{"replayed": id, "child": child.WorkID, "state": child.State},
+				fmt.Sprintf("replayed %d: child work item %d (%s)", id, child.WorkID, child.State), err
+		},
 	}
-	if err := a.ready("retry-now makes a pending item that is not due yet due at once"); err != nil {
-		return err
+	retryNowCommand = itemAction{
+		what: "make it due now", consequence: "retry-now makes a pending item that is not due yet due at once",
+		do: func(ctx context.Context, qu *workqueue.Queue, scope string, id int64, reason string) (any, string, error) {
+			err := qu.RetryNow(ctx, scope, id)
+			return map[string]any{"due_now": id}, fmt.Sprintf("work item %d is due now", id), err
+		},
 	}
-	ctx, cancel := c.context()
-	defer cancel()
-	qu, err := c.queue(ctx)
-	if err != nil {
-		return err
+	skipCommand = itemAction{
+		what: "skip it: it ends skipped and never runs", consequence: "skip ends it as skipped: it never runs, and its lanes move on",
+		reason: true,
+		do: func(ctx context.Context, qu *workqueue.Queue, scope string, id int64, reason string) (any, string, error) {
+			fin, err := qu.SkipUnclaimed(ctx, scope, id, reason)
+			return map[string]any{"skipped": id, "promoted": fin.Promoted},
+				fmt.Sprintf("skipped %d; %d lane follower(s) now claimable", id, fin.Promoted), err
+		},
 	}
-	if err := qu.RetryNow(ctx, *a.scope, *a.id); err != nil {
-		return err
-	}
-	return c.emit(map[string]any{"due_now": *a.id}, func(t *table) {
-		t.line("work item %d is due now", *a.id)
-	})
-}
-
-func runSkip(c *cli, args []string) error {
-	a := c.itemActionFlags("skip it: it ends skipped and never runs")
-	reason := c.fs.String("reason", "", "why, recorded on the item (at most 1000 bytes)")
-	if err := c.parse(args); err != nil {
-		return err
-	}
-	if err := a.ready("skip ends it as skipped: it never runs, and its lanes move on"); err != nil {
-		return err
-	}
-	ctx, cancel := c.context()
-	defer cancel()
-	qu, err := c.queue(ctx)
-	if err != nil {
-		return err
-	}
-	fin, err := qu.SkipUnclaimed(ctx, *a.scope, *a.id, *reason)
-	if err != nil {
-		return err
-	}
-	return c.emit(map[string]any{"skipped": *a.id, "promoted": fin.Promoted}, func(t *table) {
-		t.line("skipped %d; %d lane follower(s) now claimable", *a.id, fin.Promoted)
-	})
-}
+)
 
 // classAction is pause or resume.
 func classAction(pause bool) func(c *cli, args []string) error {
@@ -153,8 +129,18 @@ func classAction(pause bool) func(c *cli, args []string) error {
 	}
 }
 
+// bulkTimeout is the bulk commands' default --timeout: they run in
+// batches until done (a run cut short is continued by running it again).
+const bulkTimeout = "1h"
+
+func useBulkTimeout(fs *flag.FlagSet) {
+	_ = fs.Set("timeout", bulkTimeout) // a valid duration
+	fs.Lookup("timeout").DefValue = bulkTimeout
+}
+
 func runDLQReplay(c *cli, args []string) error {
 	fs := c.flags()
+	useBulkTimeout(fs)
 	bulk := operate.BulkReplay{}
 	fs.StringVar(&bulk.Scope, "scope", "", "the scope (required)")
 	fs.StringVar(&bulk.Filter.WorkType, "work-type", "", "only this work type")
@@ -199,6 +185,43 @@ func runDLQReplay(c *cli, args []string) error {
 		if p.LastRefusal != "" {
 			t.line("last refusal: %s", p.LastRefusal)
 		}
+	})
+}
+
+func runSkipMatching(c *cli, args []string) error {
+	fs := c.flags()
+	useBulkTimeout(fs)
+	bulk := operate.BulkSkip{}
+	fs.StringVar(&bulk.Scope, "scope", "", "the scope (required)")
+	fs.StringVar(&bulk.QueueClass, "class", "", "only this queue class")
+	fs.StringVar(&bulk.WorkType, "work-type", "", "only this work type (--class or --work-type is required)")
+	fs.StringVar(&bulk.Reason, "reason", "", "why, recorded on each item (at most 1000 bytes)")
+	fs.IntVar(&bulk.Batch, "batch", operate.DefaultBatch, fmt.Sprintf("entries read per batch (1..%d); a progress line on stderr after each", inspect.MaxPageSize))
+	yes := fs.Bool("yes", false, "really skip every matching unclaimed item")
+	if err := c.parse(args); err != nil {
+		return err
+	}
+	if err := need(flagSet{"scope", bulk.Scope != ""}, flagSet{"class or --work-type", bulk.QueueClass != "" || bulk.WorkType != ""}); err != nil {
+		return err
+	}
+	if !*yes {
+		return &refusedError{"skipping ends every matching pending, blocked or waiting item as skipped: none of them will run, " +
+			"and their lanes move on; pass --yes to do it"}
+	}
+	ctx, cancel := c.context()
+	defer cancel()
+	qu, err := c.queue(ctx)
+	if err != nil {
+		return err
+	}
+	p, err := operate.Skip(ctx, qu, inspect.NewFromQueue(qu), bulk, func(p operate.SkipProgress) {
+		c.progress(fmt.Sprintf("skip: batch %d: %d read, %d matched, %d skipped, %d refused", p.Batches, p.Scanned, p.Matched, p.Skipped, p.Refused))
+	})
+	if err != nil {
+		return fmt.Errorf("%w (skipped %d before stopping; run it again to continue)", err, p.Skipped)
+	}
+	return c.emit(p, func(t *table) {
+		t.line("skipped %d of %d matching unclaimed items (%d refused: their state moved on)", p.Skipped, p.Matched, p.Refused)
 	})
 }
 

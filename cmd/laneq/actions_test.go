@@ -24,14 +24,7 @@ func TestWriteCommands(t *testing.T) {
 	}
 	later, head, follower := res[0].Work[0].WorkID, res[0].Work[1].WorkID, res[0].Work[2].WorkID
 	dead := queuetest.Dead(t, qu, scope, "sync", "rejected", 7)
-	state := func(id int64) string {
-		t.Helper()
-		var s string
-		if err := db.QueryRow("SELECT state FROM work_item WHERE work_id = ?", id).Scan(&s); err != nil {
-			t.Fatal(err)
-		}
-		return s
-	}
+	state := func(id int64) string { t.Helper(); return queuetest.Item(t, db, id).State }
 	id := func(v int64) string { return fmt.Sprint(v) }
 
 	// retry-now
@@ -80,4 +73,46 @@ func TestWriteCommands(t *testing.T) {
 		t.Fatalf("%d children (%v), want 7", children, err)
 	}
 	laneq(t, dsn, "dlq", "replay", "--scope", scope, "--batch", "501", "--yes").oneLine(t, 2, "Batch")
+}
+
+func TestProcessesCommand(t *testing.T) {
+	qu, _, dsn := queuetest.New(t, workqueue.Config{}, scope)
+	if err := qu.RegisterWakeEndpoint(context.Background(), scope, workqueue.WakeEndpoint{ID: "p1", Address: "127.0.0.1:7001", Key: make([]byte, 32),
+		Process: &workqueue.ProcessInfo{Host: "web-1", PID: 4242, Owner: "worker-a", Executors: 16, Classes: []string{"default", "bulk"}}}, time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	out := laneq(t, dsn, "processes", "--scope", scope).want(t, 0).stdout
+	for _, want := range []string{"HOST", "web-1", "4242", "worker-a", "16", "default,bulk", "true", "127.0.0.1:7001"} {
+		if !strings.Contains(out, want) {
+			t.Fatalf("laneq processes without %q:\n%s", want, out)
+		}
+	}
+	laneq(t, dsn, "processes", "--scope", "tenant-none").oneLine(t, 3, "tenant-none")
+}
+
+func TestSkipMatchingCommand(t *testing.T) {
+	qu, db, dsn := queuetest.New(t, workqueue.Config{}, scope)
+	var events []workqueue.Event
+	for i := range 5 {
+		key := fmt.Sprintf("e%d", i)
+		wt := []string{"sync", "mail"}[i%2]
+		events = append(events, workqueue.Event{IdempotencyKey: key, RouteID: "r", RouteVersion: 1, EventKind: "k", SourceKind: "s", SourceID: key,
+			Payload: []byte("{}"), Work: []workqueue.Work{{WorkType: wt, SourceLane: "acct-1"}}})
+	}
+	res, err := qu.Enqueue(context.Background(), scope, events)
+	if err != nil {
+		t.Fatal(err)
+	}
+	laneq(t, dsn, "item", "skip-matching", "--scope", scope, "--work-type", "sync").oneLine(t, 4, "pass --yes")
+	laneq(t, dsn, "item", "skip-matching", "--scope", scope, "--yes").oneLine(t, 2, "missing --class or --work-type")
+	r := laneq(t, dsn, "item", "skip-matching", "--scope", scope, "--work-type", "sync", "--batch", "2", "--yes").want(t, 0)
+	if !strings.Contains(r.stdout, "skipped 3 of 3 matching") || !strings.Contains(r.stderr, "skip: batch") {
+		t.Fatalf("skip-matching:\nstdout %s\nstderr %s", r.stdout, r.stderr)
+	}
+	for i, ev := range res {
+		want := []string{"skipped", "pending", "skipped", "blocked", "skipped"}[i]
+		if got := queuetest.Item(t, db, ev.Work[0].WorkID).State; got != want {
+			t.Errorf("item %d (%d) is %s, want %s", i, ev.Work[0].WorkID, got, want)
+		}
+	}
 }

@@ -358,3 +358,38 @@ func runSetGeneration(c *cli, args []string) error {
 		t.line("scope %s: active generation %d", *scope, *generation)
 	})
 }
+
+func runProcesses(c *cli, args []string) error {
+	fs := c.flags()
+	scope := fs.String("scope", "", "the scope (required)")
+	if err := c.parse(args); err != nil {
+		return err
+	}
+	if err := need(flagSet{"scope", *scope != ""}); err != nil {
+		return err
+	}
+	ctx, cancel := c.context()
+	defer cancel()
+	if err := c.open(ctx); err != nil {
+		return err
+	}
+	r, err := inspect.New(c.db)
+	if err != nil {
+		return err
+	}
+	ps, err := r.Processes(ctx, *scope)
+	if err != nil {
+		return err
+	}
+	return c.emit(ps, func(t *table) {
+		t.row("HOST", "PID", "OWNER", "EXECUTORS", "CLASSES", "WORK TYPES", "LEASES", "EXPIRED", "RENEWED", "LIVE", "ADDRESS")
+		for _, p := range ps.Processes {
+			t.row(p.Info.Host, strconv.Itoa(p.Info.PID), p.Info.Owner, strconv.Itoa(p.Info.Executors), strings.Join(p.Info.Classes, ","),
+				strings.Join(p.Info.WorkTypes, ","), strconv.Itoa(p.Leases), strconv.Itoa(p.Expired), p.RenewedAt.Format(time.RFC3339),
+				strconv.FormatBool(p.Live), p.Address)
+		}
+		if ps.Unattributed > 0 {
+			t.line("%d lease(s) held by owners no listed process claims (wakes off, or a swept registration)", ps.Unattributed)
+		}
+	})
+}

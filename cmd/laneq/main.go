@@ -53,9 +53,11 @@ commands:
   dlq replay               replay every dead letter the filters match, in batches (needs --yes; again: replays nothing twice)
   item retry-now           make a pending item that is not due yet (a retry's backoff, a delay) due now (needs --yes)
   item skip                end an unclaimed item (pending, blocked, waiting) as skipped; its lanes move on (needs --yes)
+  item skip-matching       skip every unclaimed item of a class and/or work type, in batches (needs --yes)
   class pause              stop every worker claiming a queue class of a scope until resumed (needs --yes)
   class resume             let workers claim a paused class again (needs --yes)
   receipt show             one ingress receipt, by delivery id or receipt id
+  processes                a scope's worker processes: host, pid, executors, classes, leases held
   scope set-generation     move a scope's active generation (needs --yes)
   ui                       the web dashboard (--listen 127.0.0.1:8080; read-only unless --allow-writes;
                            --allowed-host NAME for a name beyond loopback: other Host headers get 421;
@@ -98,13 +100,15 @@ var commands = []command{
 	{"stats", runStats},
 	{"dlq list", runDLQList},
 	{"item show", runItemShow},
-	{"replay", runReplay},
+	{"replay", replayCommand.run},
 	{"dlq replay", runDLQReplay},
-	{"item retry-now", runRetryNow},
-	{"item skip", runSkip},
+	{"item retry-now", retryNowCommand.run},
+	{"item skip-matching", runSkipMatching},
+	{"item skip", skipCommand.run},
 	{"class pause", classAction(true)},
 	{"class resume", classAction(false)},
 	{"receipt show", runReceiptShow},
+	{"processes", runProcesses},
 	{"scope set-generation", runSetGeneration},
 	{"ui", runUI},
 	{"bench", runBench},

@@ -90,7 +90,9 @@ func runUI(c *cli, args []string) error {
 		_ = srv.Shutdown(shut)
 	}()
 	fmt.Fprintf(c.stderr, "laneq ui: serving http://%s/ (%s)\n", ln.Addr(), map[bool]string{true: "writes enabled", false: "read-only"}[*allowWrites])
-	if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+	err = srv.Serve(ln)
+	d.Close() // bulk actions still running stop; what they did stays done
+	if err != nil && !errors.Is(err, http.ErrServerClosed) {
 		return fmt.Errorf("serve: %w", err)
 	}
 	return nil

@@ -3,8 +3,10 @@ package operate_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"testing"
+	"time"
 
 	"github.com/laneq/laneq/internal/queuetest"
 	"github.com/laneq/laneq/internal/tidbtest"
@@ -83,5 +85,60 @@ func TestBulkReplayRefusesBadInput(t *testing.T) {
 	}
 	if _, err := operate.Replay(context.Background(), qu, in, operate.BulkReplay{Scope: "tenant-none"}, nil); err == nil {
 		t.Error("a bulk replay of an unknown scope succeeded")
+	}
+}
+
+// A bulk skip by work type skips the unclaimed items of that type (lane
+// followers, lane heads, not-due items, laneless items), hands each lane
+// to the next item of another type in lane order, leaves other types and
+// held items alone, and skips nothing when run again.
+func TestBulkSkipByWorkType(t *testing.T) {
+	t.Parallel()
+	qu, db, _ := queuetest.New(t, workqueue.Config{}, scope)
+	in := inspect.NewFromQueue(qu)
+	ctx := context.Background()
+	works := []workqueue.Work{
+		{WorkType: "sync", SourceLane: "a"}, {WorkType: "mail", SourceLane: "a"}, {WorkType: "sync", SourceLane: "a"}, // head, follower, follower
+		{WorkType: "sync", SourceLane: "b", Delay: time.Hour}, // a not-due head
+		{WorkType: "sync"}, {WorkType: "mail"}, {WorkType: "held"},
+	}
+	var w []workqueue.EnqueuedWork
+	for i, work := range works { // one event each: an event has each work type once
+		key := fmt.Sprintf("e%d", i)
+		res, err := qu.Enqueue(ctx, scope, []workqueue.Event{{IdempotencyKey: key, RouteID: "r", RouteVersion: 1, EventKind: "k", SourceKind: "s",
+			SourceID: key, Payload: []byte("{}"), Work: []workqueue.Work{work}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		w = append(w, res[0].Work[0])
+	}
+	cl, err := qu.NewClaimer(scope, "bulk-skip-test", workqueue.ClaimerConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	held, _, err := cl.Claim(ctx, workqueue.ClaimRequest{QueueClasses: []string{"default"}, WorkTypes: []string{"held"}, Max: 1})
+	if err != nil || len(held) != 1 {
+		t.Fatalf("claim held: %d, %v", len(held), err)
+	}
+	for _, bad := range []operate.BulkSkip{{Scope: scope}, {Scope: scope, WorkType: "bad type"}, {Scope: scope, WorkType: "sync", Batch: 501}} {
+		if _, err := operate.Skip(ctx, qu, in, bad, nil); !errors.Is(err, inspect.ErrInvalid) && !errors.Is(err, workqueue.ErrInvalid) {
+			t.Errorf("%+v: %v, want an invalid-input error", bad, err)
+		}
+	}
+	var reports int
+	p, err := operate.Skip(ctx, qu, in, operate.BulkSkip{Scope: scope, WorkType: "sync", Reason: "bad deploy", Batch: 2}, func(operate.SkipProgress) { reports++ })
+	if err != nil || p.Skipped != 4 || p.Matched != 4 || p.Refused != 0 || !p.Done || reports != p.Batches {
+		t.Fatalf("bulk skip = %+v (%d reports), %v; want 4 skipped", p, reports, err)
+	}
+	want := map[int64]string{w[0].WorkID: "skipped", w[1].WorkID: "pending", w[2].WorkID: "skipped", w[3].WorkID: "skipped",
+		w[4].WorkID: "skipped", w[5].WorkID: "pending", w[6].WorkID: "processing"}
+	for id, state := range want {
+		if got := queuetest.Item(t, db, id).State; got != state {
+			t.Errorf("item %d is %s, want %s", id, got, state)
+		}
+	}
+	again, err := operate.Skip(ctx, qu, in, operate.BulkSkip{Scope: scope, WorkType: "sync"}, nil)
+	if err != nil || again.Skipped != 0 || again.Matched != 0 {
+		t.Fatalf("second bulk skip = %+v, %v; want nothing", again, err)
 	}
 }

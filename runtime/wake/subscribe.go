@@ -34,6 +34,19 @@ type Handlers struct {
 	// a renewal failed (until a later renewal succeeds). It is called with
 	// the subscription's lock held, so it must not call the subscription.
 	Health func(healthy bool)
+	// Describe, when set, says what the process is, for operators: it is
+	// written into the endpoint row at registration and at each renewal
+	// (workqueue.ProcessInfo). It must not call the subscription.
+	Describe func() workqueue.ProcessInfo
+}
+
+// process is what Describe says now (nil without Describe).
+func (on Handlers) process() *workqueue.ProcessInfo {
+	if on.Describe == nil {
+		return nil
+	}
+	p := on.Describe()
+	return &p
 }
 
 // Subscription is one scope's endpoint on a hub.
@@ -90,6 +103,7 @@ func (h *Hub) Subscribe(ctx context.Context, scope string, on Handlers) (*Subscr
 	if _, err := h.q.SweepWakeEndpoints(ctx, scope, h.cfg.TTL, ScopeSweepLimit); err != nil {
 		return nil, err
 	}
+	s.ep.Process = on.process()
 	if err := h.q.RegisterWakeEndpoint(ctx, scope, s.ep, h.cfg.TTL); err != nil {
 		return nil, err
 	}
@@ -232,9 +246,11 @@ func (s *Subscription) deliverLoop() {
 func (s *Subscription) renew(ctx context.Context) error {
 	h := s.h
 	h.st.renewals.Add(1)
-	found, err := h.q.RenewWakeEndpoint(ctx, s.scope, s.ep.ID, h.cfg.TTL)
+	ep := s.ep
+	ep.Process = s.on.process()
+	found, err := h.q.RenewWakeEndpoint(ctx, s.scope, ep.ID, h.cfg.TTL, ep.Process)
 	if err == nil && !found {
-		err = h.q.RegisterWakeEndpoint(ctx, s.scope, s.ep, h.cfg.TTL)
+		err = h.q.RegisterWakeEndpoint(ctx, s.scope, ep, h.cfg.TTL)
 		if err == nil { // counted once the row is back, not before
 			h.st.reregistrations.Add(1)
 		}

@@ -30,6 +30,7 @@ func (b backend) Claim(ctx context.Context, reqs []scheduler.Request) []schedule
 	out := make([]scheduler.ClaimResult[*workqueue.Claimed], len(reqs))
 	for i, r := range results {
 		w.metrics.claimed(ctx, reqs[i], r.Items, r.Stats, took)
+		w.history.claimed(w.clock.Now(), r.Items)
 		if h := w.cfg.Hooks; h != nil && h.AfterClaim != nil {
 			for _, c := range r.Items {
 				h.AfterClaim(c)
@@ -139,6 +140,9 @@ func (b backend) Finish(ctx context.Context, cp *workqueue.Claimed, outcome erro
 		}
 	}
 	w.metrics.finished(ctx, c, kind, err)
+	if err == nil {
+		w.history.finished(w.clock.Now(), c, kind)
+	}
 	if h := w.cfg.Hooks; h != nil && h.AfterFinish != nil {
 		h.AfterFinish(c, outcome, err)
 	}

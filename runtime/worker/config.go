@@ -80,6 +80,9 @@ type Config struct {
 	CompleteBatch int
 	// StageTiming logs each attempt's stage durations (no payloads).
 	StageTiming bool
+	// History: the per-minute counts this worker writes for the dashboard's
+	// charts (queue_history).
+	History HistoryConfig
 	// Logger for the worker and its parts. Default slog.Default().
 	Logger *slog.Logger
 	// MeterProvider receives the worker's metrics (OpenTelemetry). Default:
@@ -93,6 +96,25 @@ type Config struct {
 	// Hooks are fault-injection points for crash tests; leave nil.
 	Hooks *Hooks
 }
+
+// HistoryConfig tunes the throughput history a worker writes: per minute,
+// queue class and work type, the attempts it finished (completed or
+// skipped, failed and due again, dead) and the longest an item it claimed
+// had been due, counted in memory and written at the next maintenance
+// (Controller.MaintainEvery), one upsert per minute and work kind on rows
+// only this process writes. A minute in which it did nothing costs no
+// statement. After a write it deletes, at most once an hour, up to 1,000
+// of the scope's rows older than Retention.
+type HistoryConfig struct {
+	// Off: write no history (the dashboard's charts stay empty for this
+	// process's work).
+	Off bool
+	// Retention is how long rows are kept. Default 24h; at least 1h.
+	Retention time.Duration
+}
+
+// DefaultHistoryRetention is HistoryConfig.Retention's default.
+const DefaultHistoryRetention = 24 * time.Hour
 
 // WakeConfig says how the worker hears of other processes' commits.
 //

@@ -272,7 +272,9 @@ func TestDependencyQuietBacklog(t *testing.T) {
 			if d := stats1.Scheduler.Claimed - stats0.Scheduler.Claimed; d != 0 {
 				t.Fatalf("%d items claimed", d)
 			}
-			reads := []string{"DependencySafetyPage", "DependencyWaitingPage", "SatisfiedDependencies", "BlockedPage"}
+			// The history of the minutes before the hour is written by the
+			// hour's first maintenance (RecordHistory, then one prune).
+			reads := []string{"DependencySafetyPage", "DependencyWaitingPage", "SatisfiedDependencies", "BlockedPage", "RecordHistory", "PruneHistory"}
 			if tc.defaults {
 				// Probes and reconciliation: the scope, first claimable rows,
 				// the work kinds, and the next-work lookup after a claim turn.

@@ -96,9 +96,10 @@ func (w *Worker) claimError(won int, err error) error {
 // Maintain runs the controller's maintenance (every
 // Controller.MaintainEvery, in quiet mode too): one dependency safety
 // pass, which wakes waiters whose key a producer satisfied without waking
-// them and settles registrations a crashed worker left, and one page of
+// them and settles registrations a crashed worker left, one page of
 // lane recovery (workqueue.Queue.RecoverLanes), which promotes blocked
-// rows that nothing ahead of them holds back any more. Each runs whatever
+// rows that nothing ahead of them holds back any more, and the write of
+// the history of the minutes that ended (HistoryConfig). Each runs whatever
 // the other did: a failing sweep does not hold lane recovery back. Either
 // one that made work claimable, or may have, asks for a claim turn (and
 // was announced by the queue); a failed pass keeps its cursor and is run
@@ -120,6 +121,12 @@ func (s source) Maintain(ctx context.Context) (bool, error) {
 	}
 	if lanes.Promoted > 0 {
 		s.w.log.Warn("lane recovery promoted blocked rows nothing held back", "promoted", lanes.Promoted, "checked", lanes.Checked)
+	}
+	// The history of the minutes that ended: nothing when this worker did
+	// nothing. A failure keeps the counts for the next maintenance and
+	// does not fail this one (the repairs above are what it is for).
+	if err := s.w.flushHistory(ctx, false); err != nil {
+		s.w.log.Warn("history not written; kept for the next maintenance", "err", err)
 	}
 	return st.Claimable() || lanes.Promoted > 0, errors.Join(sweepErr, laneErr)
 }

@@ -3,8 +3,11 @@ package worker
 import (
 	"context"
 	"fmt"
+	"os"
+	"slices"
 
 	"github.com/laneq/laneq/runtime/wake"
+	"github.com/laneq/laneq/runtime/workqueue"
 )
 
 // startWakes subscribes the worker's scope on its wake hub (its own, or
@@ -46,8 +49,9 @@ func (w *Worker) startWakes(ctx context.Context) (stop func(), err error) {
 				w.ctrl.SetQuiet(true) // a wake arrived: the path works again
 			}
 		},
-		Rewind: w.claimer.Rewind,
-		Health: w.ctrl.SetQuiet,
+		Rewind:   w.claimer.Rewind,
+		Health:   w.ctrl.SetQuiet,
+		Describe: w.describe,
 	})
 	if err != nil {
 		w.log.Warn("wake endpoint not registered: other processes cannot wake this worker; it probes on the normal period", "err", err)
@@ -69,4 +73,15 @@ func (w *Worker) startWakes(ctx context.Context) (stop func(), err error) {
 			}
 		}
 	}, nil
+}
+
+// describe is what this worker says about itself in its wake endpoint row
+// (the dashboard's processes page): read at registration and renewal.
+func (w *Worker) describe() workqueue.ProcessInfo {
+	host, _ := os.Hostname()
+	return workqueue.ProcessInfo{
+		Host: host, PID: os.Getpid(), Owner: w.cfg.Owner, Executors: w.cfg.Scheduler.Executors,
+		Classes: slices.Clone(w.classes), WorkTypes: slices.Clone(w.types),
+		LeasePrefix: w.claimer.LeasePrefix(),
+	}
 }

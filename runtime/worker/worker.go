@@ -116,6 +116,7 @@ type Worker struct {
 	renew      *leaseBatcher // nil: each renewal written alone
 	log        *slog.Logger
 	metrics    *metrics
+	history    *history // per-minute counts for the dashboard's charts
 	clock      clock.Clock
 	// claimBegan is when the last claim turn began (real time); only the
 	// controller's loop reads and writes it.
@@ -193,6 +194,9 @@ func New(q *workqueue.Queue, cfg Config, handlers map[string]Handler) (*Worker, 
 	if w.metrics, err = newMetrics(cfg.MeterProvider, w); err != nil {
 		return nil, err
 	}
+	if w.history, err = newHistory(cfg.History, cfg.Owner); err != nil {
+		return nil, err
+	}
 	w.cfg = cfg
 	for _, msg := range cfg.Unsafe(q.Lease()) {
 		log.Warn("unsafe worker configuration", "detail", msg)
@@ -207,10 +211,10 @@ func New(q *workqueue.Queue, cfg Config, handlers map[string]Handler) (*Worker, 
 func (c Config) Fingerprint(workTypes []string) string {
 	cl, ctl := c.Claimer, c.Controller
 	wk := c.Wake
-	return fmt.Sprintf("%s|%s|%q|%s|%s|%t|%s|%+v|%d|%t %p %s %s", c.Scope, c.Owner, workTypes, c.Scheduler.Fingerprint(),
+	return fmt.Sprintf("%s|%s|%q|%s|%s|%t|%s|%+v|%d|%t %p %s %s|%t %s", c.Scope, c.Owner, workTypes, c.Scheduler.Fingerprint(),
 		fmt.Sprint(ctl.GenerationProbeEvery, ctl.ReconcileEvery, ctl.MaintainEvery, ctl.QuietProbeEvery, ctl.QuietBackstopEvery), c.StageTiming,
 		fmt.Sprint(cl.StaleScanEvery, cl.ScanWindow, cl.StragglerWindow), c.DependencySweep, c.CompleteBatch,
-		wk.Off, wk.Shared, wk.Hub.Listen, wk.Hub.Advertise)
+		wk.Off, wk.Shared, wk.Hub.Listen, wk.Hub.Advertise, c.History.Off, c.History.Retention)
 }
 
 // WorkTypes returns the work types this worker claims, sorted.
@@ -307,6 +311,13 @@ func (w *Worker) Run(ctx context.Context) error {
 		"profile", w.cfg.Scheduler.Profile, "shapes", len(execs), "work_types", w.WorkTypes())
 	err = w.runController(ctx)
 	w.sched.Stop()
+	// What the executors finished since the last maintenance: written now,
+	// on a context of its own (ctx has ended).
+	flushCtx, cancelFlush := context.WithTimeout(context.Background(), historyFlushTimeout)
+	if herr := w.flushHistory(flushCtx, true); herr != nil {
+		w.log.Warn("history of the last minutes not written", "err", herr)
+	}
+	cancelFlush()
 	stopWakes()
 	w.metrics.close()
 	if err == nil {

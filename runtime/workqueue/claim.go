@@ -28,6 +28,11 @@ type Claimed struct {
 	Attempt     int32 // attempts including this one
 	SafeRetries int32 // consecutive safe retries before this attempt
 	Reclaimed   bool  // taken over from an expired lease
+	// DueFor is how long the item had been claimable when this claim's
+	// scan read it, by the database clock: since its due time, or since
+	// its lease ran out for a reclaim. Claims take due order, so a claim's
+	// largest is the oldest due age it saw (the dashboard's history).
+	DueFor time.Duration
 	// Dependency is what the item declared it waits for (at enqueue, or
 	// when an earlier attempt waited); nil for none. A worker rechecks it
 	// before any work and waits again when none of its keys is satisfied.
@@ -214,6 +219,11 @@ func (qu *Queue) NewClaimer(scope, owner string, cfg ClaimerConfig) (*Claimer, e
 		fresh: map[string]*cursor{}, stale: map[string]*cursor{},
 	}, nil
 }
+
+// LeasePrefix starts the lease_owner of every lease this claimer takes:
+// its owner and random tag, then "#" and the claim turn. Operators count a
+// process's leases by it (ProcessInfo.LeasePrefix).
+func (c *Claimer) LeasePrefix() string { return c.refPrefix + "#" }
 
 // Rewind makes the next scan of every class start from the front of its
 // range: what the reconciliation backstop does, to find anything a cursor
@@ -811,6 +821,7 @@ func (c *Claimer) claimTier(ctx context.Context, sc gen.GetScopeRow, classes, wo
 	if err != nil {
 		return nil, fmt.Errorf("workqueue: claim CAS on %d candidates (%v): %w", len(ids), casErr, err)
 	}
+	setDueFor(won, cands, sc.DbNow)
 	if casErr != nil {
 		stats.Resolved++
 	}
@@ -819,6 +830,20 @@ func (c *Claimer) claimTier(ctx context.Context, sc gen.GetScopeRow, classes, wo
 	stats.LostCAS += lost
 	c.noteLosses(lost)
 	return won, nil
+}
+
+// setDueFor sets each won item's DueFor from its candidate's due time (a
+// lease's expiry for a reclaim) and the turn's database clock.
+func setDueFor(won []Claimed, cands []candidate, now time.Time) {
+	due := make(map[int64]time.Time, len(cands))
+	for _, cand := range cands {
+		due[cand.row.WorkID] = cand.row.RunAfter
+	}
+	for i := range won {
+		if at, ok := due[won[i].WorkID]; ok {
+			won[i].DueFor = max(now.Sub(at), 0)
+		}
+	}
 }
 
 func (c *Claimer) newRef() sql.NullString {
@@ -966,6 +991,7 @@ func (c *Claimer) reclaim(ctx context.Context, sc gen.GetScopeRow, classes, work
 	if err != nil {
 		return nil, fmt.Errorf("workqueue: reclaim of %d expired leases (%v): %w", len(tried), unknown, err)
 	}
+	setDueFor(won, cands, sc.DbNow)
 	if unknown != nil {
 		stats.Resolved++
 	}

@@ -161,8 +161,12 @@ func (qu *Queue) SkipUnclaimed(ctx context.Context, scope string, workID int64, 
 // leaves when nothing live is ahead of it in either of its lanes. Unlike a
 // finished head's (promoteAfter), a skipped row may have been a follower
 // itself, with a live head still ahead in the lane its follower was found
-// through: each follower is therefore settled on both of its lanes
-// (settleLanes), not only on the lanes it was not found through.
+// through: each follower is therefore asked about both of its lanes, not
+// only the lanes it was not found through. The locks are a finish's: the
+// skipped row, then each follower (nextFollower); the rows ahead are read
+// without locks (rowsAhead), so a skip never waits for a head whose
+// finisher waits for the skipped row. A follower is locked, so a head
+// that finishes meanwhile waits for this commit and then sees the skip.
 func promoteBehind(ctx context.Context, q *gen.Queries, skipped *laneIdentity) (int, error) {
 	var followers []*follower
 	for _, lane := range lanesOf(skipped.source.String, skipped.target.String) {
@@ -174,15 +178,27 @@ func promoteBehind(ctx context.Context, q *gen.Queries, skipped *laneIdentity) (
 			followers = append(followers, fw)
 		}
 	}
-	promoted := 0
+	var asks []laneAsk
 	for _, fw := range followers {
-		heads, err := settleLanes(ctx, q, []lanedItem{{workID: fw.workID, source: fw.source, target: fw.target}})
-		if err != nil {
-			return promoted, err
+		for _, l := range lanesOf(fw.source, fw.target) {
+			asks = append(asks, laneAsk{fw.workID, l.kind})
 		}
-		promoted += len(heads)
 	}
-	return promoted, nil
+	ahead, err := rowsAhead(ctx, q, asks)
+	if err != nil {
+		return 0, err
+	}
+	var heads []int64
+	for _, fw := range followers {
+		head := true
+		for _, l := range lanesOf(fw.source, fw.target) {
+			head = head && ahead[laneAsk{fw.workID, l.kind}] == 0
+		}
+		if head {
+			heads = append(heads, fw.workID)
+		}
+	}
+	return promoteHeads(ctx, q, heads, true)
 }
 
 // PauseClass pauses a queue class of scope: from their next claim turn, no
@@ -197,12 +213,16 @@ func (qu *Queue) PauseClass(ctx context.Context, scope, class string) error {
 }
 
 // ResumeClass undoes PauseClass and announces the scope, so workers claim
-// the class's due work at once. Resuming a class that is not paused
+// the class's due work, and take over the leases that ran out meanwhile,
+// at once. Resuming a class that is not paused
 // changes nothing.
 func (qu *Queue) ResumeClass(ctx context.Context, scope, class string) error {
 	changed, err := qu.setPaused(ctx, scope, class, false)
 	if err == nil && changed {
-		qu.announce(scope, true)
+		// Rewind: the class's leases that ran out while it was paused lie
+		// behind every stale floor; a rewind makes the next claim turn
+		// look for expired leases from the front.
+		qu.send(Announcement{Scope: scope, LookFar: true, Rewind: true})
 	}
 	return err
 }

@@ -2,6 +2,7 @@ package workqueue_test
 
 import (
 	"errors"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -123,7 +124,7 @@ func TestSkipUnclaimed(t *testing.T) {
 	// The middle item runs; skipping the last (blocked behind it) promotes
 	// nothing, and the last never runs.
 	got := f.claim(c, workqueue.ClaimRequest{})
-	if !slicesEqualSorted(ids(got), []int64{middle, other}) {
+	if !sameIDs(ids(got), []int64{middle, other}) {
 		t.Fatalf("claimed %v, want the new head %d and the other lane's %d", ids(got), middle, other)
 	}
 	if _, err := f.qu.SkipUnclaimed(f.ctx, scope, middle, ""); !errors.Is(err, workqueue.ErrRefused) {
@@ -231,7 +232,7 @@ func TestPauseClass(t *testing.T) {
 	}
 	c.NoteDue()
 	got = f.claim(c, workqueue.ClaimRequest{})
-	if !slicesEqualSorted(ids(got), []int64{leased, waiting, other}) {
+	if !sameIDs(ids(got), []int64{leased, waiting, other}) {
 		t.Fatalf("claimed %v after resume, want the expired lease %d, the waiting bulk item %d and %d", ids(got), leased, waiting, other)
 	}
 	before = announced()
@@ -274,15 +275,5 @@ func TestConcurrentPausesBothLand(t *testing.T) {
 	}
 }
 
-func slicesEqualSorted(a, b []int64) bool {
-	a, b = sorted(a), sorted(b)
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
-}
+// sameIDs reports whether a and b hold the same ids in any order.
+func sameIDs(a, b []int64) bool { return slices.Equal(sorted(a), sorted(b)) }

@@ -2,6 +2,7 @@ package workqueue
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"time"
 
@@ -16,6 +17,43 @@ type WakeEndpoint struct {
 	ID      string // unique per process incarnation and scope
 	Address string // host:port, as other processes dial it
 	Key     []byte // HMAC-SHA256 key, 32 bytes
+	// Process is what the process says about itself, for operators
+	// (nil: nothing); written with the registration and each renewal.
+	Process *ProcessInfo
+}
+
+// ProcessInfo is what a listening process says about itself in its wake
+// endpoint row (the processes page of laneq's dashboard,
+// inspect.Reader.Processes). Nothing decides anything by it.
+type ProcessInfo struct {
+	Host      string   `json:"host,omitempty"`
+	PID       int      `json:"pid,omitempty"`
+	Owner     string   `json:"owner,omitempty"` // the worker's owner name
+	Executors int      `json:"executors,omitempty"`
+	Classes   []string `json:"classes,omitempty"`    // the queue classes it claims
+	WorkTypes []string `json:"work_types,omitempty"` // the work types it runs
+	// LeasePrefix starts the lease_owner of every lease it takes
+	// (Claimer.LeasePrefix): leases held are counted by it.
+	LeasePrefix string `json:"lease_prefix,omitempty"`
+}
+
+// maxProcessInfo bounds the process document (a worker's classes and work
+// types are short lists).
+const maxProcessInfo = 16 << 10
+
+// processJSON encodes p for the row (nil for none).
+func processJSON(p *ProcessInfo) ([]byte, error) {
+	if p == nil {
+		return nil, nil
+	}
+	b, err := json.Marshal(p)
+	if err != nil {
+		return nil, fmt.Errorf("workqueue: encode process info: %w", err)
+	}
+	if len(b) > maxProcessInfo {
+		return nil, invalidf("process info must encode to at most %d bytes, got %d", maxProcessInfo, len(b))
+	}
+	return b, nil
 }
 
 // Bounds of a WakeEndpoint's fields (the wake_endpoint columns).
@@ -55,8 +93,12 @@ func (qu *Queue) RegisterWakeEndpoint(ctx context.Context, scope string, e WakeE
 	if ttl <= 0 {
 		return invalidf("wake endpoint ttl must be positive, got %s", ttl)
 	}
-	err := qu.q.RegisterWakeEndpoint(ctx, gen.RegisterWakeEndpointParams{
-		ScopeID: scope, EndpointID: e.ID, Address: e.Address, WakeKey: e.Key, TTLMicros: store.Micros(ttl),
+	process, err := processJSON(e.Process)
+	if err != nil {
+		return err
+	}
+	err = qu.q.RegisterWakeEndpoint(ctx, gen.RegisterWakeEndpointParams{
+		ScopeID: scope, EndpointID: e.ID, Address: e.Address, WakeKey: e.Key, TTLMicros: store.Micros(ttl), Process: process,
 	})
 	if err != nil {
 		return fmt.Errorf("workqueue: register wake endpoint %q of scope %q: %w", e.ID, scope, err)
@@ -64,11 +106,16 @@ func (qu *Queue) RegisterWakeEndpoint(ctx context.Context, scope string, e WakeE
 	return nil
 }
 
-// RenewWakeEndpoint moves the endpoint's expiry to ttl from now; found is
+// RenewWakeEndpoint moves the endpoint's expiry to ttl from now and
+// rewrites what its process says about itself (nil: nothing); found is
 // false when its row is gone (swept while this process was paused), and
 // the caller registers again.
-func (qu *Queue) RenewWakeEndpoint(ctx context.Context, scope, endpointID string, ttl time.Duration) (found bool, err error) {
-	n, err := qu.q.RenewWakeEndpoint(ctx, gen.RenewWakeEndpointParams{TTLMicros: store.Micros(ttl), ScopeID: scope, EndpointID: endpointID})
+func (qu *Queue) RenewWakeEndpoint(ctx context.Context, scope, endpointID string, ttl time.Duration, process *ProcessInfo) (found bool, err error) {
+	doc, err := processJSON(process)
+	if err != nil {
+		return false, err
+	}
+	n, err := qu.q.RenewWakeEndpoint(ctx, gen.RenewWakeEndpointParams{TTLMicros: store.Micros(ttl), Process: doc, ScopeID: scope, EndpointID: endpointID})
 	if err != nil {
 		return false, fmt.Errorf("workqueue: renew wake endpoint %q of scope %q: %w", endpointID, scope, err)
 	}

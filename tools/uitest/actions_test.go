@@ -3,6 +3,8 @@ package uitest
 import (
 	"context"
 	"fmt"
+	"io"
+	"log/slog"
 	"net/http/httptest"
 	"net/url"
 	"os"
@@ -16,6 +18,8 @@ import (
 	"github.com/laneq/laneq/cmd/laneq/dashboard"
 	"github.com/laneq/laneq/internal/queuetest"
 	"github.com/laneq/laneq/internal/waitfor"
+	"github.com/laneq/laneq/runtime/scheduler"
+	"github.com/laneq/laneq/runtime/worker"
 	"github.com/laneq/laneq/runtime/workqueue"
 )
 
@@ -29,7 +33,7 @@ type browser struct {
 func newBrowser(t *testing.T, d *dashboard.Server) *browser {
 	t.Helper()
 	srv := httptest.NewServer(d)
-	t.Cleanup(srv.Close)
+	t.Cleanup(func() { srv.Close(); d.Close() })
 	opts := append(chromedp.DefaultExecAllocatorOptions[:], chromedp.ExecPath(chromium(t)), chromedp.NoSandbox,
 		chromedp.WindowSize(1400, 800), chromedp.Flag("disable-gpu", true))
 	actx, cancel := chromedp.NewExecAllocator(context.Background(), opts...)
@@ -123,14 +127,7 @@ func TestDashboardActions(t *testing.T) {
 	}
 	b := newBrowser(t, d)
 	item := func(id int64) string { return fmt.Sprintf("%s/item?id=%d", b.base, id) }
-	state := func(id int64) string {
-		t.Helper()
-		var s string
-		if err := db.QueryRow("SELECT state FROM work_item WHERE work_id = ?", id).Scan(&s); err != nil {
-			t.Fatal(err)
-		}
-		return s
-	}
+	state := func(id int64) string { t.Helper(); return queuetest.Item(t, db, id).State }
 	children := func() int {
 		t.Helper()
 		var n int
@@ -238,5 +235,62 @@ func TestDashboardActions(t *testing.T) {
 	bulk()
 	if got := b.text(`td.replayed`); got != "0" || children() != 250 {
 		t.Fatalf("second bulk replay: %s replayed on the page, %d children; want 0 and still 250", got, children())
+	}
+
+	// A worker that serves only the reports classes: the processes page
+	// lists it, and warns that the 250 replayed items of class default have
+	// no live process.
+	cfg := worker.Config{Scope: scope, Owner: "reports-worker", Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}
+	cfg.Scheduler.Executors = 4
+	cfg.Scheduler.Classes = scheduler.Classes{Latency: []string{"reports"}, Bulk: []string{"reports-bulk"}}
+	w, err := worker.New(qu, cfg, map[string]worker.Handler{"report": func(context.Context, *worker.Job) error { return nil }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	wctx, stop := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- w.Run(wctx) }()
+	defer func() { stop(); <-done }()
+	var page string
+	waitfor.Until(t, time.Minute, func() (bool, error) {
+		if err := chromedp.Do(b.ctx, chromedp.Navigate(b.base+"/processes?s="+url.QueryEscape(scope)), chromedp.WaitVisible(chromedp.CSS(`table.processes`))); err != nil {
+			return false, err
+		}
+		page = b.text(`main`)
+		return strings.Contains(page, "reports-worker"), nil
+	}, func() string { return "the processes page never listed the worker:\n" + page })
+	b.do(b.shoot("dashboard-processes.png"))
+	if !strings.Contains(page, "1 live process") || !strings.Contains(page, "Class default has") || !strings.Contains(page, "reports, reports-bulk") {
+		t.Fatalf("processes page:\n%s", page)
+	}
+
+	// A worker for class default runs the 250 replayed items; once it
+	// stopped (writing its history), the scope page charts them.
+	dcfg := worker.Config{Scope: scope, Owner: "sync-worker", Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}
+	dcfg.Scheduler.Executors = 8
+	dw, err := worker.New(qu, dcfg, map[string]worker.Handler{"sync": func(context.Context, *worker.Job) error { return nil }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	dctx, dstop := context.WithCancel(context.Background())
+	ddone := make(chan error, 1)
+	go func() { ddone <- dw.Run(dctx) }()
+	completed := func() int {
+		var n int
+		if err := db.QueryRow("SELECT COUNT(*) FROM work_item WHERE scope_id = ? AND replay_of_work_id IS NOT NULL AND state = 'completed'", scope).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	waitfor.Until(t, 2*time.Minute, func() (bool, error) { return completed() == 250, nil },
+		func() string { return fmt.Sprintf("%d of 250 replayed items completed", completed()) })
+	dstop()
+	if err := <-ddone; err != nil {
+		t.Fatal(err)
+	}
+	b.do(chromedp.Navigate(b.base+"/scope?s="+url.QueryEscape(scope)+"&live=0"), chromedp.WaitVisible(chromedp.CSS(`svg.bars`)),
+		b.shoot("dashboard-scope-charts.png"))
+	if charts := b.text(`main`); !strings.Contains(charts, "completed 250") {
+		t.Fatalf("the scope page's charts:\n%s", charts)
 	}
 }

@@ -52,6 +52,7 @@ type target struct {
 	workID   int64
 	class    string
 	bulk     operate.BulkReplay
+	skip     operate.BulkSkip
 }
 
 func (s *Server) actions() []action {
@@ -101,6 +102,7 @@ func (s *Server) actions() []action {
 		s.classAction(true),
 		s.classAction(false),
 		{path: "/dlq/replay", title: "Replay these dead letters?", target: s.bulkTarget, do: s.startBulkReplay},
+		{path: "/skip-matching", title: "Skip these items?", target: s.skipTarget, do: s.startBulkSkip},
 	}
 }
 
@@ -271,9 +273,9 @@ func (s *Server) perform(a action) http.HandlerFunc {
 	}
 }
 
-// Bulk replays run as jobs of the server, not of the request that started
-// them: a large one outlives a request's timeout, and its page shows its
-// progress, reloading itself until it is done.
+// Bulk actions (replay, skip) run as jobs of the server, not of the
+// request that started them: a large one outlives a request's timeout, and
+// its page shows its progress, reloading itself until it is done.
 const (
 	maxRunningJobs = 2
 	maxKeptJobs    = 32
@@ -282,49 +284,72 @@ const (
 	JobRefreshSeconds = 1
 )
 
-// job is one bulk replay.
-type job struct {
-	ID      string
-	Scope   string
-	Filter  string
-	Started time.Time
-	mu      sync.Mutex
-	p       operate.Progress
-	err     error
-	done    bool
+// JobCounts is a bulk action's progress, whichever it is.
+type JobCounts struct {
+	Batches, Scanned, Matched int
+	Acted                     int // replayed, or skipped
+	Before                    int // replayed before (nothing written)
+	Refused                   int
+	LastRefusal               string
 }
 
 // JobState is a job as its page shows it.
 type JobState struct {
-	ID, Scope, Filter string
-	Started           time.Time
-	Progress          operate.Progress
-	Running           bool
-	Error             string
+	ID, Kind, Scope, Filter string // Kind: "replay" or "skip"
+	Started                 time.Time
+	Counts                  JobCounts
+	Running                 bool
+	Error                   string
+}
+
+// job is one bulk action.
+type job struct {
+	mu sync.Mutex
+	st JobState
 }
 
 func (j *job) state() JobState {
 	j.mu.Lock()
 	defer j.mu.Unlock()
-	st := JobState{ID: j.ID, Scope: j.Scope, Filter: j.Filter, Started: j.Started, Progress: j.p, Running: !j.done}
-	if j.err != nil {
-		st.Error = j.err.Error()
-	}
-	return st
+	return j.st
 }
 
-// jobs are the server's bulk replays, newest last.
+func (j *job) report(c JobCounts) {
+	j.mu.Lock()
+	j.st.Counts = c
+	j.mu.Unlock()
+}
+
+// jobs are the server's bulk actions, newest last. They run on ctx, which
+// Server.Close cancels, and Close waits for them (wg).
 type jobs struct {
-	mu   sync.Mutex
-	list []*job
+	ctx    context.Context
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+	mu     sync.Mutex
+	list   []*job
+	closed bool
 }
 
-var errTooManyJobs = errors.New("dashboard: bulk replays already running")
+// Close stops the bulk actions still running and waits for them: what
+// each did stays done, and its progress is logged. Call it after the HTTP
+// server's Shutdown.
+func (s *Server) Close() {
+	s.jobs.mu.Lock()
+	s.jobs.closed = true
+	s.jobs.mu.Unlock()
+	s.jobs.cancel()
+	s.jobs.wg.Wait()
+}
 
-func (s *Server) startBulkReplay(_ context.Context, t target, _ url.Values) (string, error) {
+var errTooManyJobs = errors.New("dashboard: bulk actions already running")
+
+// startJob runs one bulk action in the background (at most maxRunningJobs
+// at once) and returns its page.
+func (s *Server) startJob(kind, scope, filter string, run func(ctx context.Context, j *job) error) (string, error) {
 	b := make([]byte, 8)
 	_, _ = rand.Read(b)
-	j := &job{ID: hex.EncodeToString(b), Scope: t.scope, Filter: describeFilter(t.bulk.Filter), Started: time.Now()}
+	j := &job{st: JobState{ID: hex.EncodeToString(b), Kind: kind, Scope: scope, Filter: filter, Started: time.Now(), Running: true}}
 	s.jobs.mu.Lock()
 	running := 0
 	for _, o := range s.jobs.list {
@@ -336,6 +361,11 @@ func (s *Server) startBulkReplay(_ context.Context, t target, _ url.Values) (str
 		s.jobs.mu.Unlock()
 		return "", fmt.Errorf("%w: %d at once at most; wait for one to finish", errTooManyJobs, maxRunningJobs)
 	}
+	if s.jobs.closed {
+		s.jobs.mu.Unlock()
+		return "", errors.New("dashboard: shutting down")
+	}
+	s.jobs.wg.Add(1)
 	s.jobs.list = append(s.jobs.list, j)
 	for i := 0; len(s.jobs.list) > maxKeptJobs && i < len(s.jobs.list); {
 		if s.jobs.list[i].state().Running {
@@ -345,37 +375,104 @@ func (s *Server) startBulkReplay(_ context.Context, t target, _ url.Values) (str
 		s.jobs.list = slices.Delete(s.jobs.list, i, i+1) // the oldest finished first
 	}
 	s.jobs.mu.Unlock()
-	s.cfg.Logger.Info("dashboard: bulk replay started", "job", j.ID, "scope", j.Scope, "filter", j.Filter)
+	s.cfg.Logger.Info("dashboard: bulk "+kind+" started", "job", j.st.ID, "scope", scope, "filter", filter)
 	go func() {
-		ctx, cancel := context.WithTimeout(context.Background(), jobTimeout)
+		defer s.jobs.wg.Done()
+		ctx, cancel := context.WithTimeout(s.jobs.ctx, jobTimeout)
 		defer cancel()
-		p, err := operate.Replay(ctx, s.qu, s.in, t.bulk, func(p operate.Progress) {
-			j.mu.Lock()
-			j.p = p
-			j.mu.Unlock()
-		})
+		err := run(ctx, j)
 		j.mu.Lock()
-		j.p, j.err, j.done = p, err, true
+		j.st.Running = false
+		if err != nil {
+			j.st.Error = err.Error()
+		}
+		st := j.st
 		j.mu.Unlock()
-		s.cfg.Logger.Info("dashboard: bulk replay ended", "job", j.ID, "replayed", p.Replayed, "already", p.AlreadyReplayed, "refused", p.Refused, "err", err)
+		s.cfg.Logger.Info("dashboard: bulk "+kind+" ended", "job", st.ID, "done", st.Counts.Acted, "before", st.Counts.Before, "refused", st.Counts.Refused, "err", err)
 	}()
-	return "/job?id=" + j.ID, nil
+	return "/job?id=" + j.st.ID, nil
 }
 
-// job shows a bulk replay's progress; the page reloads itself while the
+func (s *Server) startBulkReplay(_ context.Context, t target, _ url.Values) (string, error) {
+	return s.startJob("replay", t.scope, describeFilter(t.bulk.Filter), func(ctx context.Context, j *job) error {
+		counts := func(p operate.Progress) JobCounts {
+			return JobCounts{Batches: p.Batches, Scanned: p.Scanned, Matched: p.Matched, Acted: p.Replayed, Before: p.AlreadyReplayed,
+				Refused: p.Refused, LastRefusal: p.LastRefusal}
+		}
+		p, err := operate.Replay(ctx, s.qu, s.in, t.bulk, func(p operate.Progress) { j.report(counts(p)) })
+		j.report(counts(p))
+		return err
+	})
+}
+
+func (s *Server) startBulkSkip(_ context.Context, t target, form url.Values) (string, error) {
+	bulk := t.skip
+	bulk.Reason = form.Get("reason")
+	return s.startJob("skip", t.scope, describeSkip(bulk), func(ctx context.Context, j *job) error {
+		counts := func(p operate.SkipProgress) JobCounts {
+			return JobCounts{Batches: p.Batches, Scanned: p.Scanned, Matched: p.Matched, Acted: p.Skipped, Refused: p.Refused, LastRefusal: p.LastRefusal}
+		}
+		p, err := operate.Skip(ctx, s.qu, s.in, bulk, func(p operate.SkipProgress) { j.report(counts(p)) })
+		j.report(counts(p))
+		return err
+	})
+}
+
+func describeSkip(b operate.BulkSkip) string {
+	switch {
+	case b.QueueClass != "" && b.WorkType != "":
+		return "class " + b.QueueClass + ", work type " + b.WorkType
+	case b.QueueClass != "":
+		return "class " + b.QueueClass
+	default:
+		return "work type " + b.WorkType
+	}
+}
+
+// skipTarget reads a bulk skip's scope, class and work type.
+func (s *Server) skipTarget(_ context.Context, in url.Values) (target, error) {
+	scope := in.Get("s")
+	bulk := operate.BulkSkip{Scope: scope, QueueClass: in.Get("class"), WorkType: in.Get("work_type")}
+	switch {
+	case scope == "":
+		return target{}, &inspect.InvalidError{Field: "s", Reason: "empty"}
+	case bulk.QueueClass == "" && bulk.WorkType == "":
+		return target{}, &inspect.InvalidError{Field: "filter", Reason: "a bulk skip needs a queue class or a work type"}
+	case bulk.QueueClass != "" && workqueue.ValidQueueClass(bulk.QueueClass) != nil:
+		return target{}, workqueue.ValidQueueClass(bulk.QueueClass)
+	case bulk.WorkType != "" && workqueue.ValidWorkType(bulk.WorkType) != nil:
+		return target{}, workqueue.ValidWorkType(bulk.WorkType)
+	}
+	fields := url.Values{"s": {scope}}
+	if bulk.QueueClass != "" {
+		fields.Set("class", bulk.QueueClass)
+	}
+	if bulk.WorkType != "" {
+		fields.Set("work_type", bulk.WorkType)
+	}
+	return target{
+		Subject: fields.Encode(), scope: scope, skip: bulk, Reason: true,
+		Question: fmt.Sprintf("Skip every unclaimed item of %s in scope %s?", describeSkip(bulk), scope),
+		Effect: fmt.Sprintf("Every pending, blocked or waiting item of %s ends as skipped and never runs; the next item of each lane takes its place. "+
+			"Items running now are left alone. %d at a time, with progress on the next page. This cannot be undone.", describeSkip(bulk), operate.DefaultBatch),
+		Button: "Skip them", Fields: fields, Cancel: "/scope?s=" + url.QueryEscape(scope),
+	}, nil
+}
+
+// job shows a bulk action's progress; the page reloads itself while the
 // job runs.
 func (s *Server) job(w http.ResponseWriter, r *http.Request) {
 	id := r.URL.Query().Get("id")
 	s.jobs.mu.Lock()
 	var j *job
 	for _, o := range s.jobs.list {
-		if o.ID == id {
+		if o.state().ID == id {
 			j = o
 		}
 	}
 	s.jobs.mu.Unlock()
 	if j == nil {
-		s.fail(w, r, fmt.Errorf("%w: no bulk replay %q on this dashboard (jobs live as long as the process)", inspect.ErrNotFound, id))
+		s.fail(w, r, fmt.Errorf("%w: no bulk action %q on this dashboard (jobs live as long as the process)", inspect.ErrNotFound, id))
 		return
 	}
 	st := j.state()
@@ -383,5 +480,5 @@ func (s *Server) job(w http.ResponseWriter, r *http.Request) {
 	if st.Running {
 		refresh = JobRefreshSeconds
 	}
-	s.render(w, r, http.StatusOK, "job.html", page{Title: "Bulk replay", Scope: st.Scope, Refresh: refresh, Data: st})
+	s.render(w, r, http.StatusOK, "job.html", page{Title: "Bulk " + st.Kind, Scope: st.Scope, Refresh: refresh, Data: st})
 }

@@ -122,5 +122,30 @@ func TestActionsRefuseWhatTheStateNoLongerAllows(t *testing.T) {
 		}
 	}
 	code, body = c.get("/job?id=nope")
-	wantPage(t, code, body, 404, "no bulk replay")
+	wantPage(t, code, body, 404, "no bulk action")
+
+	// A bulk skip of the replayed children (pending, work type sync), from
+	// the scope page's form: a reason is recorded on each.
+	code, body = c.get("/scope?s=" + url.QueryEscape(scope) + "&live=0")
+	wantPage(t, code, body, 200, `action="/skip-matching"`)
+	code, body = c.get("/skip-matching?s=" + url.QueryEscape(scope))
+	wantPage(t, code, body, 400, "needs a queue class or a work type")
+	skipAll := c.confirmToken("/skip-matching?s=" + url.QueryEscape(scope) + "&work_type=sync")
+	code, body, _ = c.post("/skip-matching", url.Values{"s": {scope}, "work_type": {"mail"}, "csrf": {skipAll}}, nil)
+	wantPage(t, code, body, 403, "CSRF") // the token is for work type sync
+	code, _, hdr = c.post("/skip-matching", url.Values{"s": {scope}, "work_type": {"sync"}, "csrf": {skipAll}, "reason": {"bad deploy"}}, nil)
+	if code != http.StatusSeeOther || !strings.HasPrefix(hdr.Get("Location"), "/job?id=") {
+		t.Fatalf("bulk skip: %d %s", code, hdr.Get("Location"))
+	}
+	waitfor.Until(t, time.Minute, func() (bool, error) {
+		code, body = c.get(hdr.Get("Location"))
+		return code == 200 && strings.Contains(body, ">done<"), nil
+	}, func() string { return body })
+	if !strings.Contains(body, "Skipped") || !strings.Contains(body, `<td class="n replayed">3</td>`) {
+		t.Fatalf("the bulk skip's page:\n%s", body)
+	}
+	var skipped int
+	if err := db.QueryRow("SELECT COUNT(*) FROM work_item WHERE scope_id = ? AND state = 'skipped' AND failure_summary = 'skipped by an operator: bad deploy'", scope).Scan(&skipped); err != nil || skipped != 3 {
+		t.Fatalf("%d items skipped with the reason (%v), want the 3 replayed children", skipped, err)
+	}
 }

@@ -108,6 +108,7 @@ func New(db *sql.DB, cfg Config) (*Server, error) {
 		return nil, fmt.Errorf("dashboard: CSRF key: %w", err)
 	}
 	s := &Server{cfg: cfg, qu: qu, st: st, in: in, pages: pages, key: key, mux: http.NewServeMux(), hosts: hosts}
+	s.jobs.ctx, s.jobs.cancel = context.WithCancel(context.Background())
 	s.mux.Handle("GET /static/", http.FileServerFS(assets))
 	s.mux.HandleFunc("GET /{$}", s.scopes)
 	s.mux.HandleFunc("GET /scope", s.scope)
@@ -115,6 +116,7 @@ func New(db *sql.DB, cfg Config) (*Server, error) {
 	s.mux.HandleFunc("GET /item", s.item)
 	s.mux.HandleFunc("GET /metrics", s.metrics)
 	s.mux.HandleFunc("GET /lane", s.lane)
+	s.mux.HandleFunc("GET /processes", s.processes)
 	s.mux.HandleFunc("GET /job", s.job)
 	for _, a := range s.actions() {
 		s.mux.HandleFunc("GET "+a.path, s.confirm(a))
@@ -246,8 +248,16 @@ func (s *Server) scope(w http.ResponseWriter, r *http.Request) {
 	if live {
 		refresh = ScopeRefreshSeconds
 	}
+	// The charts: what workers recorded over the window (queue_history;
+	// minutes x kinds x processes, never items).
+	points, cut, err := s.in.History(ctx, st.Scope, st.At.Add(-HistoryWindow))
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
 	s.render(w, r, http.StatusOK, "scope.html", page{Title: st.Scope, Scope: st.Scope, Refresh: refresh, Data: map[string]any{
 		"Stats": st, "CapCount": stats.CapCount, "Live": live, "RefreshSeconds": ScopeRefreshSeconds,
+		"Charts": charts(points, st.At), "HistoryCut": cut,
 	}})
 }
 

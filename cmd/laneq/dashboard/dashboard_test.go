@@ -70,7 +70,7 @@ func newClient(t *testing.T, db *sql.DB, cfg dashboard.Config) *client {
 		t.Fatal(err)
 	}
 	srv := httptest.NewServer(d)
-	t.Cleanup(srv.Close)
+	t.Cleanup(func() { srv.Close(); d.Close() })
 	jar, _ := cookiejar.New(nil)
 	return &client{t: t, base: srv.URL, http: &http.Client{Jar: jar, CheckRedirect: func(*http.Request, []*http.Request) error {
 		return http.ErrUseLastResponse
