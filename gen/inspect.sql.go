@@ -868,7 +868,8 @@ func (q *Queries) TargetLaneHead(ctx context.Context, arg TargetLaneHeadParams) 
 const unclaimedPage = `-- name: UnclaimedPage :many
 SELECT /*+ INL_JOIN(w) */ w.work_id, k.run_after, w.queue_class, w.work_type,
        CAST((? = '' OR w.queue_class = ?)
-            AND (? = '' OR w.work_type = ?) AS SIGNED) AS matches
+            AND (? = '' OR w.work_type = ?)
+            AND (? = '' OR w.failure_class = ?) AS SIGNED) AS matches
 FROM (SELECT d.work_id, d.run_after
       FROM work_item d
       WHERE d.scope_id = ?
@@ -876,6 +877,7 @@ FROM (SELECT d.work_id, d.run_after
         AND d.state = ?
         AND (d.run_after > ?
              OR (d.run_after = ? AND d.work_id > ?))
+        AND d.run_after < ?
       ORDER BY d.run_after, d.work_id
       LIMIT ?) k
 JOIN work_item w ON w.work_id = k.work_id
@@ -883,14 +885,16 @@ ORDER BY k.run_after, k.work_id
 `
 
 type UnclaimedPageParams struct {
-	QueueClass  string
-	WorkType    string
-	ScopeID     string
-	Generation  int64
-	State       string
-	AfterTime   time.Time
-	AfterWorkID int64
-	Limit       int32
+	QueueClass   string
+	WorkType     string
+	FailureClass sql.NullString
+	ScopeID      string
+	Generation   int64
+	State        string
+	AfterTime    time.Time
+	AfterWorkID  int64
+	UntilTime    time.Time
+	Limit        int32
 }
 
 type UnclaimedPageRow struct {
@@ -902,25 +906,29 @@ type UnclaimedPageRow struct {
 }
 
 // One page of one unclaimed state (pending, blocked, waiting_dependency) of
-// a scope generation, in due order after a cursor (run_after, work_id), for
-// a bulk skip. As DeadLetterPage: the page is cut on idx_work_item_due
-// before any row is read, and the class and work-type filters are reported
-// per row (matches) instead of applied in WHERE, so a page costs LIMIT
-// lookups however selective the filters are and the caller learns where
-// the scan stopped. Rows a skip moves out of the state leave the range; the
-// cursor passes the rest.
+// a scope generation, in due order after a cursor (run_after, work_id) and
+// before until_time, for a bulk skip. As DeadLetterPage: the page is cut on
+// idx_work_item_due before any row is read, and the class, work-type and
+// failure-class filters (a retrying item's last failure) are reported per
+// row (matches) instead of applied in WHERE, so a page costs LIMIT lookups
+// however selective the filters are and the caller learns where the scan
+// stopped. Rows a skip moves out of the state leave the range; the cursor
+// passes the rest.
 func (q *Queries) UnclaimedPage(ctx context.Context, arg UnclaimedPageParams) ([]UnclaimedPageRow, error) {
 	rows, err := q.db.QueryContext(ctx, unclaimedPage,
 		arg.QueueClass,
 		arg.QueueClass,
 		arg.WorkType,
 		arg.WorkType,
+		arg.FailureClass,
+		arg.FailureClass,
 		arg.ScopeID,
 		arg.Generation,
 		arg.State,
 		arg.AfterTime,
 		arg.AfterTime,
 		arg.AfterWorkID,
+		arg.UntilTime,
 		arg.Limit,
 	)
 	if err != nil {

@@ -786,13 +786,14 @@ type Querier interface {
 	// SourceLaneHead for a target lane, on idx_work_item_target_lane.
 	TargetLaneHead(ctx context.Context, arg TargetLaneHeadParams) ([]TargetLaneHeadRow, error)
 	// One page of one unclaimed state (pending, blocked, waiting_dependency) of
-	// a scope generation, in due order after a cursor (run_after, work_id), for
-	// a bulk skip. As DeadLetterPage: the page is cut on idx_work_item_due
-	// before any row is read, and the class and work-type filters are reported
-	// per row (matches) instead of applied in WHERE, so a page costs LIMIT
-	// lookups however selective the filters are and the caller learns where
-	// the scan stopped. Rows a skip moves out of the state leave the range; the
-	// cursor passes the rest.
+	// a scope generation, in due order after a cursor (run_after, work_id) and
+	// before until_time, for a bulk skip. As DeadLetterPage: the page is cut on
+	// idx_work_item_due before any row is read, and the class, work-type and
+	// failure-class filters (a retrying item's last failure) are reported per
+	// row (matches) instead of applied in WHERE, so a page costs LIMIT lookups
+	// however selective the filters are and the caller learns where the scan
+	// stopped. Rows a skip moves out of the state leave the range; the cursor
+	// passes the rest.
 	UnclaimedPage(ctx context.Context, arg UnclaimedPageParams) ([]UnclaimedPageRow, error)
 	// The safety pass wakes one waiter whose key is satisfied: an idempotent CAS
 	// on the token its page read saw.

@@ -195,16 +195,18 @@ GROUP BY k.lease_owner;
 
 -- name: UnclaimedPage :many
 -- One page of one unclaimed state (pending, blocked, waiting_dependency) of
--- a scope generation, in due order after a cursor (run_after, work_id), for
--- a bulk skip. As DeadLetterPage: the page is cut on idx_work_item_due
--- before any row is read, and the class and work-type filters are reported
--- per row (matches) instead of applied in WHERE, so a page costs LIMIT
--- lookups however selective the filters are and the caller learns where
--- the scan stopped. Rows a skip moves out of the state leave the range; the
--- cursor passes the rest.
+-- a scope generation, in due order after a cursor (run_after, work_id) and
+-- before until_time, for a bulk skip. As DeadLetterPage: the page is cut on
+-- idx_work_item_due before any row is read, and the class, work-type and
+-- failure-class filters (a retrying item's last failure) are reported per
+-- row (matches) instead of applied in WHERE, so a page costs LIMIT lookups
+-- however selective the filters are and the caller learns where the scan
+-- stopped. Rows a skip moves out of the state leave the range; the cursor
+-- passes the rest.
 SELECT /*+ INL_JOIN(w) */ w.work_id, k.run_after, w.queue_class, w.work_type,
        CAST((sqlc.arg(queue_class) = '' OR w.queue_class = sqlc.arg(queue_class))
-            AND (sqlc.arg(work_type) = '' OR w.work_type = sqlc.arg(work_type)) AS SIGNED) AS matches
+            AND (sqlc.arg(work_type) = '' OR w.work_type = sqlc.arg(work_type))
+            AND (sqlc.arg(failure_class) = '' OR w.failure_class = sqlc.arg(failure_class)) AS SIGNED) AS matches
 FROM (SELECT d.work_id, d.run_after
       FROM work_item d
       WHERE d.scope_id = sqlc.arg(scope_id)
@@ -212,6 +214,7 @@ FROM (SELECT d.work_id, d.run_after
         AND d.state = sqlc.arg(state)
         AND (d.run_after > sqlc.arg(after_time)
              OR (d.run_after = sqlc.arg(after_time) AND d.work_id > sqlc.arg(after_work_id)))
+        AND d.run_after < sqlc.arg(until_time)
       ORDER BY d.run_after, d.work_id
       LIMIT ?) k
 JOIN work_item w ON w.work_id = k.work_id

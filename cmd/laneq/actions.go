@@ -194,14 +194,25 @@ func runSkipMatching(c *cli, args []string) error {
 	bulk := operate.BulkSkip{}
 	fs.StringVar(&bulk.Scope, "scope", "", "the scope (required)")
 	fs.StringVar(&bulk.QueueClass, "class", "", "only this queue class")
-	fs.StringVar(&bulk.WorkType, "work-type", "", "only this work type (--class or --work-type is required)")
+	fs.StringVar(&bulk.WorkType, "work-type", "", "only this work type (--class, --work-type or --failure-class is required)")
+	fs.StringVar(&bulk.FailureClass, "failure-class", "", "only items whose last attempt failed with this class (retries in backoff)")
+	since := fs.String("since", "", "only items due at or after this time (RFC 3339) or this long ago (e.g. 24h)")
+	until := fs.String("until", "", "only items due before this time (RFC 3339) or this long ago")
 	fs.StringVar(&bulk.Reason, "reason", "", "why, recorded on each item (at most 1000 bytes)")
 	fs.IntVar(&bulk.Batch, "batch", operate.DefaultBatch, fmt.Sprintf("entries read per batch (1..%d); a progress line on stderr after each", inspect.MaxPageSize))
 	yes := fs.Bool("yes", false, "really skip every matching unclaimed item")
 	if err := c.parse(args); err != nil {
 		return err
 	}
-	if err := need(flagSet{"scope", bulk.Scope != ""}, flagSet{"class or --work-type", bulk.QueueClass != "" || bulk.WorkType != ""}); err != nil {
+	if err := need(flagSet{"scope", bulk.Scope != ""},
+		flagSet{"class, --work-type or --failure-class", bulk.QueueClass != "" || bulk.WorkType != "" || bulk.FailureClass != ""}); err != nil {
+		return err
+	}
+	var err error
+	if bulk.From, err = when("since", *since); err != nil {
+		return err
+	}
+	if bulk.To, err = when("until", *until); err != nil {
 		return err
 	}
 	if !*yes {

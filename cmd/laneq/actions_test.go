@@ -104,7 +104,7 @@ func TestSkipMatchingCommand(t *testing.T) {
 		t.Fatal(err)
 	}
 	laneq(t, dsn, "item", "skip-matching", "--scope", scope, "--work-type", "sync").oneLine(t, 4, "pass --yes")
-	laneq(t, dsn, "item", "skip-matching", "--scope", scope, "--yes").oneLine(t, 2, "missing --class or --work-type")
+	laneq(t, dsn, "item", "skip-matching", "--scope", scope, "--yes").oneLine(t, 2, "missing --class, --work-type or --failure-class")
 	r := laneq(t, dsn, "item", "skip-matching", "--scope", scope, "--work-type", "sync", "--batch", "2", "--yes").want(t, 0)
 	if !strings.Contains(r.stdout, "skipped 3 of 3 matching") || !strings.Contains(r.stderr, "skip: batch") {
 		t.Fatalf("skip-matching:\nstdout %s\nstderr %s", r.stdout, r.stderr)

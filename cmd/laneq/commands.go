@@ -382,10 +382,10 @@ func runProcesses(c *cli, args []string) error {
 		return err
 	}
 	return c.emit(ps, func(t *table) {
-		t.row("HOST", "PID", "OWNER", "EXECUTORS", "CLASSES", "WORK TYPES", "LEASES", "EXPIRED", "RENEWED", "LIVE", "ADDRESS")
+		t.row("HOST", "PID", "OWNER", "EXECUTORS", "CLASSES", "WORK TYPES", "QUIET", "LEASES", "EXPIRED", "RENEWED", "LIVE", "ADDRESS")
 		for _, p := range ps.Processes {
 			t.row(p.Info.Host, strconv.Itoa(p.Info.PID), p.Info.Owner, strconv.Itoa(p.Info.Executors), strings.Join(p.Info.Classes, ","),
-				strings.Join(p.Info.WorkTypes, ","), strconv.Itoa(p.Leases), strconv.Itoa(p.Expired), p.RenewedAt.Format(time.RFC3339),
+				strings.Join(p.Info.WorkTypes, ","), strconv.FormatBool(p.Info.Quiet), strconv.Itoa(p.Leases), strconv.Itoa(p.Expired), p.RenewedAt.Format(time.RFC3339),
 				strconv.FormatBool(p.Live), p.Address)
 		}
 		if ps.Unattributed > 0 {

@@ -53,7 +53,7 @@ commands:
   dlq replay               replay every dead letter the filters match, in batches (needs --yes; again: replays nothing twice)
   item retry-now           make a pending item that is not due yet (a retry's backoff, a delay) due now (needs --yes)
   item skip                end an unclaimed item (pending, blocked, waiting) as skipped; its lanes move on (needs --yes)
-  item skip-matching       skip every unclaimed item of a class and/or work type, in batches (needs --yes)
+  item skip-matching       skip every unclaimed item a class, work type or failure class filter matches, in batches (needs --yes)
   class pause              stop every worker claiming a queue class of a scope until resumed (needs --yes)
   class resume             let workers claim a paused class again (needs --yes)
   receipt show             one ingress receipt, by delivery id or receipt id

@@ -17,13 +17,15 @@ import (
 )
 
 // TestProcesses: a running worker is listed with what it says about
-// itself and the lease it holds; a lease taken by a claimer that
+// itself (quiet, once its wakes are known to work and a maintenance wrote
+// it) and the lease it holds; a lease taken by a claimer that
 // registered nothing is counted apart; a registration that expired is
 // listed as not live; an unknown scope is refused.
 func TestProcesses(t *testing.T) {
 	e := newEnv(t)
 	cfg := worker.Config{Scope: scope, Owner: "proc-test", Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}
 	cfg.Scheduler.Executors = 2
+	cfg.Controller.MaintainEvery = 100 * time.Millisecond // so its quiet mode is described soon after it changes
 	started, release := make(chan int64, 4), make(chan struct{})
 	w, err := worker.New(e.qu, cfg, map[string]worker.Handler{"deliver": func(ctx context.Context, job *worker.Job) error {
 		started <- job.Item.WorkID
@@ -60,7 +62,7 @@ func TestProcesses(t *testing.T) {
 	waitfor.Until(t, time.Minute, func() (bool, error) {
 		var err error
 		ps, err = e.r.Processes(e.ctx, scope)
-		return err == nil && len(ps.Processes) == 2 && ps.Processes[0].Leases == 1, err
+		return err == nil && len(ps.Processes) == 2 && ps.Processes[0].Leases == 1 && ps.Processes[0].Info.Quiet, err
 	}, func() string { return fmt.Sprintf("processes: %+v", ps) })
 	host, _ := os.Hostname()
 	p := ps.Processes[0]

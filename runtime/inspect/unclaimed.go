@@ -2,7 +2,9 @@ package inspect
 
 import (
 	"context"
+	"database/sql"
 	"fmt"
+	"time"
 
 	"github.com/laneq/laneq/gen"
 	"github.com/laneq/laneq/runtime/workqueue"
@@ -20,8 +22,14 @@ type UnclaimedQuery struct {
 	State      string // one of UnclaimedStates
 	QueueClass string // "": every class
 	WorkType   string // "": every work type
-	Cursor     string // continue after the page that returned it
-	Limit      int    // entries read per page: default DefaultPageSize, at most MaxPageSize
+	// FailureClass: only items whose last attempt failed with it (retries
+	// in backoff); "": any.
+	FailureClass string
+	// Due-time range (run_after): From inclusive, To exclusive; zero:
+	// unbounded.
+	From, To time.Time
+	Cursor   string // continue after the page that returned it
+	Limit    int    // entries read per page: default DefaultPageSize, at most MaxPageSize
 }
 
 // UnclaimedItem is one matching item of a page.
@@ -64,15 +72,22 @@ func (r *Reader) Unclaimed(ctx context.Context, scope string, q UnclaimedQuery) 
 		return UnclaimedPage{}, err
 	}
 	if after.IsZero() {
-		after = farPast
+		after, afterID = farPast, 0
+		if !q.From.IsZero() {
+			after = q.From.Add(-time.Microsecond) // the range starts after the cursor: From itself is in
+		}
+	}
+	until := farFuture
+	if !q.To.IsZero() {
+		until = q.To
 	}
 	generation, err := r.generation(ctx, scope, 0)
 	if err != nil {
 		return UnclaimedPage{}, err
 	}
 	rows, err := r.q.UnclaimedPage(ctx, gen.UnclaimedPageParams{
-		QueueClass: q.QueueClass, WorkType: q.WorkType, ScopeID: scope, Generation: generation, State: q.State,
-		AfterTime: after, AfterWorkID: afterID, Limit: int32(q.Limit),
+		QueueClass: q.QueueClass, WorkType: q.WorkType, FailureClass: sql.NullString{String: q.FailureClass, Valid: true},
+		ScopeID: scope, Generation: generation, State: q.State, AfterTime: after, AfterWorkID: afterID, UntilTime: until, Limit: int32(q.Limit),
 	})
 	if err != nil {
 		return UnclaimedPage{}, fmt.Errorf("inspect: %s items of scope %q: %w", q.State, scope, err)

@@ -18,6 +18,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/laneq/laneq/runtime/inspect"
 	"github.com/laneq/laneq/runtime/workqueue"
@@ -115,10 +116,13 @@ func Replay(ctx context.Context, qu *workqueue.Queue, in *inspect.Reader, bulk B
 // BulkSkip chooses the unclaimed items to skip.
 type BulkSkip struct {
 	Scope string
-	// QueueClass and WorkType filter; at least one must be set (skipping a
-	// whole scope is not a bulk action this offers).
-	QueueClass, WorkType string
-	Reason               string // recorded on each item (see SkipUnclaimed)
+	// QueueClass, WorkType and FailureClass (a retrying item's last
+	// failure) filter; at least one must be set (skipping a whole scope is
+	// not a bulk action this offers). From and To bound the due time
+	// (From inclusive, To exclusive; zero: unbounded).
+	QueueClass, WorkType, FailureClass string
+	From, To                           time.Time
+	Reason                             string // recorded on each item (see SkipUnclaimed)
 	// Batch is how many entries one batch reads, 1..inspect.MaxPageSize;
 	// default DefaultBatch.
 	Batch int
@@ -147,8 +151,10 @@ type SkipProgress struct {
 func Skip(ctx context.Context, qu *workqueue.Queue, in *inspect.Reader, bulk BulkSkip, progress func(SkipProgress)) (SkipProgress, error) {
 	var p SkipProgress
 	switch {
-	case bulk.QueueClass == "" && bulk.WorkType == "":
-		return p, &inspect.InvalidError{Field: "filter", Reason: "a bulk skip needs a queue class or a work type"}
+	case bulk.QueueClass == "" && bulk.WorkType == "" && bulk.FailureClass == "":
+		return p, &inspect.InvalidError{Field: "filter", Reason: "a bulk skip needs a queue class, a work type or a failure class"}
+	case !bulk.From.IsZero() && !bulk.To.IsZero() && !bulk.From.Before(bulk.To):
+		return p, &inspect.InvalidError{Field: "From", Reason: "not before To"}
 	case bulk.QueueClass != "" && workqueue.ValidQueueClass(bulk.QueueClass) != nil:
 		return p, workqueue.ValidQueueClass(bulk.QueueClass)
 	case bulk.WorkType != "" && workqueue.ValidWorkType(bulk.WorkType) != nil:
@@ -159,7 +165,8 @@ func Skip(ctx context.Context, qu *workqueue.Queue, in *inspect.Reader, bulk Bul
 		return p, &inspect.InvalidError{Field: "Batch", Reason: fmt.Sprintf("%d out of range 1..%d", bulk.Batch, inspect.MaxPageSize)}
 	}
 	for _, state := range inspect.UnclaimedStates {
-		q := inspect.UnclaimedQuery{State: state, QueueClass: bulk.QueueClass, WorkType: bulk.WorkType, Limit: bulk.Batch}
+		q := inspect.UnclaimedQuery{State: state, QueueClass: bulk.QueueClass, WorkType: bulk.WorkType, FailureClass: bulk.FailureClass,
+			From: bulk.From, To: bulk.To, Limit: bulk.Batch}
 		for {
 			page, err := in.Unclaimed(ctx, bulk.Scope, q)
 			if err != nil {

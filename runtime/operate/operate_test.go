@@ -142,3 +142,50 @@ func TestBulkSkipByWorkType(t *testing.T) {
 		t.Fatalf("second bulk skip = %+v, %v; want nothing", again, err)
 	}
 }
+
+// A bulk skip by failure class skips only the retries whose last attempt
+// failed with it, within the due-time range.
+func TestBulkSkipByFailureClass(t *testing.T) {
+	t.Parallel()
+	qu, db, _ := queuetest.New(t, workqueue.Config{Retry: workqueue.RetryPolicy{Initial: time.Hour}}, scope)
+	in := inspect.NewFromQueue(qu)
+	ctx := context.Background()
+	var events []workqueue.Event
+	for i := range 3 {
+		key := fmt.Sprintf("e%d", i)
+		events = append(events, workqueue.Event{IdempotencyKey: key, RouteID: "r", RouteVersion: 1, EventKind: "k", SourceKind: "s", SourceID: key,
+			Payload: []byte("{}"), Work: []workqueue.Work{{WorkType: "sync"}}})
+	}
+	if _, err := qu.Enqueue(ctx, scope, events); err != nil {
+		t.Fatal(err)
+	}
+	cl, err := qu.NewClaimer(scope, "bulk-skip-test", workqueue.ClaimerConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, _, err := cl.Claim(ctx, workqueue.ClaimRequest{QueueClasses: []string{"default"}, WorkTypes: []string{"sync"}, Max: 3})
+	if err != nil || len(got) != 3 {
+		t.Fatalf("claimed %d, %v", len(got), err)
+	}
+	failures := []string{"upstream_5xx", "timeout", "upstream_5xx"}
+	for i, c := range got {
+		if _, err := qu.Retry(ctx, c, workqueue.Failure{Class: failures[i], Summary: "try later"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Due in an hour: a range that ends before then skips nothing.
+	none, err := operate.Skip(ctx, qu, in, operate.BulkSkip{Scope: scope, FailureClass: "upstream_5xx", To: time.Now().Add(30 * time.Minute)}, nil)
+	if err != nil || none.Skipped != 0 {
+		t.Fatalf("bulk skip before their due time = %+v, %v; want nothing", none, err)
+	}
+	p, err := operate.Skip(ctx, qu, in, operate.BulkSkip{Scope: scope, FailureClass: "upstream_5xx"}, nil)
+	if err != nil || p.Skipped != 2 {
+		t.Fatalf("bulk skip by failure class = %+v, %v; want 2", p, err)
+	}
+	for i, c := range got {
+		want := map[bool]string{true: "skipped", false: "pending"}[failures[i] == "upstream_5xx"]
+		if s := queuetest.Item(t, db, c.WorkID).State; s != want {
+			t.Errorf("item %d (%s) is %s, want %s", c.WorkID, failures[i], s, want)
+		}
+	}
+}

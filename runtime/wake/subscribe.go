@@ -242,6 +242,12 @@ func (s *Subscription) deliverLoop() {
 	}
 }
 
+// Renew renews the registration now (registering again when the row is
+// gone), writing what Handlers.Describe says: a process whose description
+// changed (its quiet mode) says so without waiting for the periodic
+// renewal. One statement.
+func (s *Subscription) Renew(ctx context.Context) error { return s.renew(ctx) }
+
 // renew renews the registration, registering again when the row is gone.
 func (s *Subscription) renew(ctx context.Context) error {
 	h := s.h

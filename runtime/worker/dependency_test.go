@@ -274,7 +274,10 @@ func TestDependencyQuietBacklog(t *testing.T) {
 			}
 			// The history of the minutes before the hour is written by the
 			// hour's first maintenance (RecordHistory, then one prune).
-			reads := []string{"DependencySafetyPage", "DependencyWaitingPage", "SatisfiedDependencies", "BlockedPage", "RecordHistory", "PruneHistory"}
+			// So is, once, a process description whose quiet mode changed
+			// (RenewWakeEndpoint) when wakes are on.
+			reads := []string{"DependencySafetyPage", "DependencyWaitingPage", "SatisfiedDependencies", "BlockedPage", "RecordHistory", "PruneHistory",
+				"RenewWakeEndpoint"}
 			if tc.defaults {
 				// Probes and reconciliation: the scope, first claimable rows,
 				// the work kinds, and the next-work lookup after a claim turn.

@@ -98,8 +98,9 @@ func (w *Worker) claimError(won int, err error) error {
 // pass, which wakes waiters whose key a producer satisfied without waking
 // them and settles registrations a crashed worker left, one page of
 // lane recovery (workqueue.Queue.RecoverLanes), which promotes blocked
-// rows that nothing ahead of them holds back any more, and the write of
-// the history of the minutes that ended (HistoryConfig). Each runs whatever
+// rows that nothing ahead of them holds back any more, the write of the
+// history of the minutes that ended (HistoryConfig), and, when its quiet
+// mode changed, the process's description in its wake endpoint row. Each runs whatever
 // the other did: a failing sweep does not hold lane recovery back. Either
 // one that made work claimable, or may have, asks for a claim turn (and
 // was announced by the queue); a failed pass keeps its cursor and is run
@@ -127,6 +128,9 @@ func (s source) Maintain(ctx context.Context) (bool, error) {
 	// does not fail this one (the repairs above are what it is for).
 	if err := s.w.flushHistory(ctx, false); err != nil {
 		s.w.log.Warn("history not written; kept for the next maintenance", "err", err)
+	}
+	if err := s.w.describeQuietChange(ctx); err != nil {
+		s.w.log.Warn("process description not updated; tried again at the next maintenance", "err", err)
 	}
 	return st.Claimable() || lanes.Promoted > 0, errors.Join(sweepErr, laneErr)
 }

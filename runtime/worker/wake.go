@@ -81,7 +81,27 @@ func (w *Worker) describe() workqueue.ProcessInfo {
 	host, _ := os.Hostname()
 	return workqueue.ProcessInfo{
 		Host: host, PID: os.Getpid(), Owner: w.cfg.Owner, Executors: w.cfg.Scheduler.Executors,
-		Classes: slices.Clone(w.classes), WorkTypes: slices.Clone(w.types),
+		Classes: slices.Clone(w.classes), WorkTypes: slices.Clone(w.types), Quiet: w.ctrl.Quiet(),
 		LeasePrefix: w.claimer.LeasePrefix(),
 	}
+}
+
+// describeQuietChange writes the endpoint row again when the quiet mode it
+// last described changed (at maintenance: one statement per change, none
+// otherwise), so the dashboard's processes page says whether the process
+// runs quiet, at most one maintenance period late.
+func (w *Worker) describeQuietChange(ctx context.Context) error {
+	sub := w.wakeSub.Load()
+	if sub == nil {
+		return nil
+	}
+	quiet := w.ctrl.Quiet()
+	if w.describedQuiet.Load() == quiet {
+		return nil
+	}
+	if err := sub.Renew(ctx); err != nil {
+		return fmt.Errorf("describe the process again: %w", err)
+	}
+	w.describedQuiet.Store(quiet)
+	return nil
 }

@@ -98,17 +98,20 @@ type FailureClass interface{ FailureClass() string }
 
 // Worker runs one scope's work in this process.
 type Worker struct {
-	hub      atomic.Pointer[wake.Hub]          // set while Run announces to other processes
-	wakeSub  atomic.Pointer[wake.Subscription] // the scope's endpoint while Run has one
-	cfg      Config
-	q        *workqueue.Queue
-	claimer  *workqueue.Claimer
-	sched    *scheduler.Scheduler[*workqueue.Claimed]
-	ctrl     *controller.Controller
-	handlers map[string]Handler
-	types    []string // handlers' work types, sorted
-	classes  []string // queue classes the executor shapes serve, sorted
-	sweep    *workqueue.DependencySweep
+	hub     atomic.Pointer[wake.Hub]          // set while Run announces to other processes
+	wakeSub atomic.Pointer[wake.Subscription] // the scope's endpoint while Run has one
+	// describedQuiet is the quiet mode the endpoint row says (written at
+	// registration, when the worker is not quiet yet).
+	describedQuiet atomic.Bool
+	cfg            Config
+	q              *workqueue.Queue
+	claimer        *workqueue.Claimer
+	sched          *scheduler.Scheduler[*workqueue.Claimed]
+	ctrl           *controller.Controller
+	handlers       map[string]Handler
+	types          []string // handlers' work types, sorted
+	classes        []string // queue classes the executor shapes serve, sorted
+	sweep          *workqueue.DependencySweep
 	// laneCursor is where the next lane recovery page starts; only the
 	// controller's maintenance touches it, one at a time.
 	laneCursor workqueue.LaneCursor

@@ -32,6 +32,10 @@ type ProcessInfo struct {
 	Executors int      `json:"executors,omitempty"`
 	Classes   []string `json:"classes,omitempty"`    // the queue classes it claims
 	WorkTypes []string `json:"work_types,omitempty"` // the work types it runs
+	// Quiet: other processes' wakes reached it when it wrote this, so it
+	// probed on the quiet periods (see runtime/controller). A worker
+	// writes it again at the first maintenance after it changed.
+	Quiet bool `json:"quiet"`
 	// LeasePrefix starts the lease_owner of every lease it takes
 	// (Claimer.LeasePrefix): leases held are counted by it.
 	LeasePrefix string `json:"lease_prefix,omitempty"`

@@ -12,6 +12,7 @@ import (
 	"net/url"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -419,36 +420,51 @@ func (s *Server) startBulkSkip(_ context.Context, t target, form url.Values) (st
 }
 
 func describeSkip(b operate.BulkSkip) string {
-	switch {
-	case b.QueueClass != "" && b.WorkType != "":
-		return "class " + b.QueueClass + ", work type " + b.WorkType
-	case b.QueueClass != "":
-		return "class " + b.QueueClass
-	default:
-		return "work type " + b.WorkType
+	var parts []string
+	if b.QueueClass != "" {
+		parts = append(parts, "class "+b.QueueClass)
 	}
+	if b.WorkType != "" {
+		parts = append(parts, "work type "+b.WorkType)
+	}
+	if b.FailureClass != "" {
+		parts = append(parts, "last failure "+b.FailureClass)
+	}
+	if !b.From.IsZero() {
+		parts = append(parts, "due since "+whenCell(b.From)+" UTC")
+	}
+	if !b.To.IsZero() {
+		parts = append(parts, "due before "+whenCell(b.To)+" UTC")
+	}
+	return strings.Join(parts, ", ")
 }
 
 // skipTarget reads a bulk skip's scope, class and work type.
 func (s *Server) skipTarget(_ context.Context, in url.Values) (target, error) {
 	scope := in.Get("s")
-	bulk := operate.BulkSkip{Scope: scope, QueueClass: in.Get("class"), WorkType: in.Get("work_type")}
+	bulk := operate.BulkSkip{Scope: scope, QueueClass: in.Get("class"), WorkType: in.Get("work_type"), FailureClass: in.Get("failure_class")}
+	var err error
+	if bulk.From, err = parseTime("since", in.Get("since")); err != nil {
+		return target{}, err
+	}
+	if bulk.To, err = parseTime("until", in.Get("until")); err != nil {
+		return target{}, err
+	}
 	switch {
 	case scope == "":
 		return target{}, &inspect.InvalidError{Field: "s", Reason: "empty"}
-	case bulk.QueueClass == "" && bulk.WorkType == "":
-		return target{}, &inspect.InvalidError{Field: "filter", Reason: "a bulk skip needs a queue class or a work type"}
+	case bulk.QueueClass == "" && bulk.WorkType == "" && bulk.FailureClass == "":
+		return target{}, &inspect.InvalidError{Field: "filter", Reason: "a bulk skip needs a queue class, a work type or a failure class"}
 	case bulk.QueueClass != "" && workqueue.ValidQueueClass(bulk.QueueClass) != nil:
 		return target{}, workqueue.ValidQueueClass(bulk.QueueClass)
 	case bulk.WorkType != "" && workqueue.ValidWorkType(bulk.WorkType) != nil:
 		return target{}, workqueue.ValidWorkType(bulk.WorkType)
 	}
 	fields := url.Values{"s": {scope}}
-	if bulk.QueueClass != "" {
-		fields.Set("class", bulk.QueueClass)
-	}
-	if bulk.WorkType != "" {
-		fields.Set("work_type", bulk.WorkType)
+	for _, k := range []string{"class", "work_type", "failure_class", "since", "until"} {
+		if v := in.Get(k); v != "" {
+			fields.Set(k, v)
+		}
 	}
 	return target{
 		Subject: fields.Encode(), scope: scope, skip: bulk, Reason: true,

@@ -129,7 +129,7 @@ func TestActionsRefuseWhatTheStateNoLongerAllows(t *testing.T) {
 	code, body = c.get("/scope?s=" + url.QueryEscape(scope) + "&live=0")
 	wantPage(t, code, body, 200, `action="/skip-matching"`)
 	code, body = c.get("/skip-matching?s=" + url.QueryEscape(scope))
-	wantPage(t, code, body, 400, "needs a queue class or a work type")
+	wantPage(t, code, body, 400, "needs a queue class, a work type or a failure class")
 	skipAll := c.confirmToken("/skip-matching?s=" + url.QueryEscape(scope) + "&work_type=sync")
 	code, body, _ = c.post("/skip-matching", url.Values{"s": {scope}, "work_type": {"mail"}, "csrf": {skipAll}}, nil)
 	wantPage(t, code, body, 403, "CSRF") // the token is for work type sync

@@ -30,13 +30,13 @@ func TestProcessesPage(t *testing.T) {
 		t.Fatal(err)
 	}
 	if err := qu.RegisterWakeEndpoint(ctx, scope, workqueue.WakeEndpoint{ID: "p1", Address: "127.0.0.1:7001", Key: make([]byte, 32),
-		Process: &workqueue.ProcessInfo{Host: "web-<1>", PID: 4242, Owner: "worker-a", Executors: 16, Classes: []string{"default"}, WorkTypes: []string{"deliver"}}},
+		Process: &workqueue.ProcessInfo{Host: "web-<1>", PID: 4242, Owner: "worker-a", Executors: 16, Classes: []string{"default"}, WorkTypes: []string{"deliver"}, Quiet: true}},
 		time.Hour); err != nil {
 		t.Fatal(err)
 	}
 	c := newClient(t, db, dashboard.Config{})
 	code, body := c.get("/processes?s=" + url.QueryEscape(scope))
-	wantPage(t, code, body, 200, "1 live process", "web-&lt;1&gt;", "4242", "worker-a", "127.0.0.1:7001",
+	wantPage(t, code, body, 200, "1 live process", "web-&lt;1&gt;", "4242", "worker-a", "127.0.0.1:7001", "<td>yes</td>",
 		"Class bulk has 1 due and no live process serves it")
 	if strings.Contains(body, "Class default has") || strings.Contains(body, "Class reports has") {
 		t.Fatalf("a warning for a served or paused class:\n%s", body)
