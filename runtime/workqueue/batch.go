@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/bits"
 	"slices"
 	"strconv"
 	"strings"
@@ -80,7 +81,7 @@ func (qu *Queue) completeLaneless(ctx context.Context, leases []Lease, idx []int
 	qu.fencedBatch(ctx, "complete", true, leases, idx, errs,
 		func(ctx context.Context, ids []int64, fences string) (int64, error) {
 			return qu.q.FinishBatch(ctx, gen.FinishBatchParams{
-				TerminalState: StateCompleted, WorkIDs: ids, Fences: fences, Laneless: 1,
+				TerminalState: StateCompleted, WorkIDs: paddedIDs(ids), Fences: fences, Laneless: 1,
 			})
 		},
 		func(r gen.LeaseStatesRow, l Lease) bool {
@@ -113,7 +114,7 @@ func (qu *Queue) completeLaned(ctx context.Context, leases []Lease, idx []int, e
 	var fin Finished
 	err := qu.inTx(ctx, what, readCommitted, func(ctx context.Context, q *gen.Queries) error {
 		fin = Finished{}
-		n, err := q.FinishBatch(ctx, gen.FinishBatchParams{TerminalState: StateCompleted, WorkIDs: ids, Fences: fences, Laneless: 0})
+		n, err := q.FinishBatch(ctx, gen.FinishBatchParams{TerminalState: StateCompleted, WorkIDs: paddedIDs(ids), Fences: fences, Laneless: 0})
 		if err != nil {
 			return err
 		}
@@ -173,13 +174,34 @@ func (qu *Queue) resolveLaned(ctx context.Context, leases []Lease, idx []int, er
 	return fin
 }
 
+// paddedIDs returns ids lengthened to the next power of two by repeating
+// its last id. Each length of an sqlc.slice list is a statement text of its
+// own, prepared once per connection (internal/prepcache) and planned once
+// per session: batches of every length from 1 to MaxCompleteBatch made a
+// pool of connections prepare hundreds of texts (about a quarter of the
+// statements of a lanes-of-five drain). Powers of two bound them to nine
+// per statement. Repeats change no result: an IN list matches a row once,
+// so affected-row counts and rows returned stay those of the distinct ids.
+func paddedIDs(ids []int64) []int64 {
+	n := len(ids)
+	if n == 0 || n&(n-1) == 0 {
+		return ids
+	}
+	padded := make([]int64, 1<<bits.Len(uint(n)), 1<<bits.Len(uint(n)))
+	copy(padded, ids)
+	for i := n; i < len(padded); i++ {
+		padded[i] = ids[n-1]
+	}
+	return padded
+}
+
 // leaseStates reads the rows of ids by work id, retried after transient
 // errors (the read is idempotent).
 func (qu *Queue) leaseStates(ctx context.Context, what string, ids []int64) (map[int64]gen.LeaseStatesRow, error) {
 	var rows []gen.LeaseStatesRow
 	err := qu.retryWrite(ctx, what, func(ctx context.Context) error {
 		var err error
-		rows, err = qu.q.LeaseStates(ctx, ids)
+		rows, err = qu.q.LeaseStates(ctx, paddedIDs(ids))
 		return err
 	})
 	if err != nil {
@@ -217,7 +239,7 @@ func (qu *Queue) RenewMany(ctx context.Context, leases []Lease) []error {
 		qu.fencedBatch(ctx, "renew", false, leases, idx[:n], errs,
 			func(ctx context.Context, ids []int64, fences string) (int64, error) {
 				return qu.q.RenewLeaseBatch(ctx, gen.RenewLeaseBatchParams{
-					LeaseMicros: store.Micros(qu.cfg.Lease), WorkIDs: ids, Fences: fences,
+					LeaseMicros: store.Micros(qu.cfg.Lease), WorkIDs: paddedIDs(ids), Fences: fences,
 				})
 			},
 			func(r gen.LeaseStatesRow, l Lease) bool { return r.State == StateProcessing && r.LeaseToken == l.Token })

@@ -858,7 +858,7 @@ func (c *Claimer) claimCAS(ctx context.Context, ids []int64, ref sql.NullString,
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.qu.cfg.WriteTimeout)
 	defer cancel()
 	return c.qu.q.ClaimBatchCAS(ctx, gen.ClaimBatchCASParams{
-		ClaimRef: ref, LeaseMicros: store.Micros(c.qu.cfg.Lease), WorkIDs: ids, Generation: generation,
+		ClaimRef: ref, LeaseMicros: store.Micros(c.qu.cfg.Lease), WorkIDs: paddedIDs(ids), Generation: generation,
 	})
 }
 
@@ -871,7 +871,7 @@ func (c *Claimer) readBack(ctx context.Context, ref sql.NullString, ids []int64,
 	var rows []gen.ClaimedByRefRow
 	err = c.qu.retryWrite(ctx, "read back claimed items", func(ctx context.Context) error {
 		var err error
-		rows, err = c.qu.q.ClaimedByRef(ctx, gen.ClaimedByRefParams{WorkIDs: ids, ClaimRef: ref})
+		rows, err = c.qu.q.ClaimedByRef(ctx, gen.ClaimedByRefParams{WorkIDs: paddedIDs(ids), ClaimRef: ref})
 		return err
 	})
 	if err != nil {

@@ -118,7 +118,7 @@ func candidates(asks []laneAsk, kind string) []int64 {
 // headsAhead runs HeadsAhead for the candidates of asks.
 func headsAhead(ctx context.Context, q *gen.Queries, asks []laneAsk) (map[laneAsk]int64, error) {
 	ids := candidates(asks, "")
-	rows, err := q.HeadsAhead(ctx, ids)
+	rows, err := q.HeadsAhead(ctx, paddedIDs(ids))
 	if err != nil {
 		return nil, fmt.Errorf("read the lane heads ahead of %d rows: %w", len(ids), err)
 	}
@@ -147,12 +147,12 @@ func firstBlockedAhead(ctx context.Context, q *gen.Queries, asks []laneAsk) (map
 		var err error
 		if kind == "target" {
 			var t []gen.FirstBlockedInTargetLanesRow
-			t, err = q.FirstBlockedInTargetLanes(ctx, ids)
+			t, err = q.FirstBlockedInTargetLanes(ctx, paddedIDs(ids))
 			for _, r := range t { // both statements select the same columns
 				rows = append(rows, gen.FirstBlockedInSourceLanesRow(r))
 			}
 		} else {
-			rows, err = q.FirstBlockedInSourceLanes(ctx, ids)
+			rows, err = q.FirstBlockedInSourceLanes(ctx, paddedIDs(ids))
 		}
 		if err != nil {
 			return nil, fmt.Errorf("read the first blocked rows of %d %s lanes: %w", len(ids), kind, err)
@@ -179,7 +179,7 @@ func lockRows(ctx context.Context, q *gen.Queries, ids []int64) ([]gen.LockWorkI
 		return nil, 0, nil
 	}
 	slices.Sort(lock)
-	locked, err := q.LockWorkItems(ctx, lock)
+	locked, err := q.LockWorkItems(ctx, paddedIDs(lock))
 	if err != nil {
 		return nil, 0, fmt.Errorf("lock %d lane rows: %w", len(lock), err)
 	}
@@ -195,7 +195,7 @@ func promoteHeads(ctx context.Context, q *gen.Queries, heads []int64, locked boo
 	if len(heads) == 0 {
 		return 0, nil
 	}
-	n, err := q.PromoteBlockedBatch(ctx, heads)
+	n, err := q.PromoteBlockedBatch(ctx, paddedIDs(heads))
 	if err != nil {
 		return 0, fmt.Errorf("promote %d lane heads: %w", len(heads), err)
 	}
