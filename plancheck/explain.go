@@ -104,6 +104,24 @@ func ProcessKeys(ops []Operator) (n int64, ok bool) {
 	return n, ok
 }
 
+var requestUnits = regexp.MustCompile(`(?:^|, )RU:([0-9.]+)`)
+
+// RequestUnits is the request units (RU, what TiDB Cloud bills and
+// resource groups limit) TiDB reports for the whole statement on the plan's
+// root operator; ok is false when the server reports none (resource control
+// off).
+func RequestUnits(ops []Operator) (ru float64, ok bool) {
+	if len(ops) == 0 {
+		return 0, false
+	}
+	m := requestUnits.FindStringSubmatch(ops[0].ExecInfo)
+	if m == nil {
+		return 0, false
+	}
+	ru, err := strconv.ParseFloat(m[1], 64)
+	return ru, err == nil
+}
+
 // Shape is the brief plan shape used for golden comparisons: operator ids
 // by depth with their access objects, without row counts or timings.
 func Shape(ops []Operator) string {

@@ -198,7 +198,7 @@ func testCoverageRuleFailsAStatementWithoutACase(t *testing.T) {
 
 func TestParsePlan(t *testing.T) {
 	rows := [][]string{
-		{"Projection_17", "1.00", "1", "root", "", "time:1ms", "a", "1 KB", "N/A"},
+		{"Projection_17", "1.00", "1", "root", "", "time:1ms, loops:2, RU:11.38, cop_task: {num: 1}", "a", "1 KB", "N/A"},
 		{"└─IndexLookUp_40", "1.00", "1", "root", "", "", "", "", ""},
 		{"  ├─Selection_38(Build)", "1.00", "448", "cop[tikv]", "", "", "le(run_after)", "", ""},
 		{"  │ └─IndexRangeScan_36", "1.00", "448", "cop[tikv]", "table:w, index:idx(a)", "scan_detail: {total_process_keys: 448}", "range:[1,+inf]", "", ""},
@@ -216,6 +216,12 @@ func TestParsePlan(t *testing.T) {
 	}
 	if n, ok := plancheck.ProcessKeys(ops); !ok || n != 448 {
 		t.Fatalf("process keys %d %v", n, ok)
+	}
+	if ru, ok := plancheck.RequestUnits(ops); !ok || ru != 11.38 {
+		t.Fatalf("request units %v %v, want 11.38 from the root operator", ru, ok)
+	}
+	if _, ok := plancheck.RequestUnits(ops[1:]); ok {
+		t.Fatal("request units read from an operator that reports none")
 	}
 	if _, err := plancheck.ParsePlan([][]string{{"x", "1", "many", "root", "", "", ""}}); err == nil {
 		t.Fatal("a non-numeric actRows parsed")

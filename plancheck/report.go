@@ -68,6 +68,19 @@ func (r Report) fixtureHeader(prefix, sep string) string {
 	return strings.Join(parts, sep)
 }
 
+// requestUnits is a case's RU per fixture, or "-" per fixture when the
+// server reported none.
+func (r Result) requestUnits(fixtures int, sep string) string {
+	parts := make([]string, fixtures)
+	for i := range parts {
+		parts[i] = "-"
+		if i < len(r.RU) {
+			parts[i] = fmt.Sprintf("%.2f", r.RU[i])
+		}
+	}
+	return strings.Join(parts, sep)
+}
+
 func joinRows(v []int64, sep string) string {
 	parts := make([]string, len(v))
 	for i, n := range v {
@@ -76,19 +89,20 @@ func joinRows(v []int64, sep string) string {
 	return strings.Join(parts, sep)
 }
 
-// WriteText writes the terminal tables: one line per case with rows read
-// and, for hot cases, median milliseconds on every fixture, the scan
-// operators at the largest, and the verdict; then the runtime's traced
-// calls; then every violation in full.
+// WriteText writes the terminal tables: one line per case with rows read,
+// request units (one execution) and, for hot cases, median milliseconds on
+// every fixture, the scan operators at the largest, and the verdict; then
+// the runtime's traced calls; then every violation in full.
 func (r Report) WriteText(w io.Writer) error {
 	fmt.Fprintf(w, "\nlaneq plancheck — %s — %d cases on %s\n\n", r.Server, len(r.Results), strings.Join(r.Fixtures, ", "))
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintf(tw, "CASE\t%s\tMEDIAN ms (hot)\tSCAN OPERATORS (largest)\tVERDICT\n", r.fixtureHeader("ROWS ", "\t"))
+	fmt.Fprintf(tw, "CASE\t%s\t%s\tMEDIAN ms (hot)\tSCAN OPERATORS (largest)\tVERDICT\n", r.fixtureHeader("ROWS ", "\t"), r.fixtureHeader("RU ", "\t"))
+	n := len(r.Fixtures)
 	for _, res := range r.Results {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", res.Query, joinRows(res.RowsRead, "\t"), res.times(" / "), res.Operators, res.verdict())
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", res.Query, joinRows(res.RowsRead, "\t"), res.requestUnits(n, "\t"), res.times(" / "), res.Operators, res.verdict())
 	}
 	for _, q := range r.Uncovered {
-		fmt.Fprintf(tw, "%s\t%s\t-\t(no plan-check case)\tFAIL\n", q, strings.Repeat("-\t", len(r.Fixtures)-1)+"-")
+		fmt.Fprintf(tw, "%s\t%s\t-\t(no plan-check case)\tFAIL\n", q, strings.Repeat("-\t", 2*n-1)+"-")
 	}
 	if err := tw.Flush(); err != nil {
 		return err
@@ -130,13 +144,14 @@ func (r Report) WriteMarkdown(w io.Writer) error {
 		status = fmt.Sprintf("❌ %d failed", failed)
 	}
 	fmt.Fprintf(w, "## laneq plancheck: %s\n\n%s — %d cases on %s.\n\n", status, r.Server, len(r.Results), strings.Join(r.Fixtures, ", "))
-	fmt.Fprintf(w, "| case | %s | median ms (hot) | scan operators (largest) | verdict |\n|---|%s---:|---|---|\n",
-		r.fixtureHeader("rows ", " | "), strings.Repeat("---:|", len(r.Fixtures)))
+	n := len(r.Fixtures)
+	fmt.Fprintf(w, "| case | %s | %s | median ms (hot) | scan operators (largest) | verdict |\n|---|%s---:|---|---|\n",
+		r.fixtureHeader("rows ", " | "), r.fixtureHeader("RU ", " | "), strings.Repeat("---:|", 2*n))
 	for _, res := range r.Results {
-		fmt.Fprintf(w, "| `%s` | %s | %s | %s | %s |\n", res.Query, joinRows(res.RowsRead, " | "), res.times(" / "), res.Operators, res.verdict())
+		fmt.Fprintf(w, "| `%s` | %s | %s | %s | %s | %s |\n", res.Query, joinRows(res.RowsRead, " | "), res.requestUnits(n, " | "), res.times(" / "), res.Operators, res.verdict())
 	}
 	for _, q := range r.Uncovered {
-		fmt.Fprintf(w, "| `%s` | %s | - | no plan-check case | FAIL |\n", q, strings.TrimSuffix(strings.Repeat("- | ", len(r.Fixtures)), " | "))
+		fmt.Fprintf(w, "| `%s` | %s | - | no plan-check case | FAIL |\n", q, strings.TrimSuffix(strings.Repeat("- | ", 2*n), " | "))
 	}
 	if len(r.Traced) > 0 {
 		fmt.Fprintf(w, "\n### Traced: the runtime's own calls, with the arguments it sent\n\n")

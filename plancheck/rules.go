@@ -84,6 +84,8 @@ type Observation struct {
 	RowsRead    int64
 	ProcessKeys int64 // when the server reports it
 	HasKeys     bool
+	RU          float64 // request units, when the server reports them (see RequestUnits)
+	HasRU       bool
 	Median      time.Duration // a hot case's median execution time
 }
 

@@ -63,6 +63,10 @@ type Result struct {
 	Query        string        `json:"query"` // the case's name (see Case.Name)
 	Observations []Observation `json:"-"`
 	RowsRead     []int64       `json:"rows_read"` // per fixture, in Report.Fixtures order
+	// RU: the request units TiDB reports for one execution, per fixture
+	// (empty when the server reports none). Reported, not judged: RU follow
+	// rows read and bytes written, which the rules already bound.
+	RU []float64 `json:"ru,omitempty"`
 	// MedianMs: a hot case's median execution time per fixture (empty when
 	// not timed).
 	MedianMs  []float64 `json:"median_ms,omitempty"`
@@ -265,6 +269,9 @@ func checkCase(ctx context.Context, c Case, stmt string, values map[string]any, 
 		}
 		res.Observations = append(res.Observations, o)
 		res.RowsRead = append(res.RowsRead, o.RowsRead)
+		if o.HasRU {
+			res.RU = append(res.RU, o.RU)
+		}
 		res.Violations = append(res.Violations, judgePlan(c, o)...)
 	}
 	if n := len(res.Observations); n > 1 {
@@ -467,5 +474,6 @@ func explainBound(ctx context.Context, db *sql.DB, query string, args []any) (Ob
 		return Observation{}, err
 	}
 	keys, hasKeys := ProcessKeys(ops)
-	return Observation{Ops: ops, RowsRead: RowsRead(ops), ProcessKeys: keys, HasKeys: hasKeys}, nil
+	ru, hasRU := RequestUnits(ops)
+	return Observation{Ops: ops, RowsRead: RowsRead(ops), ProcessKeys: keys, HasKeys: hasKeys, RU: ru, HasRU: hasRU}, nil
 }
