@@ -13,7 +13,9 @@ import (
 
 	"github.com/laneq/laneq/internal/naivedb"
 	"github.com/laneq/laneq/internal/queuetest"
+	"github.com/laneq/laneq/internal/serverusage"
 	"github.com/laneq/laneq/internal/sqlcount"
+	"github.com/laneq/laneq/internal/tidbtest"
 	"github.com/laneq/laneq/runtime/scheduler"
 	"github.com/laneq/laneq/runtime/worker"
 	"github.com/laneq/laneq/runtime/workqueue"
@@ -56,8 +58,9 @@ func BenchmarkThroughputVsFloor(b *testing.B) {
 	// that has worked for a minute (its first runs share the machine with
 	// its start-up work), which would flatter laneq whenever -bench selects
 	// one shape: every run measures after a floor drain that is thrown away.
-	measure(b, "warm-up", func(b *testing.B) float64 { return floorRate(b) })
-	naive := measure(b, "naive", func(b *testing.B) float64 { return naiveRate(b) })
+	enableUsage(b)
+	measure(b, "warm-up", floorRate)
+	naive := measure(b, "naive", naiveRate)
 	shapes := []benchShape{
 		{lanes: 0, workers: 1}, {lanes: 0, workers: 2}, {lanes: 5, workers: 1}, {lanes: 5, workers: 2},
 		// Each completion written alone: what group commit costs and saves.
@@ -104,14 +107,18 @@ func BenchmarkThroughputVsFloor(b *testing.B) {
 			// 3,000-item floor drain varies by a third from run to run.
 			// Metrics only now: every drain resets the timer, which drops
 			// the metrics reported so far.
-			floor := (floorBefore + floorRate(b)) / 2
+			floorAfter := floorRate(b)
+			floor := (floorBefore.rate + floorAfter.rate) / 2
 			if vsOne > 0 {
 				b.ReportMetric(vsOne, "vs-one-worker")
 			}
 			b.ReportMetric(rate, "items/s")
 			b.ReportMetric(floor, "floor-items/s")
-			b.ReportMetric(batched, "batched-floor-items/s")
-			b.ReportMetric(rate/batched, "batched-floor-ratio")
+			b.ReportMetric(batched.rate, "batched-floor-items/s")
+			b.ReportMetric(rate/batched.rate, "batched-floor-ratio")
+			reportUsage(b, "", run.usage)
+			reportUsage(b, "floor-", floorAfter.usage)
+			reportUsage(b, "batched-floor-", batched.usage)
 			b.ReportMetric(ms(queuetest.Percentile(run.finish, 50)), "finish-p50-ms")
 			b.ReportMetric(ms(queuetest.Percentile(run.finish, 99)), "finish-p99-ms")
 			b.ReportMetric(rate/floor, "floor-ratio")
@@ -137,13 +144,24 @@ type benchShape struct {
 
 // measure runs one baseline as a sub-benchmark (so its figure is printed)
 // and returns its items/s.
-func measure(b *testing.B, name string, rate func(*testing.B) float64) float64 {
+func measure(b *testing.B, name string, rate func(*testing.B) drain) float64 {
 	var got float64
 	b.Run(name, func(b *testing.B) {
-		got = rate(b)
+		d := rate(b)
+		got = d.rate
 		b.ReportMetric(got, "items/s")
+		reportUsage(b, "", d.usage)
 	})
 	return got // 0 when -bench filtered it out
+}
+
+// enableUsage makes the server keep a statement summary entry for every
+// statement measured (serverusage.Enable).
+func enableUsage(b *testing.B) {
+	b.Helper()
+	if err := serverusage.Enable(context.Background(), tidbtest.NewDB(b)); err != nil {
+		b.Fatal(err)
+	}
 }
 
 // benchQueue is a fresh database holding n queued items of work type
@@ -171,16 +189,24 @@ func benchQueue(b *testing.B, n, laneSize, types int) (*workqueue.Queue, *sql.DB
 	return qu, db, dsn
 }
 
+// drain is one measured drain: items/s and what the server counted for its
+// statements (serverusage: request units, and keys where the engine
+// reports them).
+type drain struct {
+	rate  float64
+	usage serverusage.PerItem // the drain's statements only
+}
+
 // floorRate: two autocommit primary-key UPDATEs per item from 16
 // connections.
-func floorRate(b *testing.B) float64 { return floorRateBatched(b, 1) }
+func floorRate(b *testing.B) drain { return floorRateBatched(b, 1) }
 
 // floorRateBatched: the floor's two UPDATEs, each for batch items at once
 // (one statement and one commit per batch), from 16 connections. With
 // batch 16 it is the least any queue that writes these two row versions
 // per item can do: what batching can reach before anything else a queue
 // reads (candidates, payloads) is paid for.
-func floorRateBatched(b *testing.B, batch int) float64 {
+func floorRateBatched(b *testing.B, batch int) drain {
 	_, db, _ := benchQueue(b, throughputItems, 0, 1)
 	db.SetMaxOpenConns(16)
 	db.SetMaxIdleConns(16) // no reconnects: the floor pays for statements only
@@ -205,7 +231,7 @@ func floorRateBatched(b *testing.B, batch int) float64 {
 	}
 	close(chunks)
 	q := naivedb.New(db)
-	return timedDrain(b, 16, func(ctx context.Context) (int, error) {
+	return timedDrain(b, db, 16, func(ctx context.Context) (int, error) {
 		ids, ok := <-chunks
 		if !ok {
 			return 0, nil
@@ -226,11 +252,11 @@ func floorRateBatched(b *testing.B, batch int) float64 {
 
 // naiveRate: SELECT ... LIMIT 1 FOR UPDATE, mark processing, commit, then
 // complete, on 16 connections.
-func naiveRate(b *testing.B) float64 {
+func naiveRate(b *testing.B) drain {
 	_, db, _ := benchQueue(b, throughputItems, 0, 1)
 	db.SetMaxOpenConns(16)
 	db.SetMaxIdleConns(16)
-	return timedDrain(b, 16, func(ctx context.Context) (int, error) {
+	return timedDrain(b, db, 16, func(ctx context.Context) (int, error) {
 		ok, err := queuetest.NaiveClaimComplete(ctx, db, scope)
 		if ok {
 			return 1, err
@@ -240,9 +266,10 @@ func naiveRate(b *testing.B) float64 {
 }
 
 // timedDrain runs step on n goroutines until each reports nothing left (0
-// items done) and returns items/s.
-func timedDrain(b *testing.B, n int, step func(context.Context) (int, error)) float64 {
+// items done) and returns items/s and the usage of db's database meanwhile.
+func timedDrain(b *testing.B, db *sql.DB, n int, step func(context.Context) (int, error)) drain {
 	b.Helper()
+	before := readUsage(b, db)
 	var done atomic.Int64
 	var wg sync.WaitGroup
 	errs := make(chan error, n)
@@ -275,7 +302,26 @@ func timedDrain(b *testing.B, n int, step func(context.Context) (int, error)) fl
 	if got := done.Load(); got != throughputItems {
 		b.Fatalf("drained %d of %d items", got, throughputItems)
 	}
-	return throughputItems / elapsed.Seconds()
+	return drain{rate: throughputItems / elapsed.Seconds(), usage: readUsage(b, db).Sub(before).PerItem(throughputItems)}
+}
+
+// readUsage reads what the server counted for db's database so far.
+func readUsage(b *testing.B, db *sql.DB) serverusage.Usage {
+	b.Helper()
+	u, err := serverusage.Read(context.Background(), db)
+	if err != nil {
+		b.Fatal(err)
+	}
+	return u
+}
+
+// reportUsage reports ru/item (and keys/item where the engine reports keys)
+// of a drain under prefix ("": laneq's own).
+func reportUsage(b *testing.B, prefix string, u serverusage.PerItem) {
+	b.ReportMetric(u.RU(), prefix+"ru/item")
+	if u.TotalKeys > 0 {
+		b.ReportMetric(u.TotalKeys, prefix+"keys/item")
+	}
 }
 
 // workerRun is one drain by assembled workers: items/s, statements per item
@@ -285,6 +331,7 @@ func timedDrain(b *testing.B, n int, step func(context.Context) (int, error)) fl
 type workerRun struct {
 	rate, perItem, lostPerItem float64
 	finish                     []time.Duration
+	usage                      serverusage.PerItem
 }
 
 // workerRate drains a fresh queue with sh.workers assembled runtime/workers
@@ -295,7 +342,8 @@ func workerRate(b *testing.B, sh benchShape) workerRun {
 	if sh.disjoint {
 		types = sh.workers
 	}
-	_, _, dsn := benchQueue(b, throughputItems, sh.lanes, types)
+	_, setup, dsn := benchQueue(b, throughputItems, sh.lanes, types)
+	usageBefore := readUsage(b, setup)
 	var ran atomic.Int64
 	handler := func(context.Context, *worker.Job) error { ran.Add(1); return nil }
 	var finishMu sync.Mutex
@@ -378,6 +426,17 @@ func workerRate(b *testing.B, sh benchShape) workerRun {
 	if got := finished(); got != throughputItems {
 		b.Fatalf("finished %d of %d items in 10 minutes", got, throughputItems)
 	}
+	usage := readUsage(b, setup).Sub(usageBefore).PerItem(throughputItems)
+	top, err := serverusage.Top(context.Background(), setup, 8)
+	if err != nil {
+		b.Fatal(err)
+	}
+	// Where the server's own time went, by statement (the database's
+	// migration and the items' enqueue included): the profile that says
+	// what bounds a shape.
+	for _, st := range top {
+		b.Logf("server time %8.1f ms  %6d executions  %8.1f RU  %s", ms(st.Latency), st.Executions, st.RU, st.Text)
+	}
 	var statements int64
 	for _, c := range counters {
 		statements += c.Statements()
@@ -393,7 +452,7 @@ func workerRate(b *testing.B, sh benchShape) workerRun {
 	defer finishMu.Unlock()
 	return workerRun{
 		rate: throughputItems / elapsed.Seconds(), perItem: float64(statements) / throughputItems,
-		lostPerItem: float64(lost) / throughputItems, finish: slices.Clone(finish),
+		lostPerItem: float64(lost) / throughputItems, finish: slices.Clone(finish), usage: usage,
 	}
 }
 

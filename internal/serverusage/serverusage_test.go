@@ -1,0 +1,230 @@
+package serverusage_test
+
+import (
+	"context"
+	"database/sql"
+	"math"
+	"os"
+	"testing"
+
+	"github.com/laneq/laneq/internal/serverusage"
+	"github.com/laneq/laneq/plancheck"
+	"github.com/laneq/laneq/internal/tidbtest"
+)
+
+func TestMain(m *testing.M) { os.Exit(tidbtest.Main(m)) }
+
+// Two databases on one server: what one runs is counted for it alone, per
+// execution, and a write costs write RU that a point read does not.
+func TestUsageCountsOneDatabasesStatements(t *testing.T) {
+	ctx := context.Background()
+	db, _ := tidbtest.NewEmptyDB(t)
+	other, _ := tidbtest.NewEmptyDB(t)
+	if err := serverusage.Enable(ctx, db); err != nil {
+		t.Fatal(err)
+	}
+	for _, stmt := range []string{"CREATE TABLE t (id BIGINT PRIMARY KEY, v INT)", "INSERT INTO t VALUES (1, 0)"} {
+		if _, err := db.ExecContext(ctx, stmt); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := other.ExecContext(ctx, stmt); err != nil {
+			t.Fatal(err)
+		}
+	}
+	before, err := serverusage.Read(ctx, db)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const writes, reads = 20, 30
+	for range writes {
+		if _, err := db.ExecContext(ctx, "UPDATE t SET v = v + 1 WHERE id = 1"); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := other.ExecContext(ctx, "UPDATE t SET v = v + 1 WHERE id = 1"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	afterWrites, err := serverusage.Read(ctx, db)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range reads {
+		var v int
+		if err := db.QueryRowContext(ctx, "SELECT v FROM t WHERE id = 1").Scan(&v); err != nil {
+			t.Fatal(err)
+		}
+	}
+	afterReads, err := serverusage.Read(ctx, db)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w, r := afterWrites.Sub(before), afterReads.Sub(afterWrites)
+	t.Logf("%d updates: %+v (%.2f RU each); %d point reads: %+v (%.2f RU each)",
+		writes, w, w.RU()/writes, reads, r, r.RU()/reads)
+	// The reading itself is one execution of its own (it costs no RU).
+	if w.Executions != writes+1 || r.Executions != reads+1 {
+		t.Fatalf("executions %d and %d, want %d and %d: the other database's statements, or too few, were counted",
+			w.Executions, r.Executions, writes+1, reads+1)
+	}
+	if w.WriteRU <= 0 || w.ReadRU <= 0 {
+		t.Fatalf("updates cost %+v: no write or read RU", w)
+	}
+	if r.WriteRU != 0 || r.ReadRU <= 0 {
+		t.Fatalf("point reads cost %+v: want read RU only", r)
+	}
+	if per := w.PerItem(writes); per.RU() < r.PerItem(reads).RU() {
+		t.Fatalf("an update (%.2f RU) costs less than a point read (%.2f RU)", per.RU(), r.PerItem(reads).RU())
+	}
+}
+
+// ReadExcept leaves out the statements on tables a harness keeps for itself
+// (laneq bench's bench_* tables) and counts the rest.
+func TestReadExceptLeavesOutAHarnesssTables(t *testing.T) {
+	ctx := context.Background()
+	db, _ := tidbtest.NewEmptyDB(t)
+	if err := serverusage.Enable(ctx, db); err != nil {
+		t.Fatal(err)
+	}
+	for _, stmt := range []string{"CREATE TABLE t (id BIGINT PRIMARY KEY, v INT)", "CREATE TABLE bench_attempt (id BIGINT PRIMARY KEY, v INT)"} {
+		if _, err := db.ExecContext(ctx, stmt); err != nil {
+			t.Fatal(err)
+		}
+	}
+	const except = `%.bench\_%`
+	before, err := serverusage.ReadExcept(ctx, db, except)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 10 {
+		if _, err := db.ExecContext(ctx, "INSERT INTO bench_attempt VALUES (?, 0)", i); err != nil {
+			t.Fatal(err)
+		}
+		if i%2 == 0 {
+			if _, err := db.ExecContext(ctx, "INSERT INTO t VALUES (?, 0)", i); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	after, err := serverusage.ReadExcept(ctx, db, except)
+	if err != nil {
+		t.Fatal(err)
+	}
+	all, err := serverusage.Read(ctx, db)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := after.Sub(before)
+	// 5 inserts into t and the first ReadExcept (counted once the second
+	// ran); not the 10 into bench_attempt.
+	if got.Executions != 6 || got.WriteRU <= 0 {
+		t.Fatalf("counted %+v, want the 5 inserts into t and one read", got)
+	}
+	if all.Sub(after).Executions < 1 || all.Executions < after.Executions+10 {
+		t.Fatalf("Read counted %d statements, ReadExcept %d: the bench_attempt inserts are missing from Read", all.Executions, after.Executions)
+	}
+}
+
+// The statement summary's RU per execution agree with what EXPLAIN ANALYZE
+// reports for one execution of the same statement (plancheck's RU column):
+// the two ways laneq reads RU are one measure.
+func TestUsageAgreesWithExplainAnalyze(t *testing.T) {
+	ctx := context.Background()
+	db, _ := tidbtest.NewEmptyDB(t)
+	if err := serverusage.Enable(ctx, db); err != nil {
+		t.Fatal(err)
+	}
+	for _, stmt := range []string{
+		"CREATE TABLE t (id BIGINT PRIMARY KEY, k INT, v INT, KEY k (k))",
+		"INSERT INTO t SELECT n, n % 10, 0 FROM (WITH RECURSIVE s(n) AS (SELECT 1 UNION ALL SELECT n + 1 FROM s WHERE n < 500) SELECT n FROM s) x",
+	} {
+		if _, err := db.ExecContext(ctx, stmt); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, stmt := range []string{
+		"SELECT v FROM t WHERE id = 7",
+		"UPDATE t SET v = v + 1 WHERE id = 7",
+		"SELECT id, v FROM t WHERE k = 3",
+		"UPDATE t SET v = v + 1 WHERE k = 4",
+	} {
+		// A statement's first executions on a table cost more (an index
+		// lookup's first run read 1.64 RU, the next ones 0.98): both
+		// measures are taken warm.
+		const warmUp, runs = 3, 10
+		run(t, db, stmt, warmUp)
+		before, err := serverusage.Read(ctx, db)
+		if err != nil {
+			t.Fatal(err)
+		}
+		run(t, db, stmt, runs)
+		after, err := serverusage.Read(ctx, db)
+		if err != nil {
+			t.Fatal(err)
+		}
+		summary := after.Sub(before).RU() / runs
+		explained := explainRU(t, db, stmt)
+		t.Logf("%-40s summary %.2f RU per execution, EXPLAIN ANALYZE %.2f RU", stmt, summary, explained)
+		if summary <= 0 || explained <= 0 || math.Abs(summary-explained) > 0.25*explained {
+			t.Errorf("%s: the statement summary counts %.2f RU per execution, EXPLAIN ANALYZE %.2f: more than 25%% apart", stmt, summary, explained)
+		}
+	}
+}
+
+// run executes stmt n times, reading every row.
+func run(t *testing.T, db *sql.DB, stmt string, n int) {
+	t.Helper()
+	for range n {
+		rows, err := db.QueryContext(context.Background(), stmt)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for rows.Next() {
+		}
+		if err := rows.Close(); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// explainRU runs EXPLAIN ANALYZE stmt and returns the RU its root operator
+// reports.
+func explainRU(t *testing.T, db *sql.DB, stmt string) float64 {
+	t.Helper()
+	rows, err := db.QueryContext(context.Background(), "EXPLAIN ANALYZE "+stmt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	cols, err := rows.Columns()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var table [][]string
+	for rows.Next() {
+		raw := make([]sql.NullString, len(cols))
+		dest := make([]any, len(cols))
+		for i := range raw {
+			dest[i] = &raw[i]
+		}
+		if err := rows.Scan(dest...); err != nil {
+			t.Fatal(err)
+		}
+		row := make([]string, len(cols))
+		for i, v := range raw {
+			row[i] = v.String
+		}
+		table = append(table, row)
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	ops, err := plancheck.ParsePlan(table)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ru, ok := plancheck.RequestUnits(ops)
+	if !ok {
+		t.Fatalf("EXPLAIN ANALYZE %s reported no RU: %v", stmt, table)
+	}
+	return ru
+}
