@@ -100,6 +100,9 @@ func TestBenchFaultsShort(t *testing.T) {
 	if l.Completed+l.Dead+l.Skipped != l.Items || l.Events != int64(spec.Items) {
 		t.Errorf("%d events, %d items, %d terminal", l.Events, l.Items, l.Completed+l.Dead+l.Skipped)
 	}
+	if u := l.Usage; u.ReadRUPerItem <= 0 || u.WriteRUPerItem <= 0 || u.StatementsPerItem <= 0 {
+		t.Errorf("usage per item %+v: the statement summary counted nothing", u)
+	}
 	if l.Reclaims == 0 || l.Verification.LanePairsChecked == 0 {
 		t.Errorf("reclaims %d, lane pairs checked %d: the run exercised neither", l.Reclaims, l.Verification.LanePairsChecked)
 	}

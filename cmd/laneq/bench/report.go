@@ -73,11 +73,26 @@ type PhaseReport struct {
 	ClaimP50 time.Duration `json:"claim_p50_ns"`
 	ClaimP99 time.Duration `json:"claim_p99_ns"`
 	// EndToEndP50/P99: enqueue commit to finish, per completed item.
-	EndToEndP50   time.Duration `json:"end_to_end_p50_ns"`
-	EndToEndP99   time.Duration `json:"end_to_end_p99_ns"`
+	EndToEndP50 time.Duration `json:"end_to_end_p50_ns"`
+	EndToEndP99 time.Duration `json:"end_to_end_p99_ns"`
+	// Usage is what TiDB counted for the phase's laneq statements (enqueue,
+	// claims, finishes, maintenance; not the bench's own bench_* tables),
+	// per item: its statement summary (internal/serverusage).
+	Usage         Usage         `json:"usage"`
 	Faults        []FaultReport `json:"faults"`
 	SkippedFaults []string      `json:"skipped_faults,omitempty"`
 	Verification  Verification  `json:"verification"`
+}
+
+// Usage is a phase's server-side cost per item.
+type Usage struct {
+	RUPerItem         float64 `json:"ru_per_item"`
+	ReadRUPerItem     float64 `json:"read_ru_per_item"`
+	WriteRUPerItem    float64 `json:"write_ru_per_item"`
+	StatementsPerItem float64 `json:"statements_per_item"` // executed, as the server counted them
+	// KeysPerItem: keys scanned per item, where the engine reports them
+	// (TiKV); 0 on the embedded engine, which reports none.
+	KeysPerItem float64 `json:"keys_per_item"`
 }
 
 // FaultReport is one injected fault and how the run recovered.
@@ -311,6 +326,15 @@ func (r *Report) WriteText(w io.Writer) {
 	row("claim latency p99", func(p *PhaseReport) string { return dur(p.ClaimP99) }, rt.ClaimP99)
 	row("end-to-end p50", func(p *PhaseReport) string { return dur(p.EndToEndP50) }, rt.EndToEndP50)
 	row("end-to-end p99", func(p *PhaseReport) string { return dur(p.EndToEndP99) }, rt.EndToEndP99)
+	row("RU per item", func(p *PhaseReport) string { return fmt.Sprintf("%.2f", p.Usage.RUPerItem) }, 0)
+	row("RU per million items", func(p *PhaseReport) string { return fmt.Sprintf("%.2fM", p.Usage.RUPerItem) }, 0)
+	row("statements per item", func(p *PhaseReport) string { return fmt.Sprintf("%.2f", p.Usage.StatementsPerItem) }, 0)
+	row("keys per item", func(p *PhaseReport) string {
+		if p.Usage.KeysPerItem == 0 {
+			return "-" // the embedded engine reports no keys
+		}
+		return fmt.Sprintf("%.1f", p.Usage.KeysPerItem)
+	}, 0)
 	row("duration", func(p *PhaseReport) string { return dur(p.Duration) }, 0)
 	row("events / items", func(p *PhaseReport) string { return fmt.Sprintf("%d / %d", p.Events, p.Items) }, 0)
 	row("unfinished at the deadline", func(p *PhaseReport) string { return fmt.Sprint(p.Verification.Unfinished) }, 0)

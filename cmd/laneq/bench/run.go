@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/laneq/laneq/internal/benchdb"
+	"github.com/laneq/laneq/internal/serverusage"
 	"github.com/laneq/laneq/internal/tidbenv"
 	"github.com/laneq/laneq/queries"
 	"github.com/laneq/laneq/runtime/wake"
@@ -146,6 +147,11 @@ func runPhase(ctx context.Context, opts Options, spec Spec, name string) (PhaseR
 			return PhaseReport{}, err
 		}
 	}
+	usageBefore, err := serverusage.ReadExcept(ctx, p.db, benchTables)
+	if err != nil {
+		p.stopAll()
+		return PhaseReport{}, fmt.Errorf("bench: %s: usage before the run: %w", name, err)
+	}
 	p.start = time.Now()
 	enqueueErr := make(chan error, 1)
 	go func() { enqueueErr <- p.enqueue(runCtx) }()
@@ -158,10 +164,15 @@ func runPhase(ctx context.Context, opts Options, spec Spec, name string) (PhaseR
 	}
 	rctx, rcancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Minute)
 	defer rcancel()
+	usageAfter, err := serverusage.ReadExcept(rctx, p.db, benchTables)
+	if err != nil {
+		return PhaseReport{}, fmt.Errorf("bench: %s: usage after the run: %w", name, err)
+	}
 	rep, err := p.report(rctx)
 	if err != nil {
 		return PhaseReport{}, err
 	}
+	rep.Usage = usagePerItem(usageAfter.Sub(usageBefore), rep.Items)
 	rep.Database = dbName
 	if !drained && name == phaseFaults {
 		rep.Verification.problem("the queue did not drain within the deadline (%s)", spec.Deadline)
@@ -183,6 +194,19 @@ func runPhase(ctx context.Context, opts Options, spec Spec, name string) (PhaseR
 	return rep, nil
 }
 
+// benchTables matches the bench's own tables in the statement summary's
+// table lists ("database.table"): its bookkeeping is not laneq's cost.
+const benchTables = "%.bench\\_%"
+
+// usagePerItem is a phase's usage per item.
+func usagePerItem(u serverusage.Usage, items int) Usage {
+	per := u.PerItem(items)
+	return Usage{
+		RUPerItem: per.RU(), ReadRUPerItem: per.ReadRU, WriteRUPerItem: per.WriteRU,
+		StatementsPerItem: per.Statements, KeysPerItem: per.TotalKeys,
+	}
+}
+
 // setUp creates and migrates the phase's database and its scopes.
 func (p *phase) setUp(ctx context.Context, dbName string) error {
 	srv := p.opts.Server
@@ -194,6 +218,11 @@ func (p *phase) setUp(ctx context.Context, dbName string) error {
 		return err
 	}
 	p.db, p.dsn, p.bq = db, srv.DSN(dbName), benchdb.New(db)
+	if err := serverusage.Enable(ctx, db); err != nil {
+		// Without the privilege the summary keeps its defaults: usage is
+		// still read, but a busy server may evict entries and undercount.
+		fmt.Fprintf(p.opts.Progress, "%s: %v; RU figures may undercount\n", p.name, err)
+	}
 	db.SetMaxOpenConns(16)
 	if _, err := schema.Up(ctx, db); err != nil {
 		return fmt.Errorf("bench: migrate %s: %w", dbName, err)
