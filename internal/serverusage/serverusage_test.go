@@ -8,8 +8,8 @@ import (
 	"testing"
 
 	"github.com/laneq/laneq/internal/serverusage"
-	"github.com/laneq/laneq/plancheck"
 	"github.com/laneq/laneq/internal/tidbtest"
+	"github.com/laneq/laneq/plancheck"
 )
 
 func TestMain(m *testing.M) { os.Exit(tidbtest.Main(m)) }
