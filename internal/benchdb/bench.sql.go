@@ -69,7 +69,7 @@ func (q *Queries) CountInFlight(ctx context.Context) ([]CountInFlightRow, error)
 }
 
 const countRunEvents = `-- name: CountRunEvents :one
-SELECT COUNT(*) FROM event
+SELECT COUNT(*) FROM event AS bench_events
 `
 
 func (q *Queries) CountRunEvents(ctx context.Context) (int64, error) {
@@ -81,7 +81,7 @@ func (q *Queries) CountRunEvents(ctx context.Context) (int64, error) {
 
 const countRunItemStates = `-- name: CountRunItemStates :many
 SELECT state, COUNT(*) AS items
-FROM work_item
+FROM work_item AS bench_items
 GROUP BY state
 `
 
@@ -251,7 +251,7 @@ const listRunItems = `-- name: ListRunItems :many
 SELECT work_id, scope_id, work_type, queue_class, state, lease_token, attempt_count,
        source_lane_key, target_lane_key, lane_ordinal, projection_key,
        created_at, terminal_at
-FROM work_item
+FROM work_item AS bench_items
 ORDER BY scope_id, lane_ordinal, work_id
 `
 
@@ -382,6 +382,10 @@ type StartAttemptParams struct {
 // read-back of a finished run. Bench only: not part of the catalog backend
 // teams import, never run by the runtime, not plan-checked (the verifier
 // reads every row of a bench database on purpose).
+//
+// Every statement names a bench_ table or, on laneq's own tables, a bench_
+// alias: the bench leaves statements whose text matches bench_ out of the
+// RU and statements it reports for laneq (internal/serverusage.ReadExcept).
 // Written by the handler before it does anything, in its own autocommit:
 // an attempt that a kill cuts short is still on record.
 func (q *Queries) StartAttempt(ctx context.Context, arg StartAttemptParams) (int64, error) {

@@ -2,6 +2,10 @@
 -- read-back of a finished run. Bench only: not part of the catalog backend
 -- teams import, never run by the runtime, not plan-checked (the verifier
 -- reads every row of a bench database on purpose).
+--
+-- Every statement names a bench_ table or, on laneq's own tables, a bench_
+-- alias: the bench leaves statements whose text matches bench_ out of the
+-- RU and statements it reports for laneq (internal/serverusage.ReadExcept).
 
 -- name: StartAttempt :execlastid
 -- Written by the handler before it does anything, in its own autocommit:
@@ -54,17 +58,17 @@ ORDER BY started_at, fault_id;
 SELECT work_id, scope_id, work_type, queue_class, state, lease_token, attempt_count,
        source_lane_key, target_lane_key, lane_ordinal, projection_key,
        created_at, terminal_at
-FROM work_item
+FROM work_item AS bench_items
 ORDER BY scope_id, lane_ordinal, work_id;
 
 -- name: CountRunItemStates :many
 -- The progress line: items per state across the bench database.
 SELECT state, COUNT(*) AS items
-FROM work_item
+FROM work_item AS bench_items
 GROUP BY state;
 
 -- name: CountRunEvents :one
-SELECT COUNT(*) FROM event;
+SELECT COUNT(*) FROM event AS bench_events;
 
 -- name: CountInFlight :many
 -- Attempts running right now per process: a kill picks the busiest one, so
