@@ -65,7 +65,8 @@ type Result struct {
 	RowsRead     []int64       `json:"rows_read"` // per fixture, in Report.Fixtures order
 	// RU: the request units TiDB reports for one execution, per fixture
 	// (empty when the server reports none). Reported, not judged: RU follow
-	// rows read and bytes written, which the rules already bound.
+	// rows read and bytes written, which the rules already bound. A write's
+	// RU leave out what its commit would write: the explain is rolled back.
 	RU []float64 `json:"ru,omitempty"`
 	// MedianMs: a hot case's median execution time per fixture (empty when
 	// not timed).
@@ -445,10 +446,21 @@ func explainBound(ctx context.Context, db *sql.DB, query string, args []any) (Ob
 	if err != nil {
 		return Observation{}, fmt.Errorf("EXPLAIN ANALYZE: %w", err)
 	}
+	ops, err := ReadPlan(rows)
+	if err != nil {
+		return Observation{}, err
+	}
+	keys, hasKeys := ProcessKeys(ops)
+	ru, hasRU := RequestUnits(ops)
+	return Observation{Ops: ops, RowsRead: RowsRead(ops), ProcessKeys: keys, HasKeys: hasKeys, RU: ru, HasRU: hasRU}, nil
+}
+
+// ReadPlan reads and closes the rows of an EXPLAIN ANALYZE (see ParsePlan).
+func ReadPlan(rows *sql.Rows) ([]Operator, error) {
 	defer rows.Close()
 	cols, err := rows.Columns()
 	if err != nil {
-		return Observation{}, err
+		return nil, fmt.Errorf("read the plan's columns: %w", err)
 	}
 	var table [][]string
 	for rows.Next() {
@@ -458,7 +470,7 @@ func explainBound(ctx context.Context, db *sql.DB, query string, args []any) (Ob
 			ptrs[i] = &raw[i]
 		}
 		if err := rows.Scan(ptrs...); err != nil {
-			return Observation{}, err
+			return nil, fmt.Errorf("read a plan row: %w", err)
 		}
 		row := make([]string, len(cols))
 		for i, v := range raw {
@@ -467,13 +479,7 @@ func explainBound(ctx context.Context, db *sql.DB, query string, args []any) (Ob
 		table = append(table, row)
 	}
 	if err := rows.Err(); err != nil {
-		return Observation{}, err
+		return nil, fmt.Errorf("read the plan: %w", err)
 	}
-	ops, err := ParsePlan(table)
-	if err != nil {
-		return Observation{}, err
-	}
-	keys, hasKeys := ProcessKeys(ops)
-	ru, hasRU := RequestUnits(ops)
-	return Observation{Ops: ops, RowsRead: RowsRead(ops), ProcessKeys: keys, HasKeys: hasKeys, RU: ru, HasRU: hasRU}, nil
+	return ParsePlan(table)
 }
