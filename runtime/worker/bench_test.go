@@ -48,7 +48,12 @@ const throughputItems = 3000
 // accumulate), naive-ratio against the naive loop measured once at the
 // start, statements/item counted by internal/sqlcount, and finish-p50-ms /
 // finish-p99-ms: from a handler's return to its outcome's commit (what
-// group commit adds). A shape of two workers also reports vs-one-worker:
+// group commit adds). Every drain also reports ru/item (floor-ru/item,
+// batched-floor-ru/item for the floors beside it): the request units TiDB
+// counted for the drain's statements in its statement summary
+// (internal/serverusage), with keys/item where the engine counts keys
+// (TiKV); each laneq drain logs the server-time profile of its database
+// (top statements by latency). A shape of two workers also reports vs-one-worker:
 // its items/s over one worker's on the same items, both drained twice in
 // the order two, one, one, two (items/s is then the mean of its two
 // drains). Run with -benchtime=1x: one drain of throughputItems is the
