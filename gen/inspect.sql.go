@@ -430,7 +430,7 @@ func (q *Queries) LeaseOwnerCounts(ctx context.Context, arg LeaseOwnerCountsPara
 }
 
 const listScopes = `-- name: ListScopes :many
-SELECT scope_id, active_generation, admitted_at, created_at
+SELECT scope_id, active_generation, admitted_at, created_at, paused_classes
 FROM scope
 WHERE scope_id > ?
 ORDER BY scope_id
@@ -447,10 +447,13 @@ type ListScopesRow struct {
 	ActiveGeneration int64
 	AdmittedAt       time.Time
 	CreatedAt        time.Time
+	PausedClasses    []byte
 }
 
 // The scopes, a page at a time in key order after a cursor (the dashboard's
-// first page): a range of the clustered primary key, LIMIT rows.
+// first page): a range of the clustered primary key, LIMIT rows. The paused
+// classes come with each row, so the page marks paused scopes without a
+// read per scope.
 func (q *Queries) ListScopes(ctx context.Context, arg ListScopesParams) ([]ListScopesRow, error) {
 	rows, err := q.db.QueryContext(ctx, listScopes, arg.AfterScopeID, arg.Limit)
 	if err != nil {
@@ -465,6 +468,7 @@ func (q *Queries) ListScopes(ctx context.Context, arg ListScopesParams) ([]ListS
 			&i.ActiveGeneration,
 			&i.AdmittedAt,
 			&i.CreatedAt,
+			&i.PausedClasses,
 		); err != nil {
 			return nil, err
 		}

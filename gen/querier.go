@@ -421,7 +421,9 @@ type Querier interface {
 	// entries committed (their token plus one, in the state written).
 	LeaseStates(ctx context.Context, workIds []int64) ([]LeaseStatesRow, error)
 	// The scopes, a page at a time in key order after a cursor (the dashboard's
-	// first page): a range of the clustered primary key, LIMIT rows.
+	// first page): a range of the clustered primary key, LIMIT rows. The paused
+	// classes come with each row, so the page marks paused scopes without a
+	// read per scope.
 	ListScopes(ctx context.Context, arg ListScopesParams) ([]ListScopesRow, error)
 	// The live endpoints a sender wakes: the scope's primary-key range, expired
 	// rows filtered after the read (there are as many rows as processes, live

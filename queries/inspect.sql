@@ -74,8 +74,10 @@ ORDER BY replay_depth;
 
 -- name: ListScopes :many
 -- The scopes, a page at a time in key order after a cursor (the dashboard's
--- first page): a range of the clustered primary key, LIMIT rows.
-SELECT scope_id, active_generation, admitted_at, created_at
+-- first page): a range of the clustered primary key, LIMIT rows. The paused
+-- classes come with each row, so the page marks paused scopes without a
+-- read per scope.
+SELECT scope_id, active_generation, admitted_at, created_at, paused_classes
 FROM scope
 WHERE scope_id > sqlc.arg(after_scope_id)
 ORDER BY scope_id

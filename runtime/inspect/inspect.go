@@ -359,6 +359,7 @@ type ScopeInfo struct {
 	Generation   int64     // the active generation
 	LastAdmitted time.Time // the last enqueue's commit (zero: none yet)
 	Created      time.Time
+	Paused       []string // queue classes paused in the scope (workqueue.Queue.PauseClass)
 }
 
 // Scopes lists up to limit scopes in key order after the scope named after
@@ -373,7 +374,11 @@ func (r *Reader) Scopes(ctx context.Context, after string, limit int) ([]ScopeIn
 	}
 	out := make([]ScopeInfo, len(rows))
 	for i, s := range rows {
-		out[i] = ScopeInfo{Scope: s.ScopeID, Generation: s.ActiveGeneration, Created: s.CreatedAt}
+		paused, err := workqueue.ParsePausedClasses(s.PausedClasses)
+		if err != nil {
+			return nil, fmt.Errorf("inspect: scope %q: %w", s.ScopeID, err)
+		}
+		out[i] = ScopeInfo{Scope: s.ScopeID, Generation: s.ActiveGeneration, Created: s.CreatedAt, Paused: paused}
 		if s.AdmittedAt.After(time.Unix(0, 0)) {
 			out[i].LastAdmitted = s.AdmittedAt
 		}

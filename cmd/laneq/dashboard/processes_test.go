@@ -46,3 +46,37 @@ func TestProcessesPage(t *testing.T) {
 	code, body = c.get("/processes?s=tenant-none")
 	wantPage(t, code, body, 404)
 }
+
+// The scopes index marks the classes paused in each scope, read with the
+// page (no read per scope), and only in the scope that paused them.
+func TestScopesPageMarksPausedClasses(t *testing.T) {
+	qu, db, _ := queuetest.New(t, workqueue.Config{}, scope)
+	ctx := context.Background()
+	if err := qu.EnsureScope(ctx, "tenant-b", 1); err != nil {
+		t.Fatal(err)
+	}
+	for _, class := range []string{"reports", "bulk"} {
+		if err := qu.PauseClass(ctx, scope, class); err != nil {
+			t.Fatal(err)
+		}
+	}
+	c := newClient(t, db, dashboard.Config{})
+	code, body := c.get("/")
+	wantPage(t, code, body, 200, "Paused classes")
+	rows := strings.Split(body, "<tr>")
+	var paused, other string
+	for _, row := range rows {
+		switch {
+		case strings.Contains(row, `href="/scope?s=tenant-b"`):
+			other = row
+		case strings.Contains(row, `href="/scope?s=tenant-a`):
+			paused = row
+		}
+	}
+	if !strings.Contains(paused, `<span class="paused">reports</span>`) || !strings.Contains(paused, `<span class="paused">bulk</span>`) {
+		t.Fatalf("the paused scope's row does not name both paused classes:\n%s", paused)
+	}
+	if other == "" || strings.Contains(other, `class="paused"`) {
+		t.Fatalf("the other scope's row is missing or marked paused:\n%s", other)
+	}
+}
