@@ -64,9 +64,10 @@ type Result struct {
 	Observations []Observation `json:"-"`
 	RowsRead     []int64       `json:"rows_read"` // per fixture, in Report.Fixtures order
 	// RU: the request units TiDB reports for one execution, per fixture
-	// (empty when the server reports none). Reported, not judged: RU follow
-	// rows read and bytes written, which the rules already bound. A write's
-	// RU leave out what its commit would write: the explain is rolled back.
+	// (empty when the server reports none). Reported, not judged yet: on
+	// the embedded engine RU grow where rows read are capped (README). A
+	// write's RU leave out what its commit would write: the explain is
+	// rolled back.
 	RU []float64 `json:"ru,omitempty"`
 	// MedianMs: a hot case's median execution time per fixture (empty when
 	// not timed).
