@@ -163,7 +163,7 @@ const claimedByRef = `-- name: ClaimedByRef :many
 SELECT /*+ INL_JOIN(s, e) */ w.work_id, w.event_id, w.work_type, w.queue_class, w.lease_token, w.lane_ordinal,
        w.attempt_count, w.safe_retry_count, w.generation, w.source_lane_key, w.target_lane_key,
        w.run_after, w.dependency_wake_key, w.dependency_keys, w.projection_key,
-       s.active_generation, e.event_id, e.receipt_id, e.scope_id, e.generation, e.route_id, e.route_version, e.event_kind, e.source_kind, e.source_id, e.delivery_sequence, e.enqueue_ordinal, e.idempotency_key, e.payload_hash, e.payload, e.created_at, e.projection_key
+       s.active_generation, s.paused_classes, e.event_id, e.receipt_id, e.scope_id, e.generation, e.route_id, e.route_version, e.event_kind, e.source_kind, e.source_id, e.delivery_sequence, e.enqueue_ordinal, e.idempotency_key, e.payload_hash, e.payload, e.created_at, e.projection_key
 FROM work_item w
 JOIN scope s ON s.scope_id = w.scope_id
 JOIN event e ON e.event_id = w.event_id
@@ -195,6 +195,7 @@ type ClaimedByRefRow struct {
 	DependencyKeys    []byte
 	ProjectionKey     sql.NullString
 	ActiveGeneration  int64
+	PausedClasses     []byte
 	Event             Event
 }
 
@@ -204,7 +205,9 @@ type ClaimedByRefRow struct {
 // A CAS that read the old generation just before SetGeneration committed can
 // still win rows; this read starts after the CAS returned, so it sees any
 // generation change that committed before then, and the claimer releases
-// such rows unrun. Idempotent: a claimer that lost the reply of the CAS or
+// such rows unrun; likewise rows of a class paused meanwhile (paused_classes,
+// for rows a finisher took, TakePromotedBatch, whose pause no scope read
+// checked). Idempotent: a claimer that lost the reply of the CAS or
 // of this read runs it again with the same reference to learn what it owns.
 // Reading the events here saves a claim turn its own event load; they are
 // read whole (sqlc.embed), as GetEvent reads them, for one row mapper.
@@ -248,6 +251,7 @@ func (q *Queries) ClaimedByRef(ctx context.Context, arg ClaimedByRefParams) ([]C
 			&i.DependencyKeys,
 			&i.ProjectionKey,
 			&i.ActiveGeneration,
+			&i.PausedClasses,
 			&i.Event.EventID,
 			&i.Event.ReceiptID,
 			&i.Event.ScopeID,

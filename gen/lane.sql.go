@@ -288,7 +288,7 @@ func (q *Queries) HeadsAhead(ctx context.Context, workIds []int64) ([]HeadsAhead
 }
 
 const nextBlockedInSourceLane = `-- name: NextBlockedInSourceLane :many
-SELECT work_id, lane_ordinal, source_lane_key, target_lane_key
+SELECT work_id, lane_ordinal, source_lane_key, target_lane_key, queue_class, work_type
 FROM work_item
 WHERE scope_id = ?
   AND generation = ?
@@ -314,6 +314,8 @@ type NextBlockedInSourceLaneRow struct {
 	LaneOrdinal   int64
 	SourceLaneKey sql.NullString
 	TargetLaneKey sql.NullString
+	QueueClass    string
+	WorkType      string
 }
 
 // The follower to consider for promotion after the row at after_ordinal left
@@ -345,6 +347,8 @@ func (q *Queries) NextBlockedInSourceLane(ctx context.Context, arg NextBlockedIn
 			&i.LaneOrdinal,
 			&i.SourceLaneKey,
 			&i.TargetLaneKey,
+			&i.QueueClass,
+			&i.WorkType,
 		); err != nil {
 			return nil, err
 		}
@@ -360,7 +364,7 @@ func (q *Queries) NextBlockedInSourceLane(ctx context.Context, arg NextBlockedIn
 }
 
 const nextBlockedInTargetLane = `-- name: NextBlockedInTargetLane :many
-SELECT work_id, lane_ordinal, source_lane_key, target_lane_key
+SELECT work_id, lane_ordinal, source_lane_key, target_lane_key, queue_class, work_type
 FROM work_item
 WHERE scope_id = ?
   AND generation = ?
@@ -386,6 +390,8 @@ type NextBlockedInTargetLaneRow struct {
 	LaneOrdinal   int64
 	SourceLaneKey sql.NullString
 	TargetLaneKey sql.NullString
+	QueueClass    string
+	WorkType      string
 }
 
 // NextBlockedInSourceLane for the target lane, on idx_work_item_target_lane.
@@ -409,6 +415,8 @@ func (q *Queries) NextBlockedInTargetLane(ctx context.Context, arg NextBlockedIn
 			&i.LaneOrdinal,
 			&i.SourceLaneKey,
 			&i.TargetLaneKey,
+			&i.QueueClass,
+			&i.WorkType,
 		); err != nil {
 			return nil, err
 		}
@@ -450,6 +458,56 @@ func (q *Queries) PromoteBlockedBatch(ctx context.Context, workIds []int64) (int
 			queryParams = append(queryParams, v)
 		}
 		query = strings.Replace(query, "/*SLICE:work_ids*/?", strings.Repeat(",?", len(workIds))[1:], 1)
+	} else {
+		query = strings.Replace(query, "/*SLICE:work_ids*/?", "NULL", 1)
+	}
+	result, err := q.db.ExecContext(ctx, query, queryParams...)
+	if err != nil {
+		return 0, err
+	}
+	return result.RowsAffected()
+}
+
+const takePromotedBatch = `-- name: TakePromotedBatch :execrows
+UPDATE work_item
+SET state = 'processing',
+    lease_owner = ?,
+    lease_token = lease_token + 1,
+    run_after = DATE_ADD(NOW(6), INTERVAL CAST(? AS SIGNED) MICROSECOND),
+    attempt_count = attempt_count + 1,
+    updated_at = NOW(6)
+WHERE work_id IN (/*SLICE:work_ids*/?)
+  AND state = 'blocked'
+  AND run_after <= NOW(6)
+`
+
+type TakePromotedBatchParams struct {
+	ClaimRef    sql.NullString
+	LeaseMicros int64
+	WorkIDs     []int64
+}
+
+// Claim on promote: a finisher with free executor places takes the lane
+// followers its finish made heads straight to processing, in the finish's
+// transaction, instead of making them pending for a claim turn (scan, CAS,
+// read-back) that a wake starts in every process. The same row transition
+// as PromoteBlockedBatch then ClaimBatchCAS in one write: by primary key
+// (batch point gets), rows the finisher locked (NextBlocked*,
+// LockWorkItems) and read blocked, so the state guard fails only for a row
+// not yet due (a delayed item stays for PromoteBlockedBatch, which keeps
+// its time). claim_ref marks them for ClaimedByRef, which reads them back
+// after the commit and fences a generation made inactive or a class paused
+// meanwhile, as it does for a claim turn.
+func (q *Queries) TakePromotedBatch(ctx context.Context, arg TakePromotedBatchParams) (int64, error) {
+	query := takePromotedBatch
+	var queryParams []interface{}
+	queryParams = append(queryParams, arg.ClaimRef)
+	queryParams = append(queryParams, arg.LeaseMicros)
+	if len(arg.WorkIDs) > 0 {
+		for _, v := range arg.WorkIDs {
+			queryParams = append(queryParams, v)
+		}
+		query = strings.Replace(query, "/*SLICE:work_ids*/?", strings.Repeat(",?", len(arg.WorkIDs))[1:], 1)
 	} else {
 		query = strings.Replace(query, "/*SLICE:work_ids*/?", "NULL", 1)
 	}

@@ -140,7 +140,9 @@ type Querier interface {
 	// A CAS that read the old generation just before SetGeneration committed can
 	// still win rows; this read starts after the CAS returned, so it sees any
 	// generation change that committed before then, and the claimer releases
-	// such rows unrun. Idempotent: a claimer that lost the reply of the CAS or
+	// such rows unrun; likewise rows of a class paused meanwhile (paused_classes,
+	// for rows a finisher took, TakePromotedBatch, whose pause no scope read
+	// checked). Idempotent: a claimer that lost the reply of the CAS or
 	// of this read runs it again with the same reference to learn what it owns.
 	// Reading the events here saves a claim turn its own event load; they are
 	// read whole (sqlc.embed), as GetEvent reads them, for one row mapper.
@@ -501,9 +503,10 @@ type Querier interface {
 	// never deadlock. Primary-key point get.
 	LockWorkItemForReplay(ctx context.Context, workID int64) (LockWorkItemForReplayRow, error)
 	// Rows by primary key under a lock (batch point gets), with their current
-	// state and lanes: enqueue locks the lane rows it appends behind this way,
-	// last, so the locks are held for the batch's final statements only; a
-	// batch of finishes locks the followers it found (see promoteAfter).
+	// state, lanes and kind: enqueue locks the lane rows it appends behind this
+	// way, last, so the locks are held for the batch's final statements only; a
+	// batch of finishes locks the followers it found (see promoteAfter) and
+	// chooses by class and type those it may take (TakePromotedBatch).
 	LockWorkItems(ctx context.Context, workIds []int64) ([]LockWorkItemsRow, error)
 	// Existing work of duplicate events, read current and locked for the same
 	// reason as LockEventsByIdempotencyKeys. Rides uk_work_item_event_type.
@@ -783,6 +786,18 @@ type Querier interface {
 	// scope's primary-key range: whoever lists the scope may sweep it, so the
 	// range stays as long as the live process count.
 	SweepExpiredWakeEndpoints(ctx context.Context, arg SweepExpiredWakeEndpointsParams) (int64, error)
+	// Claim on promote: a finisher with free executor places takes the lane
+	// followers its finish made heads straight to processing, in the finish's
+	// transaction, instead of making them pending for a claim turn (scan, CAS,
+	// read-back) that a wake starts in every process. The same row transition
+	// as PromoteBlockedBatch then ClaimBatchCAS in one write: by primary key
+	// (batch point gets), rows the finisher locked (NextBlocked*,
+	// LockWorkItems) and read blocked, so the state guard fails only for a row
+	// not yet due (a delayed item stays for PromoteBlockedBatch, which keeps
+	// its time). claim_ref marks them for ClaimedByRef, which reads them back
+	// after the commit and fences a generation made inactive or a class paused
+	// meanwhile, as it does for a claim turn.
+	TakePromotedBatch(ctx context.Context, arg TakePromotedBatchParams) (int64, error)
 	// SourceLaneBlockedPage for a target lane, on idx_work_item_target_lane.
 	TargetLaneBlockedPage(ctx context.Context, arg TargetLaneBlockedPageParams) ([]TargetLaneBlockedPageRow, error)
 	// SourceLaneHead for a target lane, on idx_work_item_target_lane.

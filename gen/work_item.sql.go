@@ -179,7 +179,7 @@ func (q *Queries) InsertWorkItem(ctx context.Context, arg InsertWorkItemParams) 
 }
 
 const lockWorkItems = `-- name: LockWorkItems :many
-SELECT work_id, state, source_lane_key, target_lane_key
+SELECT work_id, state, source_lane_key, target_lane_key, queue_class, work_type
 FROM work_item
 WHERE work_id IN (/*SLICE:work_ids*/?)
 FOR UPDATE
@@ -190,12 +190,15 @@ type LockWorkItemsRow struct {
 	State         string
 	SourceLaneKey sql.NullString
 	TargetLaneKey sql.NullString
+	QueueClass    string
+	WorkType      string
 }
 
 // Rows by primary key under a lock (batch point gets), with their current
-// state and lanes: enqueue locks the lane rows it appends behind this way,
-// last, so the locks are held for the batch's final statements only; a
-// batch of finishes locks the followers it found (see promoteAfter).
+// state, lanes and kind: enqueue locks the lane rows it appends behind this
+// way, last, so the locks are held for the batch's final statements only; a
+// batch of finishes locks the followers it found (see promoteAfter) and
+// chooses by class and type those it may take (TakePromotedBatch).
 func (q *Queries) LockWorkItems(ctx context.Context, workIds []int64) ([]LockWorkItemsRow, error) {
 	query := lockWorkItems
 	var queryParams []interface{}
@@ -220,6 +223,8 @@ func (q *Queries) LockWorkItems(ctx context.Context, workIds []int64) ([]LockWor
 			&i.State,
 			&i.SourceLaneKey,
 			&i.TargetLaneKey,
+			&i.QueueClass,
+			&i.WorkType,
 		); err != nil {
 			return nil, err
 		}

@@ -61,7 +61,9 @@ WHERE w.work_id IN (sqlc.slice(work_ids))
 -- A CAS that read the old generation just before SetGeneration committed can
 -- still win rows; this read starts after the CAS returned, so it sees any
 -- generation change that committed before then, and the claimer releases
--- such rows unrun. Idempotent: a claimer that lost the reply of the CAS or
+-- such rows unrun; likewise rows of a class paused meanwhile (paused_classes,
+-- for rows a finisher took, TakePromotedBatch, whose pause no scope read
+-- checked). Idempotent: a claimer that lost the reply of the CAS or
 -- of this read runs it again with the same reference to learn what it owns.
 -- Reading the events here saves a claim turn its own event load; they are
 -- read whole (sqlc.embed), as GetEvent reads them, for one row mapper.
@@ -71,7 +73,7 @@ WHERE w.work_id IN (sqlc.slice(work_ids))
 SELECT /*+ INL_JOIN(s, e) */ w.work_id, w.event_id, w.work_type, w.queue_class, w.lease_token, w.lane_ordinal,
        w.attempt_count, w.safe_retry_count, w.generation, w.source_lane_key, w.target_lane_key,
        w.run_after, w.dependency_wake_key, w.dependency_keys, w.projection_key,
-       s.active_generation, sqlc.embed(e)
+       s.active_generation, s.paused_classes, sqlc.embed(e)
 FROM work_item w
 JOIN scope s ON s.scope_id = w.scope_id
 JOIN event e ON e.event_id = w.event_id

@@ -97,7 +97,7 @@ WHERE c.work_id IN (sqlc.slice(work_ids));
 -- finishers of the same follower's two lanes serialize on it and the second
 -- sees the first. (A locking read cannot be a UNION ALL branch: source and
 -- target are two statements.)
-SELECT work_id, lane_ordinal, source_lane_key, target_lane_key
+SELECT work_id, lane_ordinal, source_lane_key, target_lane_key, queue_class, work_type
 FROM work_item
 WHERE scope_id = sqlc.arg(scope_id)
   AND generation = sqlc.arg(generation)
@@ -111,7 +111,7 @@ FOR UPDATE;
 
 -- name: NextBlockedInTargetLane :many
 -- NextBlockedInSourceLane for the target lane, on idx_work_item_target_lane.
-SELECT work_id, lane_ordinal, source_lane_key, target_lane_key
+SELECT work_id, lane_ordinal, source_lane_key, target_lane_key, queue_class, work_type
 FROM work_item
 WHERE scope_id = sqlc.arg(scope_id)
   AND generation = sqlc.arg(generation)
@@ -140,6 +140,29 @@ SET state = 'pending',
     updated_at = NOW(6)
 WHERE work_id IN (sqlc.slice(work_ids))
   AND state = 'blocked';
+
+-- name: TakePromotedBatch :execrows
+-- Claim on promote: a finisher with free executor places takes the lane
+-- followers its finish made heads straight to processing, in the finish's
+-- transaction, instead of making them pending for a claim turn (scan, CAS,
+-- read-back) that a wake starts in every process. The same row transition
+-- as PromoteBlockedBatch then ClaimBatchCAS in one write: by primary key
+-- (batch point gets), rows the finisher locked (NextBlocked*,
+-- LockWorkItems) and read blocked, so the state guard fails only for a row
+-- not yet due (a delayed item stays for PromoteBlockedBatch, which keeps
+-- its time). claim_ref marks them for ClaimedByRef, which reads them back
+-- after the commit and fences a generation made inactive or a class paused
+-- meanwhile, as it does for a claim turn.
+UPDATE work_item
+SET state = 'processing',
+    lease_owner = sqlc.arg(claim_ref),
+    lease_token = lease_token + 1,
+    run_after = DATE_ADD(NOW(6), INTERVAL CAST(sqlc.arg(lease_micros) AS SIGNED) MICROSECOND),
+    attempt_count = attempt_count + 1,
+    updated_at = NOW(6)
+WHERE work_id IN (sqlc.slice(work_ids))
+  AND state = 'blocked'
+  AND run_after <= NOW(6);
 
 -- name: BlockedPage :many
 -- Lane recovery (Queue.RecoverLanes): one page of the active generation's

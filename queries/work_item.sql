@@ -46,10 +46,11 @@ FOR UPDATE;
 
 -- name: LockWorkItems :many
 -- Rows by primary key under a lock (batch point gets), with their current
--- state and lanes: enqueue locks the lane rows it appends behind this way,
--- last, so the locks are held for the batch's final statements only; a
--- batch of finishes locks the followers it found (see promoteAfter).
-SELECT work_id, state, source_lane_key, target_lane_key
+-- state, lanes and kind: enqueue locks the lane rows it appends behind this
+-- way, last, so the locks are held for the batch's final statements only; a
+-- batch of finishes locks the followers it found (see promoteAfter) and
+-- chooses by class and type those it may take (TakePromotedBatch).
+SELECT work_id, state, source_lane_key, target_lane_key, queue_class, work_type
 FROM work_item
 WHERE work_id IN (sqlc.slice(work_ids))
 FOR UPDATE;

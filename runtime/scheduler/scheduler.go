@@ -269,6 +269,7 @@ type Stats struct {
 	ClaimTurns        uint64
 	Claims            uint64 // shape claims (requests; one backend call per turn serves them all)
 	Claimed           uint64 // items handed to slots
+	Adopted           uint64 // of those, items a finisher claimed (Adopt)
 	StaleOnlyClaims   uint64
 	LimiterDenials    uint64 // shapes with free slots the limiter gave nothing
 	ContendedClaims   uint64 // claims that came back short, losing candidates to other claimers
@@ -311,8 +312,12 @@ type Scheduler[I any] struct {
 	limiter Limiter
 	log     *slog.Logger
 
-	claimMu sync.Mutex // one claim at a time
-	next    int        // rotation start, guarded by claimMu
+	claimMu sync.Mutex   // one claim at a time
+	adoptMu sync.RWMutex // Adopt (read) against Stop's drain (write)
+	// transferred counts budget rows of completed items that adopted items
+	// took over: their releases are skipped (releaseBudget).
+	transferred atomic.Int64
+	next        int // rotation start, guarded by claimMu
 
 	mu     sync.Mutex
 	shapes []*shapeSlots[I]
@@ -326,7 +331,7 @@ type Scheduler[I any] struct {
 	inClaim, maxInClaim                                        atomic.Int64
 	turns, claims, claimed, staleOnly, denied, contended       atomic.Uint64
 	finished, finishErrs, panics, abandoned, heartbeatFailures atomic.Uint64
-	aheadRenewals, aheadReleased                               atomic.Uint64
+	aheadRenewals, aheadReleased, adopted                      atomic.Uint64
 }
 
 // New validates cfg and returns a stopped Scheduler.
@@ -354,7 +359,9 @@ func New[I any](backend Backend[I], cfg Config) (*Scheduler[I], error) {
 	s := &Scheduler[I]{cfg: cfg, backend: backend, limiter: lim, log: cfg.Logger, freed: make(chan struct{}, 1)}
 	for _, sh := range shapes {
 		maxAhead := sh.Executors * cfg.ClaimAhead / cfg.Executors
-		s.shapes = append(s.shapes, &shapeSlots[I]{Shape: sh, work: make(chan queued[I], sh.Executors+maxAhead),
+		// Room for every row the budget admits (claims fill at most the
+		// places; adopted items may exceed them, never the budget).
+		s.shapes = append(s.shapes, &shapeSlots[I]{Shape: sh, work: make(chan queued[I], sh.Executors+maxAhead+cfg.MaxProcessingRows),
 			free: sh.Executors, hungry: true, maxAhead: maxAhead})
 	}
 	return s, nil
@@ -399,6 +406,8 @@ func (s *Scheduler[I]) Stop() {
 	s.wg.Wait()
 	s.claimMu.Lock() // no claim is dispatching now
 	defer s.claimMu.Unlock()
+	s.adoptMu.Lock() // nor a finisher adopting (Adopt); later ones see the state
+	defer s.adoptMu.Unlock()
 	for _, sh := range s.shapes {
 		for {
 			select {
@@ -528,10 +537,9 @@ func (s *Scheduler[I]) admit(ctx context.Context, sh *shapeSlots[I], free int) (
 		}
 		return req, false, nil
 	}
-	grant.Max = min(grant.Max, free)
-	s.mu.Lock()
-	sh.free -= grant.Max
-	s.mu.Unlock()
+	if grant.Max = s.take(sh, grant.Max, free); grant.Max <= 0 {
+		return req, false, nil // a finisher's items took the places meanwhile (Adopt)
+	}
 	if grant.StaleOnly {
 		s.staleOnly.Add(1)
 	}
@@ -585,6 +593,68 @@ func (s *Scheduler[I]) dispatch(sh *shapeSlots[I], req Request, res ClaimResult[
 	return len(res.Items), err
 }
 
+// Adopt hands items a finisher claimed for this process outside a claim
+// turn to the executors of shape: a backend that claims, in a completion's
+// own transaction, the lane followers it promotes (claim on promote). Each
+// item takes over the processing-budget row of an item that finisher
+// completed, whose release is still to come (the caller guarantees at most
+// one adopted item per such completion): the budget keeps counting the
+// rows that are processing, without admitting anew. The items wait for the
+// shape's slots like items claimed ahead (an item that waited a heartbeat
+// renews before it starts), beyond its free places if need be: the next
+// claim turns claim that much less. After Stop they are finished with
+// ErrShutdown (released unrun) instead. Returns how many it handed over.
+func (s *Scheduler[I]) Adopt(shape string, items []I, claimed time.Time) int {
+	if len(items) == 0 {
+		return 0
+	}
+	sh := s.shape(shape)
+	s.adoptMu.RLock()
+	defer s.adoptMu.RUnlock()
+	if !s.Running() {
+		for _, item := range items {
+			s.finish(item, ErrShutdown)
+		}
+		return 0
+	}
+	s.transferred.Add(int64(len(items)))
+	s.mu.Lock()
+	sh.free -= len(items)
+	s.mu.Unlock()
+	for _, item := range items {
+		sh.work <- queued[I]{item, claimed} // room for every processing row: never blocks
+	}
+	s.claimed.Add(uint64(len(items)))
+	s.adopted.Add(uint64(len(items)))
+	return len(items)
+}
+
+// shape returns the shape named name.
+func (s *Scheduler[I]) shape(name string) *shapeSlots[I] {
+	for _, sh := range s.shapes {
+		if sh.Name == name {
+			return sh
+		}
+	}
+	panic(fmt.Sprintf("scheduler: no shape %q", name))
+}
+
+// take reserves up to granted (the limiter's grant) of sh's places, at
+// most free, and gives the limiter back what it could not reserve. A claim
+// turn reads a shape's free places before the limiter admits, and a
+// finisher's items may take places in between (Adopt), so the count is
+// taken again under the lock.
+func (s *Scheduler[I]) take(sh *shapeSlots[I], granted, free int) int {
+	s.mu.Lock()
+	got := max(min(granted, free, sh.free), 0)
+	sh.free -= got
+	s.mu.Unlock()
+	if got < granted {
+		s.limiter.Release(granted - got)
+	}
+	return got
+}
+
 // Stats returns the counters.
 func (s *Scheduler[I]) Stats() Stats {
 	return Stats{
@@ -592,7 +662,7 @@ func (s *Scheduler[I]) Stats() Stats {
 		StaleOnlyClaims: s.staleOnly.Load(), LimiterDenials: s.denied.Load(), ContendedClaims: s.contended.Load(), Finished: s.finished.Load(),
 		FinishErrors: s.finishErrs.Load(), Panics: s.panics.Load(), Abandoned: s.abandoned.Load(),
 		HeartbeatFailures: s.heartbeatFailures.Load(), MaxConcurrentClaims: s.maxInClaim.Load(),
-		AheadRenewals: s.aheadRenewals.Load(), AheadReleased: s.aheadReleased.Load(),
+		AheadRenewals: s.aheadRenewals.Load(), AheadReleased: s.aheadReleased.Load(), Adopted: s.adopted.Load(),
 	}
 }
 
@@ -682,6 +752,15 @@ func (s *Scheduler[I]) releaseSlot(sh *shapeSlots[I], handled time.Duration) {
 // releaseBudget returns the budget row of an item whose outcome committed
 // (or failed for good).
 func (s *Scheduler[I]) releaseBudget() {
+	for {
+		n := s.transferred.Load()
+		if n <= 0 {
+			break
+		}
+		if s.transferred.CompareAndSwap(n, n-1) {
+			return // an adopted item holds this row now
+		}
+	}
 	s.limiter.Release(1)
 	s.capacityFreed()
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/laneq/laneq/runtime/scheduler"
@@ -30,19 +31,10 @@ func (b backend) Claim(ctx context.Context, reqs []scheduler.Request) []schedule
 	out := make([]scheduler.ClaimResult[*workqueue.Claimed], len(reqs))
 	for i, r := range results {
 		w.metrics.claimed(ctx, reqs[i], r.Items, r.Stats, took)
-		w.history.claimed(w.clock.Now(), r.Items)
-		if h := w.cfg.Hooks; h != nil && h.AfterClaim != nil {
-			for _, c := range r.Items {
-				h.AfterClaim(c)
-			}
-		}
 		if h := w.cfg.Hooks; h != nil && h.AfterClaimTurn != nil && len(r.Items) > 0 {
 			h.AfterClaimTurn(took, r.Items)
 		}
-		items := make([]*workqueue.Claimed, len(r.Items))
-		for k := range r.Items {
-			items[k] = &r.Items[k]
-		}
+		items := w.handOver(r.Items)
 		err := w.claimError(len(items), r.Err)
 		if err == nil && r.Contended {
 			err = scheduler.ErrContended // keep claiming: there is work
@@ -50,6 +42,52 @@ func (b backend) Claim(ctx context.Context, reqs []scheduler.Request) []schedule
 		out[i] = scheduler.ClaimResult[*workqueue.Claimed]{Items: items, Err: err}
 	}
 	return out
+}
+
+// handOver records items this process just claimed (a claim turn's, or
+// followers a completion batch took) and returns them as the scheduler
+// runs them.
+func (w *Worker) handOver(claimed []workqueue.Claimed) []*workqueue.Claimed {
+	w.history.claimed(w.clock.Now(), claimed)
+	if h := w.cfg.Hooks; h != nil && h.AfterClaim != nil {
+		for _, c := range claimed {
+			h.AfterClaim(c)
+		}
+	}
+	items := make([]*workqueue.Claimed, len(claimed))
+	for k := range claimed {
+		items[k] = &claimed[k]
+	}
+	return items
+}
+
+// completeBatch writes a batch of completions (the completion batcher's
+// write) and claims on promote: the batch's transaction may take, for
+// this process, up to one lane follower per item in lanes it completes
+// (workqueue.Claimer.CompleteManyTaking), and each taken follower goes to
+// an executor shape that runs its class (scheduler Adopt), holding the
+// processing-budget row its predecessor is about to give back. Promotions
+// it did not take are announced by the queue.
+func (w *Worker) completeBatch(ctx context.Context, leases []workqueue.Lease) []error {
+	if w.cfg.NoClaimOnPromote || !slices.ContainsFunc(leases, func(l workqueue.Lease) bool { return !l.InNoLane() }) {
+		errs, _ := w.q.CompleteMany(ctx, leases)
+		return errs
+	}
+	shapes := w.sched.Shapes()
+	places := make([]workqueue.TakePlace, len(shapes))
+	for i, sh := range shapes {
+		places[i] = workqueue.TakePlace{QueueClasses: sh.QueueClasses, Max: len(leases)}
+	}
+	began := w.clock.Now() // no lease it takes is older
+	errs, _, taken, err := w.claimer.CompleteManyTaking(ctx, leases, places, w.types)
+	if err != nil {
+		w.log.Warn("followers taken on promote could not be read back; their leases will expire and be reclaimed", "err", err)
+	}
+	for i, sh := range shapes {
+		w.metrics.taken(ctx, sh.Name, len(taken[i]))
+		w.sched.Adopt(sh.Name, w.handOver(taken[i]), began)
+	}
+	return errs
 }
 
 func (b backend) Renew(ctx context.Context, c *workqueue.Claimed) error {

@@ -8,33 +8,34 @@ import (
 )
 
 // leaseBatcher group-commits one kind of lease-fenced write (completions of
-// items in no lane, or lease renewals): while one executor writes a batch,
+// items in no lane, or lease renewals): while writers writes are in flight,
 // the writes that arrive queue up, and the next batch takes them all (up to
-// max) in one statement. No timer: a lone write is sent at once, so
-// batching adds at most one write's latency and only under load. Each
-// caller returns only after its own item's write committed (or failed),
-// with its own error.
+// max) in one statement. No timer: a write is sent at once while fewer
+// than writers are in flight, so batching adds at most one write's latency
+// and only under load. Each caller returns only after its own item's write
+// committed (or failed), with its own error.
 type leaseBatcher struct {
-	write func(context.Context, []workqueue.Lease) []error // Queue.CompleteMany or Queue.RenewMany
-	max   int
+	write   func(context.Context, []workqueue.Lease) []error // Queue.CompleteMany or Queue.RenewMany
+	max     int
+	writers int // writes in flight at most
 
 	mu      sync.Mutex
-	pending []batchEntry
-	writing bool // a leader is writing; pending waits for it
+	pending []batchEntry // non-empty only while writers writes are in flight
+	writing int
 }
 
 type batchEntry struct {
 	lease workqueue.Lease
-	done  chan batchResult // one message: the result, or lead
+	done  chan batchResult // one message: the result, or the lead
 }
 
 type batchResult struct {
-	err  error
-	lead bool // write the next batch: the caller's own item is in it
+	err   error
+	batch []batchEntry // with the lead: the batch to write, the receiver's own entry first
 }
 
-func newLeaseBatcher(write func(context.Context, []workqueue.Lease) []error, max int) *leaseBatcher {
-	return &leaseBatcher{write: write, max: max}
+func newLeaseBatcher(write func(context.Context, []workqueue.Lease) []error, most, writers int) *leaseBatcher {
+	return &leaseBatcher{write: write, max: most, writers: max(writers, 1)}
 }
 
 // do writes l, alone or in a batch with other executors' items.
@@ -42,28 +43,32 @@ func (c *leaseBatcher) do(ctx context.Context, l workqueue.Lease) error {
 	own := batchEntry{lease: l, done: make(chan batchResult, 1)}
 	c.mu.Lock()
 	c.pending = append(c.pending, own)
-	if c.writing {
+	if c.writing == c.writers {
 		c.mu.Unlock()
-		if r := <-own.done; !r.lead {
+		r := <-own.done
+		if r.batch == nil {
 			return r.err
 		}
-	} else {
-		c.writing = true
-		c.mu.Unlock()
+		return c.lead(ctx, own, r.batch)
 	}
-	return c.lead(ctx, own)
+	c.writing++
+	batch := c.next() // pending held nothing before own: fewer writes were in flight
+	c.mu.Unlock()
+	return c.lead(ctx, own, batch)
 }
 
-// lead writes the oldest pending completions (own among them: a leader is
-// the first pending entry), answers every other caller in the batch, and
-// hands the lead to the next pending caller, if any.
-func (c *leaseBatcher) lead(ctx context.Context, own batchEntry) error {
-	c.mu.Lock()
+// next takes the oldest pending entries, at most max; c.mu is held.
+func (c *leaseBatcher) next() []batchEntry {
 	n := min(len(c.pending), c.max)
 	batch := c.pending[:n:n]
 	c.pending = c.pending[n:]
-	c.mu.Unlock()
+	return batch
+}
 
+// lead writes batch (own among it), answers every other caller in it, and
+// hands the next batch of pending entries, if any, to its first caller,
+// who writes it.
+func (c *leaseBatcher) lead(ctx context.Context, own batchEntry, batch []batchEntry) error {
 	leases := make([]workqueue.Lease, len(batch))
 	for i, b := range batch {
 		leases[i] = b.lease
@@ -80,9 +85,10 @@ func (c *leaseBatcher) lead(ctx context.Context, own batchEntry) error {
 
 	c.mu.Lock()
 	if len(c.pending) > 0 {
-		c.pending[0].done <- batchResult{lead: true}
+		next := c.next()
+		next[0].done <- batchResult{batch: next}
 	} else {
-		c.writing = false
+		c.writing--
 	}
 	c.mu.Unlock()
 	return ownErr

@@ -58,7 +58,7 @@ func TestCompleterGroupCommitsWhileAWriteIsInFlight(t *testing.T) {
 	} {
 		t.Run(fmt.Sprintf("max=%d", tc.max), func(t *testing.T) {
 			s := &scriptedWrites{entered: make(chan struct{}), release: make(chan struct{})}
-			c := &leaseBatcher{write: s.write, max: tc.max}
+			c := newLeaseBatcher(s.write, tc.max, 1)
 			results := make([]error, tc.waiting+1)
 			var wg sync.WaitGroup
 			wg.Add(1)
@@ -111,7 +111,7 @@ func TestCompleterGroupCommitsWhileAWriteIsInFlight(t *testing.T) {
 					t.Fatalf("work %d: %v", id, err)
 				}
 			}
-			if c.writing || len(c.pending) != 0 {
+			if c.writing != 0 || len(c.pending) != 0 {
 				t.Fatalf("leaseBatcher left writing=%v with %d pending", c.writing, len(c.pending))
 			}
 		})

@@ -68,6 +68,9 @@ func BenchmarkThroughputVsFloor(b *testing.B) {
 	naive := measure(b, "naive", naiveRate)
 	shapes := []benchShape{
 		{lanes: 0, workers: 1}, {lanes: 0, workers: 2}, {lanes: 5, workers: 1}, {lanes: 5, workers: 2},
+		// Lanes with claim on promote off: what taking followers in the
+		// completion batch saves.
+		{lanes: 5, workers: 1, noTake: true},
 		// Each completion written alone: what group commit costs and saves.
 		{lanes: 0, workers: 1, completeBatch: 1},
 		// The default profile keeps a quarter of the executors for bulk
@@ -89,6 +92,9 @@ func BenchmarkThroughputVsFloor(b *testing.B) {
 		}
 		if sh.disjoint {
 			name += "/disjoint"
+		}
+		if sh.noTake {
+			name += "/no-claim-on-promote"
 		}
 		b.Run(name, func(b *testing.B) {
 			floorBefore := floorRate(b)
@@ -140,11 +146,11 @@ func BenchmarkThroughputVsFloor(b *testing.B) {
 // that many worker processes, worker.Config.CompleteBatch (0: the default)
 // and the executor profile ("": the default); with disjoint, worker i
 // serves only work type deliver-i, and the items are split evenly among
-// those types.
+// those types; with noTake, worker.Config.NoClaimOnPromote.
 type benchShape struct {
 	lanes, workers, completeBatch int
 	profile                       scheduler.Profile
-	disjoint                      bool
+	disjoint, noTake              bool
 }
 
 // measure runs one baseline as a sub-benchmark (so its figure is printed)
@@ -386,6 +392,7 @@ func workerRate(b *testing.B, sh benchShape) workerRun {
 		cfg.Hooks = hooks
 		cfg.CompleteBatch = sh.completeBatch
 		cfg.Scheduler.Profile = sh.profile
+		cfg.NoClaimOnPromote = sh.noTake
 		workType := "deliver"
 		if sh.disjoint {
 			workType = benchWorkType(i, types)
@@ -450,8 +457,8 @@ func workerRate(b *testing.B, sh benchShape) workerRun {
 	for i, w := range ws {
 		st := w.Stats()
 		lost += st.Contention.LostCAS
-		b.Logf("worker %d: claimed %d, claim turns %d, claims %d, lost CAS %d, spread %d; statements %v", i, st.Scheduler.Claimed,
-			st.Scheduler.ClaimTurns, st.Scheduler.Claims, st.Contention.LostCAS, st.Contention.Spread, counters[i].ByStatement())
+		b.Logf("worker %d: claimed %d (taken on promote %d), claim turns %d, claims %d, lost CAS %d, spread %d; statements %v", i, st.Scheduler.Claimed,
+			st.Scheduler.Adopted, st.Scheduler.ClaimTurns, st.Scheduler.Claims, st.Contention.LostCAS, st.Contention.Spread, counters[i].ByStatement())
 	}
 	finishMu.Lock()
 	defer finishMu.Unlock()

@@ -30,6 +30,7 @@ const (
 	EnvReconcileEvery        = "LANEQ_RECONCILE_EVERY"         // Controller.ReconcileEvery
 	EnvDependencySafetyEvery = "LANEQ_DEPENDENCY_SAFETY_EVERY" // Controller.MaintainEvery
 	EnvCompleteBatch         = "LANEQ_COMPLETE_BATCH"          // CompleteBatch
+	EnvClaimOnPromote        = "LANEQ_CLAIM_ON_PROMOTE"        // NoClaimOnPromote: on | off
 	EnvClaimGather           = "LANEQ_CLAIM_GATHER"            // Scheduler.ClaimGather, a Go duration
 	EnvClaimAhead            = "LANEQ_CLAIM_AHEAD"             // Scheduler.ClaimAhead, an integer (negative disables)
 	EnvClaimAheadWait        = "LANEQ_CLAIM_AHEAD_WAIT"        // Scheduler.ClaimAheadWait, a Go duration
@@ -69,15 +70,26 @@ type Config struct {
 	DependencySweep workqueue.DependencySweepConfig
 	// CompleteBatch is the most completions one write takes: items in no
 	// lane by one statement, items in lanes by one transaction that
-	// promotes their followers (workqueue.Queue.CompleteMany). Executors that finish while another's write is in
-	// flight are written together by the next one (group commit, no timer:
-	// a lone completion is written at once). An executor takes its next
+	// promotes their followers (workqueue.Queue.CompleteMany). Executors
+	// that finish while two completion writes are in flight are written
+	// together by the next one (group commit, no timer: a completion is
+	// written at once while fewer are in flight). An executor takes its next
 	// item as soon as its handler returns; the item keeps its processing
 	// budget row (Scheduler.MaxProcessingRows) until its own write
 	// committed. Lease renewals are batched the same way, up to the same
 	// bound. 1 writes each alone.
 	// Default 64, at most workqueue.MaxCompleteBatch.
 	CompleteBatch int
+	// NoClaimOnPromote turns off claim on promote: by default a batch of
+	// completions in lanes (CompleteBatch above 1) also claims, in its own
+	// transaction, up to one lane follower per item in lanes it completed,
+	// for this process (workqueue.Claimer.CompleteManyTaking), and the
+	// follower runs on an executor of its class holding its predecessor's
+	// processing-budget row (scheduler.Scheduler.Adopt). A sequential lane
+	// then costs no claim turn, scan or wake per item. At most
+	// workqueue.MaxTakenInARow in a row: the next is promoted and waits its
+	// turn. Followers it does not take are announced as before.
+	NoClaimOnPromote bool
 	// StageTiming logs each attempt's stage durations (no payloads).
 	StageTiming bool
 	// History: the per-minute counts this worker writes for the dashboard's
@@ -238,6 +250,16 @@ func (c Config) fromLookup(lookup func(string) (string, bool)) (Config, error) {
 			c.Wake.Off = true
 		default:
 			errs = append(errs, &ConfigError{EnvWake, v, "want on or off"})
+		}
+	}
+	if v, ok := lookup(EnvClaimOnPromote); ok {
+		switch v {
+		case "on":
+			c.NoClaimOnPromote = false
+		case "off":
+			c.NoClaimOnPromote = true
+		default:
+			errs = append(errs, &ConfigError{EnvClaimOnPromote, v, "want on or off"})
 		}
 	}
 	if v, ok := lookup(EnvWakeListen); ok {

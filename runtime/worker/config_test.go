@@ -21,6 +21,7 @@ func TestFromEnv(t *testing.T) {
 		EnvStageTiming: "true", EnvHandlerDeadline: "90s", EnvGenerationProbeEvery: "-1s", EnvReconcileEvery: "2m",
 		EnvClaimGather: "1ms", EnvClaimAhead: "-1", EnvClaimAheadWait: "5ms",
 		EnvQuietProbeEvery: "1h", EnvQuietBackstopEvery: "8h", EnvWake: "off", EnvWakeListen: "0.0.0.0:7946", EnvWakeAdvertise: "10.0.0.5",
+		EnvClaimOnPromote: "off",
 	}))
 	if err != nil {
 		t.Fatal(err)
@@ -28,9 +29,10 @@ func TestFromEnv(t *testing.T) {
 	got := []any{cfg.Scheduler.Executors, cfg.Scheduler.MaxProcessingRows, cfg.Scheduler.Profile, cfg.StageTiming,
 		cfg.Scheduler.HandlerDeadline, cfg.Controller.GenerationProbeEvery, cfg.Controller.ReconcileEvery, cfg.Scheduler.ClaimGather,
 		cfg.Scheduler.ClaimAhead, cfg.Scheduler.ClaimAheadWait,
-		cfg.Controller.QuietProbeEvery, cfg.Controller.QuietBackstopEvery, cfg.Wake.Off, cfg.Wake.Hub.Listen, cfg.Wake.Hub.Advertise}
+		cfg.Controller.QuietProbeEvery, cfg.Controller.QuietBackstopEvery, cfg.Wake.Off, cfg.Wake.Hub.Listen, cfg.Wake.Hub.Advertise,
+		cfg.NoClaimOnPromote}
 	want := []any{16, 12, scheduler.ProfileDefaultHeavy, true, 90 * time.Second, -time.Second, 2 * time.Minute, time.Millisecond,
-		-1, 5 * time.Millisecond, time.Hour, 8 * time.Hour, true, "0.0.0.0:7946", "10.0.0.5"}
+		-1, 5 * time.Millisecond, time.Hour, 8 * time.Hour, true, "0.0.0.0:7946", "10.0.0.5", true}
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Fatalf("(-want +got):\n%s", diff)
 	}
@@ -46,13 +48,13 @@ func TestFromEnvRejectsBadValuesTogether(t *testing.T) {
 		EnvExecutors: "0", EnvMaxProcessingRows: "many", EnvQueueProfile: "fast",
 		EnvStageTiming: "sometimes", EnvHandlerDeadline: "-5s", EnvReconcileEvery: "soon", EnvClaimGather: "briefly",
 		EnvClaimAhead: "0", EnvClaimAheadWait: "-1ms",
-		EnvQuietBackstopEvery: "-1s", EnvWake: "maybe", EnvWakeListen: "7946", EnvWakeAdvertise: "a b",
+		EnvQuietBackstopEvery: "-1s", EnvWake: "maybe", EnvWakeListen: "7946", EnvWakeAdvertise: "a b", EnvClaimOnPromote: "sometimes",
 	}))
 	if !errors.Is(err, ErrConfig) {
 		t.Fatalf("error %v", err)
 	}
 	for _, name := range []string{EnvExecutors, EnvMaxProcessingRows, EnvQueueProfile, EnvStageTiming, EnvHandlerDeadline, EnvReconcileEvery,
-		EnvClaimGather, EnvClaimAhead, EnvClaimAheadWait, EnvQuietBackstopEvery, EnvWake, EnvWakeListen, EnvWakeAdvertise} {
+		EnvClaimGather, EnvClaimAhead, EnvClaimAheadWait, EnvQuietBackstopEvery, EnvWake, EnvWakeListen, EnvWakeAdvertise, EnvClaimOnPromote} {
 		if !strings.Contains(err.Error(), name) {
 			t.Errorf("error does not name %s: %v", name, err)
 		}

@@ -150,6 +150,14 @@ func (m *metrics) claimed(ctx context.Context, req scheduler.Request, items []wo
 	}
 }
 
+// taken counts followers a completion batch claimed for a shape (claim
+// on promote): items claimed, not a claim.
+func (m *metrics) taken(ctx context.Context, shape string, n int) {
+	if n > 0 {
+		m.claimedItems.Add(ctx, int64(n), metric.WithAttributes(attribute.String("shape", shape)))
+	}
+}
+
 func (m *metrics) swept(ctx context.Context, st workqueue.SweepStats) {
 	if st.Woken > 0 {
 		m.sweepWoken.Add(ctx, int64(st.Woken))

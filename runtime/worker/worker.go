@@ -133,6 +133,13 @@ type Worker struct {
 	unserved   []workqueue.WorkKind
 }
 
+// completeWriters is how many completion batches a worker writes at once.
+// A laned batch is a transaction of several statements (finish, follower
+// lookups and locks, take or promote, commit, read-back), and every item
+// finishing meanwhile waits for it: with one in flight the processing
+// budget, not the database, bounded a lanes-of-five drain.
+const completeWriters = 2
+
 // New builds a Worker; handlers maps each work type this process runs to
 // its handler.
 func New(q *workqueue.Queue, cfg Config, handlers map[string]Handler) (*Worker, error) {
@@ -180,11 +187,8 @@ func New(q *workqueue.Queue, cfg Config, handlers map[string]Handler) (*Worker, 
 		return nil, err
 	}
 	if cfg.CompleteBatch > 1 {
-		w.complete = newLeaseBatcher(func(ctx context.Context, leases []workqueue.Lease) []error {
-			errs, _ := q.CompleteMany(ctx, leases) // promotions are announced by the queue
-			return errs
-		}, cfg.CompleteBatch)
-		w.renew = newLeaseBatcher(q.RenewMany, cfg.CompleteBatch)
+		w.complete = newLeaseBatcher(w.completeBatch, cfg.CompleteBatch, completeWriters)
+		w.renew = newLeaseBatcher(q.RenewMany, cfg.CompleteBatch, 1)
 	}
 	cfg.Scheduler.OnCapacityFreed = func() { w.ctrl.CapacityFreed() }
 	if w.sched, err = scheduler.New[*workqueue.Claimed](backend{w}, cfg.Scheduler); err != nil {
@@ -214,9 +218,9 @@ func New(q *workqueue.Queue, cfg Config, handlers map[string]Handler) (*Worker, 
 func (c Config) Fingerprint(workTypes []string) string {
 	cl, ctl := c.Claimer, c.Controller
 	wk := c.Wake
-	return fmt.Sprintf("%s|%s|%q|%s|%s|%t|%s|%+v|%d|%t %p %s %s|%t %s", c.Scope, c.Owner, workTypes, c.Scheduler.Fingerprint(),
+	return fmt.Sprintf("%s|%s|%q|%s|%s|%t|%s|%+v|%d %t|%t %p %s %s|%t %s", c.Scope, c.Owner, workTypes, c.Scheduler.Fingerprint(),
 		fmt.Sprint(ctl.GenerationProbeEvery, ctl.ReconcileEvery, ctl.MaintainEvery, ctl.QuietProbeEvery, ctl.QuietBackstopEvery), c.StageTiming,
-		fmt.Sprint(cl.StaleScanEvery, cl.ScanWindow, cl.StragglerWindow), c.DependencySweep, c.CompleteBatch,
+		fmt.Sprint(cl.StaleScanEvery, cl.ScanWindow, cl.StragglerWindow), c.DependencySweep, c.CompleteBatch, c.NoClaimOnPromote,
 		wk.Off, wk.Shared, wk.Hub.Listen, wk.Hub.Advertise, c.History.Off, c.History.Retention)
 }
 

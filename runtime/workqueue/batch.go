@@ -34,6 +34,12 @@ const MaxCompleteBatch = 256
 // fails alone and the rest commit. Transient errors are retried as for
 // every write; a lost reply is resolved by reading the rows back.
 func (qu *Queue) CompleteMany(ctx context.Context, leases []Lease) ([]error, Finished) {
+	return qu.completeMany(ctx, leases, nil)
+}
+
+// completeMany is CompleteMany; with tk, each laned batch takes the
+// followers it may (Claimer.CompleteManyTaking).
+func (qu *Queue) completeMany(ctx context.Context, leases []Lease, tk *taking) ([]error, Finished) {
 	errs := make([]error, len(leases))
 	var fin Finished
 	var laneless, laned []int // indexes of leases
@@ -54,7 +60,7 @@ func (qu *Queue) CompleteMany(ctx context.Context, leases []Lease) ([]error, Fin
 	}
 	for batch := range slices.Chunk(laned, MaxCompleteBatch) {
 		began := time.Now()
-		one := qu.completeLaned(ctx, leases, batch, errs)
+		one := qu.completeLaned(ctx, leases, batch, errs, tk)
 		if one.Promoted > 0 || one.PromotionsUnknown {
 			qu.announceScopes(leases, batch, began)
 		}
@@ -103,8 +109,9 @@ var errBatchShort = errors.New("workqueue: batch finish matched fewer rows than 
 // retry after a commit whose reply was lost), the transaction is rolled
 // back and each entry resolved alone by its row: completed by an earlier
 // run (followers may have been promoted), still ours (Complete), or lost.
-func (qu *Queue) completeLaned(ctx context.Context, leases []Lease, idx []int, errs []error) Finished {
-	if len(idx) == 1 {
+// With tk, a batch of one takes this path too (Complete takes nothing).
+func (qu *Queue) completeLaned(ctx context.Context, leases []Lease, idx []int, errs []error, tk *taking) Finished {
+	if len(idx) == 1 && tk == nil {
 		fin, err := qu.Complete(ctx, leases[idx[0]])
 		errs[idx[0]] = err
 		return fin
@@ -114,6 +121,7 @@ func (qu *Queue) completeLaned(ctx context.Context, leases []Lease, idx []int, e
 	var fin Finished
 	err := qu.inTx(ctx, what, readCommitted, func(ctx context.Context, q *gen.Queries) error {
 		fin = Finished{}
+		tk.reset(len(idx))
 		n, err := q.FinishBatch(ctx, gen.FinishBatchParams{TerminalState: StateCompleted, WorkIDs: paddedIDs(ids), Fences: fences, Laneless: 0})
 		if err != nil {
 			return err
@@ -128,7 +136,7 @@ func (qu *Queue) completeLaned(ctx context.Context, leases []Lease, idx []int, e
 		if err := handOff(ctx, q, finished...); err != nil {
 			return err
 		}
-		fin.Promoted, err = promoteAfter(ctx, q, finished...)
+		fin.Promoted, err = promoteAfter(ctx, q, tk, finished...)
 		return err
 	})
 	switch {
@@ -218,6 +226,7 @@ func (qu *Queue) leaseStates(ctx context.Context, what string, ids []int64) (map
 func (f *Finished) add(o Finished) {
 	f.Promoted += o.Promoted
 	f.PromotionsUnknown = f.PromotionsUnknown || o.PromotionsUnknown
+	f.Taken += o.Taken
 }
 
 // RenewMany renews the leases of claimed items (heartbeats), one error per

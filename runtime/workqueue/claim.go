@@ -64,6 +64,10 @@ type laneIdentity struct {
 	ordinal        int64
 	source, target sql.NullString
 	projection     sql.NullString // the projection's key: its finish hands off to a queued successor
+	// chain counts the takes in a row that led to this claim: 0 for a
+	// claim turn's, one more than the finished item's for a follower taken
+	// on promote (see MaxTakenInARow).
+	chain int
 }
 
 // ClaimRequest asks for up to Max items.
@@ -866,7 +870,8 @@ func (c *Claimer) claimCAS(ctx context.Context, ids []int64, ref sql.NullString,
 // after transient errors under a context the caller cannot cancel: the read
 // is idempotent, and until it succeeds the claim's outcome is unknown. Rows
 // of a generation that is no longer active (SetGeneration committed while
-// their CAS was in flight) are released unrun and counted in fenced.
+// their CAS was in flight), or of a class paused meanwhile, are released
+// unrun and counted in fenced.
 func (c *Claimer) readBack(ctx context.Context, ref sql.NullString, ids []int64, reclaimed bool) (won []Claimed, fenced int, err error) {
 	var rows []gen.ClaimedByRefRow
 	err = c.qu.retryWrite(ctx, "read back claimed items", func(ctx context.Context) error {
@@ -888,10 +893,10 @@ func (c *Claimer) readBack(ctx context.Context, ref sql.NullString, ids []int64,
 		claimed.Dependency = dependencyFrom(r.DependencyWakeKey, r.DependencyKeys)
 		ev := storedEvent(r.Event)
 		claimed.Event = &ev
-		if r.Generation != r.ActiveGeneration {
+		if r.Generation != r.ActiveGeneration || pausedNow(r.PausedClasses, r.QueueClass) {
 			// Not handed to anyone. If the release fails too, the row waits
 			// for its lease to expire; reclaim of the active generation never
-			// takes it.
+			// takes it (nor a claim of a paused class).
 			fenced++
 			_ = c.qu.Release(ctx, claimed.Lease)
 			continue
@@ -899,6 +904,14 @@ func (c *Claimer) readBack(ctx context.Context, ref sql.NullString, ids []int64,
 		won = append(won, claimed)
 	}
 	return won, fenced, nil
+}
+
+// pausedNow reports whether class is among the paused classes a read-back
+// saw on the scope row; a value no PauseClass wrote counts as paused (as a
+// claim turn refuses to claim under it).
+func pausedNow(pausedClasses []byte, class string) bool {
+	paused, err := ParsePausedClasses(pausedClasses)
+	return err != nil || slices.Contains(paused, class)
 }
 
 // reclaim takes over expired leases of the given classes, oldest expiry

@@ -192,15 +192,22 @@ func lockRows(ctx context.Context, q *gen.Queries, ids []int64) ([]gen.LockWorkI
 // promoted; without (lane recovery), a row promoted meanwhile stays as it
 // is.
 func promoteHeads(ctx context.Context, q *gen.Queries, heads []int64, locked bool) (int, error) {
-	if len(heads) == 0 {
+	return promoteUntaken(ctx, q, heads, locked, 0)
+}
+
+// promoteUntaken is promoteHeads after taken of the heads went to
+// processing in this transaction (TakePromotedBatch): the state guard skips
+// those, so a locked batch promotes exactly the rest.
+func promoteUntaken(ctx context.Context, q *gen.Queries, heads []int64, locked bool, taken int) (int, error) {
+	if len(heads) == taken {
 		return 0, nil
 	}
 	n, err := q.PromoteBlockedBatch(ctx, paddedIDs(heads))
 	if err != nil {
-		return 0, fmt.Errorf("promote %d lane heads: %w", len(heads), err)
+		return 0, fmt.Errorf("promote %d lane heads: %w", len(heads)-taken, err)
 	}
-	if locked && n != int64(len(heads)) {
-		return 0, fmt.Errorf("promote %d locked lane heads: %d were blocked", len(heads), n)
+	if locked && n != int64(len(heads)-taken) {
+		return 0, fmt.Errorf("promote %d locked lane heads (%d taken): %d were blocked", len(heads), taken, n)
 	}
 	return int(n), nil
 }
@@ -306,7 +313,11 @@ var liveStates = []string{StateBlocked, StatePending, StateProcessing, StateDepe
 type follower struct {
 	workID               int64
 	source, target       string
+	class, workType      string // what a finisher taking it checks (taking.take)
 	viaSource, viaTarget bool
+	// chain is the longest run of takes that led to a finished item ahead
+	// of it (laneIdentity.chain): taking it makes the run one longer.
+	chain int
 }
 
 // unasked are the lanes of fw it was not found through: a finished row
@@ -357,16 +368,18 @@ func nextFollower(ctx context.Context, q *gen.Queries, finished *laneIdentity, l
 		}
 		if len(rows) > 0 {
 			r := rows[0]
-			return &follower{workID: r.WorkID, source: r.SourceLaneKey.String, target: r.TargetLaneKey.String}, nil
+			return &follower{workID: r.WorkID, source: r.SourceLaneKey.String, target: r.TargetLaneKey.String, class: r.QueueClass, workType: r.WorkType}, nil
 		}
 	}
 	return nil, nil
 }
 
-// foundVia is a follower and the kind of lane it was found through.
+// foundVia is a follower, the kind of lane it was found through and the
+// take chain of the finished row it was found behind.
 type foundVia struct {
 	follower *follower
 	kind     string
+	chain    int
 }
 
 // followersOf finds, and locks, the next follower in every lane a batch of
@@ -380,7 +393,9 @@ type foundVia struct {
 // processing to every other transaction (this one holds its lock).
 func followersOf(ctx context.Context, q *gen.Queries, finished []*laneIdentity) ([]foundVia, error) {
 	var asks []laneAsk
+	chain := map[int64]int{}
 	for _, l := range finished {
+		chain[l.workID] = l.chain
 		for _, lane := range lanesOf(l.source.String, l.target.String) {
 			asks = append(asks, laneAsk{l.workID, lane.kind})
 		}
@@ -396,13 +411,13 @@ func followersOf(ctx context.Context, q *gen.Queries, finished []*laneIdentity) 
 	byID := map[int64]*follower{}
 	for _, r := range locked {
 		if r.State == StateBlocked {
-			byID[r.WorkID] = &follower{workID: r.WorkID, source: r.SourceLaneKey.String, target: r.TargetLaneKey.String}
+			byID[r.WorkID] = &follower{workID: r.WorkID, source: r.SourceLaneKey.String, target: r.TargetLaneKey.String, class: r.QueueClass, workType: r.WorkType}
 		}
 	}
 	var out []foundVia
 	for _, a := range asks {
 		if fw := byID[first[a]]; fw != nil {
-			out = append(out, foundVia{fw, a.kind})
+			out = append(out, foundVia{fw, a.kind, chain[a.candidate]})
 		}
 	}
 	return out, nil
@@ -417,16 +432,21 @@ func followersOf(ctx context.Context, q *gen.Queries, finished []*laneIdentity) 
 // found through are asked about, all followers at once; a follower behind
 // another of the same batch sees it (blocked, live) ahead and stays
 // blocked for that one's finish.
-func promoteAfter(ctx context.Context, q *gen.Queries, finished ...*laneIdentity) (int, error) {
+//
+// With tk, the heads it chooses (taking.choose) go to processing under its
+// claim reference instead (claim on promote); only the rest are promoted,
+// and counted.
+func promoteAfter(ctx context.Context, q *gen.Queries, tk *taking, finished ...*laneIdentity) (int, error) {
 	found := map[int64]*follower{}
 	var order []int64
-	via := func(fw *follower, kind string) {
+	via := func(fw *follower, kind string, chain int) {
 		if seen, ok := found[fw.workID]; ok {
 			fw = seen
 		} else {
 			found[fw.workID] = fw
 			order = append(order, fw.workID)
 		}
+		fw.chain = max(fw.chain, chain)
 		if kind == "source" {
 			fw.viaSource = true
 		} else {
@@ -441,7 +461,7 @@ func promoteAfter(ctx context.Context, q *gen.Queries, finished ...*laneIdentity
 				return 0, err
 			}
 			if fw != nil {
-				via(fw, lane.kind)
+				via(fw, lane.kind, l.chain)
 			}
 		}
 	} else {
@@ -450,7 +470,7 @@ func promoteAfter(ctx context.Context, q *gen.Queries, finished ...*laneIdentity
 			return 0, err
 		}
 		for _, f := range followers {
-			via(f.follower, f.kind)
+			via(f.follower, f.kind, f.chain)
 		}
 	}
 	var asks []laneAsk
@@ -462,10 +482,16 @@ func promoteAfter(ctx context.Context, q *gen.Queries, finished ...*laneIdentity
 		return 0, err
 	}
 	var heads []int64
+	var chosen []*follower
 	for _, id := range order {
 		if !slices.ContainsFunc(found[id].unasked(), func(a laneAsk) bool { return ahead[a] != 0 }) {
 			heads = append(heads, id)
+			chosen = append(chosen, found[id])
 		}
 	}
-	return promoteHeads(ctx, q, heads, true)
+	taken, err := tk.take(ctx, q, chosen)
+	if err != nil {
+		return 0, err
+	}
+	return promoteUntaken(ctx, q, heads, true, taken)
 }

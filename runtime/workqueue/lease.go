@@ -207,6 +207,9 @@ type Finished struct {
 	// PromotionsUnknown is set when the finish committed in a run whose
 	// reply was lost: followers may have been promoted.
 	PromotionsUnknown bool
+	// Taken counts followers the finish claimed for its own process
+	// instead of promoting them (Claimer.CompleteManyTaking).
+	Taken int
 }
 
 // readCommitted is the isolation of the finish and enqueue transactions:
@@ -263,7 +266,7 @@ func (qu *Queue) finish(ctx context.Context, l Lease, state string, f *Failure) 
 		if err := handOff(ctx, q, lanes); err != nil {
 			return err
 		}
-		res.Promoted, err = promoteAfter(ctx, q, lanes)
+		res.Promoted, err = promoteAfter(ctx, q, nil, lanes)
 		replyLost = true // a failure from here on (the commit) may have committed
 		return err
 	})
@@ -302,7 +305,7 @@ func (qu *Queue) expireToDead(ctx context.Context, r gen.StaleCandidatesRow) err
 		if err := handOff(ctx, q, lanes); err != nil {
 			return err
 		}
-		promoted, err = promoteAfter(ctx, q, lanes)
+		promoted, err = promoteAfter(ctx, q, nil, lanes)
 		return err
 	})
 	if err == nil && promoted > 0 {
