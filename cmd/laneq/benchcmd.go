@@ -32,6 +32,7 @@ func runBench(c *cli, args []string) error {
 	classes := fs.String("classes", "default,bulk", "queue classes, comma-separated")
 	fs.IntVar(&s.Processes, "processes", 3, "worker processes")
 	fs.IntVar(&s.Executors, "executors", 16, "executors per worker process")
+	fs.BoolVar(&s.NoClaimOnPromote, "no-claim-on-promote", false, "workers promote lane followers for claim turns instead of claiming them in the completion batch")
 	fs.DurationVar(&s.Lease, "lease", 0, "lease of every claim (default 3s)")
 	fs.DurationVar(&s.HandlerLatency, "handler-latency", 0, "simulated work per attempt, ±50% (default 5ms)")
 	fs.Float64Var(&s.FailureRate, "failure-rate", 0.02, "share of attempts that fail on purpose and retry (-1: none)")

@@ -78,13 +78,17 @@ func (w *Worker) completeBatch(ctx context.Context, leases []workqueue.Lease) []
 	for i, sh := range shapes {
 		places[i] = workqueue.TakePlace{QueueClasses: sh.QueueClasses, Max: len(leases)}
 	}
-	began := w.clock.Now() // no lease it takes is older
+	began, start := w.clock.Now(), time.Now() // no lease it takes is older
 	errs, _, taken, err := w.claimer.CompleteManyTaking(ctx, leases, places, w.types)
+	took := time.Since(start)
 	if err != nil {
 		w.log.Warn("followers taken on promote could not be read back; their leases will expire and be reclaimed", "err", err)
 	}
 	for i, sh := range shapes {
 		w.metrics.taken(ctx, sh.Name, len(taken[i]))
+		if h := w.cfg.Hooks; h != nil && h.AfterClaimTurn != nil && len(taken[i]) > 0 {
+			h.AfterClaimTurn(took, taken[i])
+		}
 		w.sched.Adopt(sh.Name, w.handOver(taken[i]), began)
 	}
 	return errs
@@ -156,7 +160,11 @@ func (b backend) Finish(ctx context.Context, cp *workqueue.Claimed, outcome erro
 		_, err = w.q.Wait(ctx, c, wait.Dependency) // a runnable item is announced by the queue
 	case outcome == nil && w.complete != nil:
 		kind = OutcomeCompleted // group-committed; the batch wakes the controller for followers it promoted
-		err = w.complete.do(ctx, c.Lease)
+		if c.Lease.InNoLane() {
+			err = w.complete.do(ctx, c.Lease)
+		} else {
+			err = w.completeLaned.do(ctx, c.Lease)
+		}
 	case outcome == nil:
 		kind = OutcomeCompleted
 		_, err = w.q.Complete(ctx, c.Lease)

@@ -71,9 +71,9 @@ type Config struct {
 	// CompleteBatch is the most completions one write takes: items in no
 	// lane by one statement, items in lanes by one transaction that
 	// promotes their followers (workqueue.Queue.CompleteMany). Executors
-	// that finish while two completion writes are in flight are written
-	// together by the next one (group commit, no timer: a completion is
-	// written at once while fewer are in flight). An executor takes its next
+	// that finish while a completion write is in flight (two for items in
+	// lanes) are written together by the next one (group commit, no timer:
+	// a completion is written at once while fewer are in flight). An executor takes its next
 	// item as soon as its handler returns; the item keeps its processing
 	// budget row (Scheduler.MaxProcessingRows) until its own write
 	// committed. Lease renewals are batched the same way, up to the same
@@ -157,8 +157,10 @@ type Hooks struct {
 	// to an executor.
 	AfterClaim func(workqueue.Claimed)
 	// AfterClaimTurn runs once per claim result that took items, with how
-	// long the claim turn (scope read, scans, CAS, read-back) took; load
-	// and fault runs (laneq bench) record claim latency with it.
+	// long the claim turn (scope read, scans, CAS, read-back) took, and once
+	// per shape a completion batch took followers for (claim on promote),
+	// with how long that batch's write and read-back took; load and fault
+	// runs (laneq bench) record claim latency with it.
 	AfterClaimTurn func(took time.Duration, claimed []workqueue.Claimed)
 	// BeforeFinish runs after the handler returned, before its outcome is
 	// made durable.

@@ -115,12 +115,15 @@ type Worker struct {
 	// laneCursor is where the next lane recovery page starts; only the
 	// controller's maintenance touches it, one at a time.
 	laneCursor workqueue.LaneCursor
-	complete   *leaseBatcher // nil: each completion written alone
-	renew      *leaseBatcher // nil: each renewal written alone
-	log        *slog.Logger
-	metrics    *metrics
-	history    *history // per-minute counts for the dashboard's charts
-	clock      clock.Clock
+	// complete writes completions of items in no lane, completeLaned of
+	// items in lanes (a transaction each, with claim on promote); both nil:
+	// each completion written alone.
+	complete, completeLaned *leaseBatcher
+	renew                   *leaseBatcher // nil: each renewal written alone
+	log                     *slog.Logger
+	metrics                 *metrics
+	history                 *history // per-minute counts for the dashboard's charts
+	clock                   clock.Clock
 	// claimBegan is when the last claim turn began (real time); only the
 	// controller's loop reads and writes it.
 	claimBegan time.Time
@@ -133,12 +136,15 @@ type Worker struct {
 	unserved   []workqueue.WorkKind
 }
 
-// completeWriters is how many completion batches a worker writes at once.
-// A laned batch is a transaction of several statements (finish, follower
-// lookups and locks, take or promote, commit, read-back), and every item
+// lanedCompleteWriters is how many batches of completions in lanes a worker
+// writes at once (completions in no lane: one, a statement each). A laned
+// batch is a transaction of several statements (finish, follower lookups
+// and locks, take or promote, commit, read-back), and every laned item
 // finishing meanwhile waits for it: with one in flight the processing
-// budget, not the database, bounded a lanes-of-five drain.
-const completeWriters = 2
+// budget, not the database, bounded a lanes-of-five drain. Two for items
+// in no lane halved their batches and cost about a third of their
+// throughput (BenchmarkThroughputVsFloor/lanes=0).
+const lanedCompleteWriters = 2
 
 // New builds a Worker; handlers maps each work type this process runs to
 // its handler.
@@ -187,7 +193,8 @@ func New(q *workqueue.Queue, cfg Config, handlers map[string]Handler) (*Worker, 
 		return nil, err
 	}
 	if cfg.CompleteBatch > 1 {
-		w.complete = newLeaseBatcher(w.completeBatch, cfg.CompleteBatch, completeWriters)
+		w.complete = newLeaseBatcher(w.completeBatch, cfg.CompleteBatch, 1)
+		w.completeLaned = newLeaseBatcher(w.completeBatch, cfg.CompleteBatch, lanedCompleteWriters)
 		w.renew = newLeaseBatcher(q.RenewMany, cfg.CompleteBatch, 1)
 	}
 	cfg.Scheduler.OnCapacityFreed = func() { w.ctrl.CapacityFreed() }

@@ -40,6 +40,7 @@ type processConfig struct {
 	Scopes         []string      `json:"scopes"`
 	Naive          bool          `json:"naive"`
 	Executors      int           `json:"executors"`
+	NoTake         bool          `json:"no_claim_on_promote"`
 	Lease          time.Duration `json:"lease"`
 	HandlerLatency time.Duration `json:"handler_latency"`
 	FailureRate    float64       `json:"failure_rate"`
@@ -120,6 +121,7 @@ func runLaneq(ctx context.Context, db *sql.DB, cfg processConfig, rec *recorder,
 	for _, scope := range cfg.Scopes {
 		wcfg := worker.Config{Scope: scope, Owner: cfg.Name, Logger: log}
 		wcfg.Scheduler.Executors = cfg.Executors
+		wcfg.NoClaimOnPromote = cfg.NoTake
 		wcfg.Hooks = &worker.Hooks{
 			AfterClaimTurn: func(took time.Duration, claimed []workqueue.Claimed) {
 				for _, c := range claimed {

@@ -291,6 +291,9 @@ func (r *Report) WriteText(w io.Writer) {
 	fmt.Fprintf(w, "workload: %d events over %d scope(s), %d source lanes, %d target lanes (bursts of %d), classes %s; %d processes × %d executors; lease %s; handler %s ±50%%; designed failure rate %.1f%%\n",
 		s.Items, s.Scopes, s.SourceLanes, s.TargetLanes, s.BurstSize, strings.Join(s.Classes, ","),
 		s.Processes, s.Executors, s.Lease, s.HandlerLatency, max(s.FailureRate, 0)*100)
+	if s.NoClaimOnPromote {
+		fmt.Fprintln(w, "claim on promote: off (followers are promoted for claim turns)")
+	}
 	sh := r.Shape
 	fmt.Fprintf(w, "events: %d in no lane, %d projection, %d waiting for a dependency, %d in same-target bursts, %d in multi-target bursts, the rest in source lanes only\n\n",
 		sh.Free, sh.Projection, sh.Consumers, sh.SameTarget, sh.MultiTarget)

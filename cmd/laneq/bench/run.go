@@ -406,7 +406,7 @@ func randomHex(n int) string {
 func (p *phase) workerEnv(name string) (string, error) {
 	cfg := processConfig{
 		Name: name, DSN: p.dsn, Scopes: p.wl.scopes, Naive: p.naive,
-		Executors: p.spec.Executors, Lease: p.spec.Lease,
+		Executors: p.spec.Executors, NoTake: p.spec.NoClaimOnPromote, Lease: p.spec.Lease,
 		HandlerLatency: p.spec.HandlerLatency, FailureRate: max(p.spec.FailureRate, 0),
 	}
 	b, err := json.Marshal(cfg)

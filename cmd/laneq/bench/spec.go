@@ -52,6 +52,10 @@ type Spec struct {
 	// Default 3 × 16.
 	Processes int
 	Executors int
+	// NoClaimOnPromote turns off the workers' claim on promote
+	// (worker.Config.NoClaimOnPromote): what taking lane followers in the
+	// completion batch saves.
+	NoClaimOnPromote bool
 	// Lease of every claim. Default 3s.
 	Lease time.Duration
 	// HandlerLatency is each attempt's simulated work (±50%). Default 5ms.
