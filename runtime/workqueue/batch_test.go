@@ -424,41 +424,11 @@ func TestCompleteManyRandomLanesPromoteExactlyTheReady(t *testing.T) {
 		t.Run(fmt.Sprint("seed=", seed), func(t *testing.T) {
 			f := newFixture(t, workqueue.Config{})
 			rng := rand.New(rand.NewPCG(uint64(seed), 0))
-			type item struct {
-				id             int64
-				source, target string
-			}
-			var items []item
-			for range 60 {
-				it := item{source: fmt.Sprint("S", rng.IntN(5))}
-				if rng.IntN(4) > 0 {
-					it.target = fmt.Sprint("T", rng.IntN(4))
-				}
-				it.id = f.one(workqueue.Work{SourceLane: it.source, TargetLane: it.target})
-				items = append(items, it)
-			}
+			lanes := f.randomLanes(rng, 60, 5, 4, 4)
 			done := map[int64]bool{}
-			ready := func() []int64 { // in enqueue (ordinal) order
-				var out []int64
-				for i, it := range items {
-					if done[it.id] {
-						continue
-					}
-					blocked := false
-					for _, before := range items[:i] {
-						if !done[before.id] && (before.source == it.source || (it.target != "" && before.target == it.target)) {
-							blocked = true
-							break
-						}
-					}
-					if !blocked {
-						out = append(out, it.id)
-					}
-				}
-				return out
-			}
+			ready := func() []int64 { return lanes.ready(done) }
 			c := f.claimer("w")
-			for round := 0; len(done) < len(items); round++ {
+			for round := 0; len(done) < len(lanes); round++ {
 				want := ready()
 				got := f.claim(c, workqueue.ClaimRequest{})
 				if diff := cmp.Diff(sorted(want), sorted(ids(got))); diff != "" {
@@ -537,4 +507,46 @@ func TestCompleteManyLanedBatchUnderFaults(t *testing.T) {
 			}
 		})
 	}
+}
+
+// randomLaneItem is an item of randomLanes.
+type randomLaneItem struct {
+	id             int64
+	source, target string
+}
+
+type randomLaneItems []randomLaneItem
+
+// randomLanes enqueues n items, each in one of sources source lanes and,
+// except one in targetOneIn, in one of targets target lanes.
+func (f *fixture) randomLanes(rng *rand.Rand, n, sources, targets, targetOneIn int) randomLaneItems {
+	f.t.Helper()
+	var items randomLaneItems
+	for range n {
+		it := randomLaneItem{source: fmt.Sprint("S", rng.IntN(sources))}
+		if rng.IntN(targetOneIn) > 0 {
+			it.target = fmt.Sprint("T", rng.IntN(targets))
+		}
+		it.id = f.one(workqueue.Work{SourceLane: it.source, TargetLane: it.target})
+		items = append(items, it)
+	}
+	return items
+}
+
+// ready are the items not done whose predecessors in both of their lanes
+// are all done, in enqueue (ordinal) order.
+func (items randomLaneItems) ready(done map[int64]bool) []int64 {
+	var out []int64
+	for i, it := range items {
+		if done[it.id] {
+			continue
+		}
+		blocked := slices.ContainsFunc(items[:i], func(before randomLaneItem) bool {
+			return !done[before.id] && (before.source == it.source || (it.target != "" && before.target == it.target))
+		})
+		if !blocked {
+			out = append(out, it.id)
+		}
+	}
+	return out
 }

@@ -160,41 +160,14 @@ func TestCompleteManyTakingRandomLanesRunExactlyTheReady(t *testing.T) {
 		t.Run(fmt.Sprint("seed=", seed), func(t *testing.T) {
 			f := newFixture(t, workqueue.Config{})
 			rng := rand.New(rand.NewPCG(uint64(seed), 7))
-			type item struct {
-				id             int64
-				source, target string
-			}
-			var items []item
-			for range 60 {
-				it := item{source: fmt.Sprint("S", rng.IntN(6))}
-				if rng.IntN(3) > 0 {
-					it.target = fmt.Sprint("T", rng.IntN(4))
-				}
-				it.id = f.one(workqueue.Work{SourceLane: it.source, TargetLane: it.target})
-				items = append(items, it)
-			}
+			lanes := f.randomLanes(rng, 60, 6, 4, 3)
 			done := map[int64]bool{}
-			ready := func() []int64 {
-				var out []int64
-				for i, it := range items {
-					if done[it.id] {
-						continue
-					}
-					blocked := slices.ContainsFunc(items[:i], func(before item) bool {
-						return !done[before.id] && (before.source == it.source || (it.target != "" && before.target == it.target))
-					})
-					if !blocked {
-						out = append(out, it.id)
-					}
-				}
-				return out
-			}
 			c := f.claimer("w")
 			var held []workqueue.Claimed
 			tookAny := false
-			for round := 0; len(done) < len(items); round++ {
+			for round := 0; len(done) < len(lanes); round++ {
 				held = append(held, f.claim(c, workqueue.ClaimRequest{})...)
-				if diff := cmp.Diff(sorted(ready()), sorted(ids(held))); diff != "" {
+				if diff := cmp.Diff(sorted(lanes.ready(done)), sorted(ids(held))); diff != "" {
 					t.Fatalf("round %d: running (-ready +taken and claimed):\n%s", round, diff)
 				}
 				rng.Shuffle(len(held), func(i, j int) { held[i], held[j] = held[j], held[i] })
