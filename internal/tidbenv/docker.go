@@ -9,6 +9,8 @@ import (
 
 	"github.com/ory/dockertest/v3"
 	dc "github.com/ory/dockertest/v3/docker"
+
+	"github.com/laneq/laneq/internal/backoff"
 )
 
 // containerExpiry is a safety net: the daemon removes a container that a
@@ -91,7 +93,8 @@ func startDocker(ctx context.Context, opts Options) (*Server, error) {
 		base:   loopbackConfig(res.GetPort("4000/tcp")),
 		stop:   stop,
 		pause: func() error {
-			if err := pool.Client.PauseContainer(res.Container.ID); err != nil {
+			err := retried(freezeAttempts, freezeBackoff, time.Sleep, func() error { return pool.Client.PauseContainer(res.Container.ID) })
+			if err != nil {
 				return fmt.Errorf("tidbenv: docker pause %s: %w", res.Container.ID[:12], err)
 			}
 			return nil
@@ -109,4 +112,28 @@ func startDocker(ctx context.Context, opts Options) (*Server, error) {
 	}
 	fmt.Fprintf(opts.Progress, "tidbenv: %s ready in container in %s\n", srv.Version, time.Since(started).Round(100*time.Millisecond))
 	return srv, nil
+}
+
+// freezeAttempts bounds the tries of one docker pause. The cgroup freezer
+// gives up ("OCI runtime pause failed: unable to freeze") when a task does
+// not stop in time, which a loaded machine makes likely (seen once in a CI
+// run beside two CPU hogs); runc thaws the container again, so another try
+// is safe.
+const freezeAttempts = 5
+
+var freezeBackoff = backoff.Policy{Initial: 100 * time.Millisecond, Max: 2 * time.Second, Jitter: 0.5}
+
+// retried runs op until it succeeds, at most attempts times, sleeping
+// policy's delay between tries, and returns the last error.
+func retried(attempts int, policy backoff.Policy, sleep func(time.Duration), op func() error) error {
+	var err error
+	for i := 1; i <= attempts; i++ {
+		if err = op(); err == nil {
+			return nil
+		}
+		if i < attempts {
+			sleep(policy.Next(i))
+		}
+	}
+	return fmt.Errorf("%d attempts: %w", attempts, err)
 }
