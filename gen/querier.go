@@ -642,6 +642,15 @@ type Querier interface {
 	// incarnation's own row. Expiry from the database clock, like leases.
 	// process is what the process says about itself, for operators only.
 	RegisterWakeEndpoint(ctx context.Context, arg RegisterWakeEndpointParams) error
+	// One endpoint for many scopes (worker.Group): one process, one socket and
+	// one key serve every scope it lists, with a row per scope so that senders
+	// keep reading one scope's primary-key range (ListWakeEndpoints). Each
+	// statement below writes all of them at once, batched on the primary key:
+	// registering, renewing or removing a thousand scopes is one statement.
+	// Registers endpoint_id for every listed scope that exists (a scope row read
+	// by a batch point get; missing scopes get no row, and the caller compares
+	// the count). An upsert by primary key, like RegisterWakeEndpoint.
+	RegisterWakeEndpointForScopes(ctx context.Context, arg RegisterWakeEndpointForScopesParams) (int64, error)
 	// Enqueue records each (queue class, work type) pair of a scope once, in the
 	// batch's transaction; a process skips pairs it registered before. Primary
 	// key upsert that keeps the first sighting.
@@ -654,6 +663,9 @@ type Querier interface {
 	// A process that stops removes its endpoint, so no sender wakes a port
 	// that may by then belong to another program.
 	RemoveWakeEndpoint(ctx context.Context, arg RemoveWakeEndpointParams) (int64, error)
+	// A stopping process removes endpoint_id's rows of the listed scopes (batch
+	// point gets on the primary key).
+	RemoveWakeEndpointForScopes(ctx context.Context, arg RemoveWakeEndpointForScopesParams) (int64, error)
 	// Heartbeat: moves the lease expiry (run_after, while processing) from the
 	// database clock. Keeps the token, so the holder's later calls stay valid.
 	RenewLease(ctx context.Context, arg RenewLeaseParams) (int64, error)
@@ -666,6 +678,10 @@ type Querier interface {
 	// Moves this endpoint's expiry; 0 rows means the row is gone (swept as
 	// expired while the process was paused): the caller registers again.
 	RenewWakeEndpoint(ctx context.Context, arg RenewWakeEndpointParams) (int64, error)
+	// Moves the expiry of endpoint_id's rows of the listed scopes: a batch of
+	// primary-key point gets. Fewer rows than scopes means some were swept
+	// while the process was paused: the caller registers them all again.
+	RenewWakeEndpointForScopes(ctx context.Context, arg RenewWakeEndpointForScopesParams) (int64, error)
 	// An item's history across replays: every work item of its event and work
 	// type (the original at depth 0, each replay one deeper), in depth order.
 	// A prefix range of uk_work_item_event_type, as long as the replay count.
@@ -718,6 +734,22 @@ type Querier interface {
 	// between the two leaves a satisfied key with waiters: the safety pass
 	// wakes them.
 	SatisfyDependency(ctx context.Context, arg SatisfyDependencyParams) error
+	// A multi-scope worker's idle probe (worker.Group): for the listed scopes it
+	// serves, what moves when work may have become claimable in a scope that
+	// had none. Every enqueue and replay advances next_enqueue_ordinal, and a
+	// generation move or a pause change rewrites updated_at, all under the
+	// scope row's lock; work that is already live (pending, blocked, waiting,
+	// processing) keeps its scope's member running, so for a scope with no
+	// live work these columns are the only place a change can show. One
+	// statement for every idle scope: a batch of primary-key point gets (the
+	// caller sends at most 1,000 ids a statement), never a work_item read.
+	ScopeMarks(ctx context.Context, scopeIds []string) ([]ScopeMarksRow, error)
+	// The same for every scope of a prefix (worker.Group with a Prefix), which
+	// also finds scopes created since the last probe: the primary key's range
+	// [from_scope_id, before_scope_id), a page of at most LIMIT rows in key
+	// order (the caller computes before_scope_id, the prefix's upper bound, and
+	// pages on from the last id read).
+	ScopeMarksInRange(ctx context.Context, arg ScopeMarksInRangeParams) ([]ScopeMarksInRangeRow, error)
 	// The processes page: a scope's registered worker processes, live and
 	// recently expired, with what each says about itself. The scope's
 	// primary-key range of wake_endpoint, as long as its process count (rows
@@ -786,6 +818,10 @@ type Querier interface {
 	// scope's primary-key range: whoever lists the scope may sweep it, so the
 	// range stays as long as the live process count.
 	SweepExpiredWakeEndpoints(ctx context.Context, arg SweepExpiredWakeEndpointsParams) (int64, error)
+	// SweepExpiredWakeEndpoints for many scopes at once: the listed scopes'
+	// primary-key ranges (as long as their processes, live or recently dead),
+	// at most LIMIT rows deleted.
+	SweepExpiredWakeEndpointsForScopes(ctx context.Context, arg SweepExpiredWakeEndpointsForScopesParams) (int64, error)
 	// Claim on promote: a finisher with free executor places takes the lane
 	// followers its finish made heads straight to processing, in the finish's
 	// transaction, instead of making them pending for a claim turn (scan, CAS,

@@ -7,6 +7,7 @@ package gen
 
 import (
 	"context"
+	"strings"
 	"time"
 )
 
@@ -206,6 +207,122 @@ func (q *Queries) RollbackScopeGeneration(ctx context.Context, arg RollbackScope
 		return 0, err
 	}
 	return result.RowsAffected()
+}
+
+const scopeMarks = `-- name: ScopeMarks :many
+SELECT scope_id, active_generation, next_enqueue_ordinal, updated_at
+FROM scope
+WHERE scope_id IN (/*SLICE:scope_ids*/?)
+ORDER BY scope_id
+`
+
+type ScopeMarksRow struct {
+	ScopeID            string
+	ActiveGeneration   int64
+	NextEnqueueOrdinal int64
+	UpdatedAt          time.Time
+}
+
+// A multi-scope worker's idle probe (worker.Group): for the listed scopes it
+// serves, what moves when work may have become claimable in a scope that
+// had none. Every enqueue and replay advances next_enqueue_ordinal, and a
+// generation move or a pause change rewrites updated_at, all under the
+// scope row's lock; work that is already live (pending, blocked, waiting,
+// processing) keeps its scope's member running, so for a scope with no
+// live work these columns are the only place a change can show. One
+// statement for every idle scope: a batch of primary-key point gets (the
+// caller sends at most 1,000 ids a statement), never a work_item read.
+func (q *Queries) ScopeMarks(ctx context.Context, scopeIds []string) ([]ScopeMarksRow, error) {
+	query := scopeMarks
+	var queryParams []interface{}
+	if len(scopeIds) > 0 {
+		for _, v := range scopeIds {
+			queryParams = append(queryParams, v)
+		}
+		query = strings.Replace(query, "/*SLICE:scope_ids*/?", strings.Repeat(",?", len(scopeIds))[1:], 1)
+	} else {
+		query = strings.Replace(query, "/*SLICE:scope_ids*/?", "NULL", 1)
+	}
+	rows, err := q.db.QueryContext(ctx, query, queryParams...)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []ScopeMarksRow{}
+	for rows.Next() {
+		var i ScopeMarksRow
+		if err := rows.Scan(
+			&i.ScopeID,
+			&i.ActiveGeneration,
+			&i.NextEnqueueOrdinal,
+			&i.UpdatedAt,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Close(); err != nil {
+		return nil, err
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const scopeMarksInRange = `-- name: ScopeMarksInRange :many
+SELECT scope_id, active_generation, next_enqueue_ordinal, updated_at
+FROM scope
+WHERE scope_id >= ?
+  AND scope_id < ?
+ORDER BY scope_id
+LIMIT ?
+`
+
+type ScopeMarksInRangeParams struct {
+	FromScopeID   string
+	BeforeScopeID string
+	Limit         int32
+}
+
+type ScopeMarksInRangeRow struct {
+	ScopeID            string
+	ActiveGeneration   int64
+	NextEnqueueOrdinal int64
+	UpdatedAt          time.Time
+}
+
+// The same for every scope of a prefix (worker.Group with a Prefix), which
+// also finds scopes created since the last probe: the primary key's range
+// [from_scope_id, before_scope_id), a page of at most LIMIT rows in key
+// order (the caller computes before_scope_id, the prefix's upper bound, and
+// pages on from the last id read).
+func (q *Queries) ScopeMarksInRange(ctx context.Context, arg ScopeMarksInRangeParams) ([]ScopeMarksInRangeRow, error) {
+	rows, err := q.db.QueryContext(ctx, scopeMarksInRange, arg.FromScopeID, arg.BeforeScopeID, arg.Limit)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []ScopeMarksInRangeRow{}
+	for rows.Next() {
+		var i ScopeMarksInRangeRow
+		if err := rows.Scan(
+			&i.ScopeID,
+			&i.ActiveGeneration,
+			&i.NextEnqueueOrdinal,
+			&i.UpdatedAt,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Close(); err != nil {
+		return nil, err
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
 }
 
 const sessionSettings = `-- name: SessionSettings :one

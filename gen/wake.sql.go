@@ -7,6 +7,7 @@ package gen
 
 import (
 	"context"
+	"strings"
 	"time"
 )
 
@@ -105,6 +106,60 @@ func (q *Queries) RegisterWakeEndpoint(ctx context.Context, arg RegisterWakeEndp
 	return err
 }
 
+const registerWakeEndpointForScopes = `-- name: RegisterWakeEndpointForScopes :execrows
+
+INSERT INTO wake_endpoint (scope_id, endpoint_id, address, wake_key, registered_at, expires_at, process, renewed_at)
+SELECT s.scope_id, ?, ?, ?, NOW(6),
+       DATE_ADD(NOW(6), INTERVAL CAST(? AS SIGNED) MICROSECOND), ?, NOW(6)
+FROM scope s
+WHERE s.scope_id IN (/*SLICE:scope_ids*/?)
+ON DUPLICATE KEY UPDATE address = VALUES(address),
+                        wake_key = VALUES(wake_key),
+                        expires_at = VALUES(expires_at),
+                        process = VALUES(process),
+                        renewed_at = VALUES(renewed_at)
+`
+
+type RegisterWakeEndpointForScopesParams struct {
+	EndpointID string
+	Address    string
+	WakeKey    []byte
+	TTLMicros  int64
+	Process    []byte
+	ScopeIds   []string
+}
+
+// One endpoint for many scopes (worker.Group): one process, one socket and
+// one key serve every scope it lists, with a row per scope so that senders
+// keep reading one scope's primary-key range (ListWakeEndpoints). Each
+// statement below writes all of them at once, batched on the primary key:
+// registering, renewing or removing a thousand scopes is one statement.
+// Registers endpoint_id for every listed scope that exists (a scope row read
+// by a batch point get; missing scopes get no row, and the caller compares
+// the count). An upsert by primary key, like RegisterWakeEndpoint.
+func (q *Queries) RegisterWakeEndpointForScopes(ctx context.Context, arg RegisterWakeEndpointForScopesParams) (int64, error) {
+	query := registerWakeEndpointForScopes
+	var queryParams []interface{}
+	queryParams = append(queryParams, arg.EndpointID)
+	queryParams = append(queryParams, arg.Address)
+	queryParams = append(queryParams, arg.WakeKey)
+	queryParams = append(queryParams, arg.TTLMicros)
+	queryParams = append(queryParams, arg.Process)
+	if len(arg.ScopeIds) > 0 {
+		for _, v := range arg.ScopeIds {
+			queryParams = append(queryParams, v)
+		}
+		query = strings.Replace(query, "/*SLICE:scope_ids*/?", strings.Repeat(",?", len(arg.ScopeIds))[1:], 1)
+	} else {
+		query = strings.Replace(query, "/*SLICE:scope_ids*/?", "NULL", 1)
+	}
+	result, err := q.db.ExecContext(ctx, query, queryParams...)
+	if err != nil {
+		return 0, err
+	}
+	return result.RowsAffected()
+}
+
 const removeWakeEndpoint = `-- name: RemoveWakeEndpoint :execrows
 DELETE FROM wake_endpoint
 WHERE scope_id = ?
@@ -120,6 +175,38 @@ type RemoveWakeEndpointParams struct {
 // that may by then belong to another program.
 func (q *Queries) RemoveWakeEndpoint(ctx context.Context, arg RemoveWakeEndpointParams) (int64, error) {
 	result, err := q.db.ExecContext(ctx, removeWakeEndpoint, arg.ScopeID, arg.EndpointID)
+	if err != nil {
+		return 0, err
+	}
+	return result.RowsAffected()
+}
+
+const removeWakeEndpointForScopes = `-- name: RemoveWakeEndpointForScopes :execrows
+DELETE FROM wake_endpoint
+WHERE scope_id IN (/*SLICE:scope_ids*/?)
+  AND endpoint_id = ?
+`
+
+type RemoveWakeEndpointForScopesParams struct {
+	ScopeIds   []string
+	EndpointID string
+}
+
+// A stopping process removes endpoint_id's rows of the listed scopes (batch
+// point gets on the primary key).
+func (q *Queries) RemoveWakeEndpointForScopes(ctx context.Context, arg RemoveWakeEndpointForScopesParams) (int64, error) {
+	query := removeWakeEndpointForScopes
+	var queryParams []interface{}
+	if len(arg.ScopeIds) > 0 {
+		for _, v := range arg.ScopeIds {
+			queryParams = append(queryParams, v)
+		}
+		query = strings.Replace(query, "/*SLICE:scope_ids*/?", strings.Repeat(",?", len(arg.ScopeIds))[1:], 1)
+	} else {
+		query = strings.Replace(query, "/*SLICE:scope_ids*/?", "NULL", 1)
+	}
+	queryParams = append(queryParams, arg.EndpointID)
+	result, err := q.db.ExecContext(ctx, query, queryParams...)
 	if err != nil {
 		return 0, err
 	}
@@ -157,6 +244,46 @@ func (q *Queries) RenewWakeEndpoint(ctx context.Context, arg RenewWakeEndpointPa
 	return result.RowsAffected()
 }
 
+const renewWakeEndpointForScopes = `-- name: RenewWakeEndpointForScopes :execrows
+UPDATE wake_endpoint
+SET expires_at = DATE_ADD(NOW(6), INTERVAL CAST(? AS SIGNED) MICROSECOND),
+    process = ?,
+    renewed_at = NOW(6)
+WHERE scope_id IN (/*SLICE:scope_ids*/?)
+  AND endpoint_id = ?
+`
+
+type RenewWakeEndpointForScopesParams struct {
+	TTLMicros  int64
+	Process    []byte
+	ScopeIds   []string
+	EndpointID string
+}
+
+// Moves the expiry of endpoint_id's rows of the listed scopes: a batch of
+// primary-key point gets. Fewer rows than scopes means some were swept
+// while the process was paused: the caller registers them all again.
+func (q *Queries) RenewWakeEndpointForScopes(ctx context.Context, arg RenewWakeEndpointForScopesParams) (int64, error) {
+	query := renewWakeEndpointForScopes
+	var queryParams []interface{}
+	queryParams = append(queryParams, arg.TTLMicros)
+	queryParams = append(queryParams, arg.Process)
+	if len(arg.ScopeIds) > 0 {
+		for _, v := range arg.ScopeIds {
+			queryParams = append(queryParams, v)
+		}
+		query = strings.Replace(query, "/*SLICE:scope_ids*/?", strings.Repeat(",?", len(arg.ScopeIds))[1:], 1)
+	} else {
+		query = strings.Replace(query, "/*SLICE:scope_ids*/?", "NULL", 1)
+	}
+	queryParams = append(queryParams, arg.EndpointID)
+	result, err := q.db.ExecContext(ctx, query, queryParams...)
+	if err != nil {
+		return 0, err
+	}
+	return result.RowsAffected()
+}
+
 const sweepExpiredWakeEndpoints = `-- name: SweepExpiredWakeEndpoints :execrows
 DELETE FROM wake_endpoint
 WHERE scope_id = ?
@@ -176,6 +303,42 @@ type SweepExpiredWakeEndpointsParams struct {
 // range stays as long as the live process count.
 func (q *Queries) SweepExpiredWakeEndpoints(ctx context.Context, arg SweepExpiredWakeEndpointsParams) (int64, error) {
 	result, err := q.db.ExecContext(ctx, sweepExpiredWakeEndpoints, arg.ScopeID, arg.GraceMicros, arg.Limit)
+	if err != nil {
+		return 0, err
+	}
+	return result.RowsAffected()
+}
+
+const sweepExpiredWakeEndpointsForScopes = `-- name: SweepExpiredWakeEndpointsForScopes :execrows
+DELETE FROM wake_endpoint
+WHERE scope_id IN (/*SLICE:scope_ids*/?)
+  AND expires_at < DATE_SUB(NOW(6), INTERVAL CAST(? AS SIGNED) MICROSECOND)
+LIMIT ?
+`
+
+type SweepExpiredWakeEndpointsForScopesParams struct {
+	ScopeIds    []string
+	GraceMicros int64
+	Limit       int32
+}
+
+// SweepExpiredWakeEndpoints for many scopes at once: the listed scopes'
+// primary-key ranges (as long as their processes, live or recently dead),
+// at most LIMIT rows deleted.
+func (q *Queries) SweepExpiredWakeEndpointsForScopes(ctx context.Context, arg SweepExpiredWakeEndpointsForScopesParams) (int64, error) {
+	query := sweepExpiredWakeEndpointsForScopes
+	var queryParams []interface{}
+	if len(arg.ScopeIds) > 0 {
+		for _, v := range arg.ScopeIds {
+			queryParams = append(queryParams, v)
+		}
+		query = strings.Replace(query, "/*SLICE:scope_ids*/?", strings.Repeat(",?", len(arg.ScopeIds))[1:], 1)
+	} else {
+		query = strings.Replace(query, "/*SLICE:scope_ids*/?", "NULL", 1)
+	}
+	queryParams = append(queryParams, arg.GraceMicros)
+	queryParams = append(queryParams, arg.Limit)
+	result, err := q.db.ExecContext(ctx, query, queryParams...)
 	if err != nil {
 		return 0, err
 	}

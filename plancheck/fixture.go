@@ -27,9 +27,16 @@ const (
 	ProjectionHistoryKey = "hist:projection"
 	TargetScope          = "plan/target"
 	OtherScope           = "plan/other"
-	targetGen            = 2
-	knownBase            = 1_000_000  // ids and ordinals of the target scope's interesting rows
-	noise                = 10_000_000 // id blocks of the noise distributions: each starts at a multiple
+	// IdleScopePrefix names the idle scopes of a multi-scope worker,
+	// IdleScopes of them at every scale; NoiseScopePrefix sorts right
+	// after it and holds `scale` more (see SeedIdleScopes).
+	IdleScopePrefix  = "plan/tenant/"
+	NoiseScopePrefix = "plan/tenant0"
+	IdleScopes       = 1000
+	GroupEndpoint    = "group-1"
+	targetGen        = 2
+	knownBase        = 1_000_000  // ids and ordinals of the target scope's interesting rows
+	noise            = 10_000_000 // id blocks of the noise distributions: each starts at a multiple
 )
 
 // The fixture's timeline. Rows that must be due sit in the year 2000, so no
@@ -43,7 +50,15 @@ const futureLead = time.Hour
 
 // Values are the fixture facts cases can name as "$key" arguments.
 func Values() map[string]any {
+	idle := make([]any, IdleScopes)
+	for i := range idle {
+		idle[i] = fmt.Sprintf("%s%05d", IdleScopePrefix, i)
+	}
 	return map[string]any{
+		"idle_scopes":         idle,             // a multi-scope worker's 1,000 idle scopes
+		"idle_prefix":         IdleScopePrefix,  // their prefix
+		"idle_prefix_end":     NoiseScopePrefix, // its key range's end
+		"group_endpoint":      GroupEndpoint,    // the endpoint registered on all of them
 		"scope":               TargetScope,
 		"generation":          int64(targetGen),
 		"head_work_id":        int64(knownBase),            // a due pending lane head
@@ -305,6 +320,18 @@ func Seed(ctx context.Context, db *sql.DB, scale int64, progress io.Writer) erro
 		}); err != nil {
 			return fmt.Errorf("plancheck: seed events of %s: %w", d.what, err)
 		}
+	}
+	for _, s := range []struct {
+		prefix string
+		count  int64
+	}{{IdleScopePrefix, IdleScopes}, {NoiseScopePrefix, min(scale, 10_000)}} {
+		if _, err := execSeed(ctx, conn, "SeedIdleScopes", map[string]any{"prefix": s.prefix, "count": s.count}); err != nil {
+			return fmt.Errorf("plancheck: seed idle scopes %s: %w", s.prefix, err)
+		}
+	}
+	if _, err := execSeed(ctx, conn, "SeedGroupWakeEndpoints", map[string]any{"endpoint_id": GroupEndpoint,
+		"from_scope_id": IdleScopePrefix, "before_scope_id": NoiseScopePrefix}); err != nil {
+		return fmt.Errorf("plancheck: seed the group's wake endpoints: %w", err)
 	}
 	for _, s := range []struct {
 		scope, prefix string

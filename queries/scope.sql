@@ -106,3 +106,31 @@ SELECT queue_class, work_type
 FROM scope_work_kind
 WHERE scope_id = sqlc.arg(scope_id)
 ORDER BY queue_class, work_type;
+
+-- name: ScopeMarks :many
+-- A multi-scope worker's idle probe (worker.Group): for the listed scopes it
+-- serves, what moves when work may have become claimable in a scope that
+-- had none. Every enqueue and replay advances next_enqueue_ordinal, and a
+-- generation move or a pause change rewrites updated_at, all under the
+-- scope row's lock; work that is already live (pending, blocked, waiting,
+-- processing) keeps its scope's member running, so for a scope with no
+-- live work these columns are the only place a change can show. One
+-- statement for every idle scope: a batch of primary-key point gets (the
+-- caller sends at most 1,000 ids a statement), never a work_item read.
+SELECT scope_id, active_generation, next_enqueue_ordinal, updated_at
+FROM scope
+WHERE scope_id IN (sqlc.slice(scope_ids))
+ORDER BY scope_id;
+
+-- name: ScopeMarksInRange :many
+-- The same for every scope of a prefix (worker.Group with a Prefix), which
+-- also finds scopes created since the last probe: the primary key's range
+-- [from_scope_id, before_scope_id), a page of at most LIMIT rows in key
+-- order (the caller computes before_scope_id, the prefix's upper bound, and
+-- pages on from the last id read).
+SELECT scope_id, active_generation, next_enqueue_ordinal, updated_at
+FROM scope
+WHERE scope_id >= sqlc.arg(from_scope_id)
+  AND scope_id < sqlc.arg(before_scope_id)
+ORDER BY scope_id
+LIMIT ?;

@@ -57,3 +57,51 @@ DELETE FROM wake_endpoint
 WHERE scope_id = sqlc.arg(scope_id)
   AND expires_at < DATE_SUB(NOW(6), INTERVAL CAST(sqlc.arg(grace_micros) AS SIGNED) MICROSECOND)
 LIMIT ?;
+
+-- One endpoint for many scopes (worker.Group): one process, one socket and
+-- one key serve every scope it lists, with a row per scope so that senders
+-- keep reading one scope's primary-key range (ListWakeEndpoints). Each
+-- statement below writes all of them at once, batched on the primary key:
+-- registering, renewing or removing a thousand scopes is one statement.
+
+-- name: RegisterWakeEndpointForScopes :execrows
+-- Registers endpoint_id for every listed scope that exists (a scope row read
+-- by a batch point get; missing scopes get no row, and the caller compares
+-- the count). An upsert by primary key, like RegisterWakeEndpoint.
+INSERT INTO wake_endpoint (scope_id, endpoint_id, address, wake_key, registered_at, expires_at, process, renewed_at)
+SELECT s.scope_id, sqlc.arg(endpoint_id), sqlc.arg(address), sqlc.arg(wake_key), NOW(6),
+       DATE_ADD(NOW(6), INTERVAL CAST(sqlc.arg(ttl_micros) AS SIGNED) MICROSECOND), sqlc.narg(process), NOW(6)
+FROM scope s
+WHERE s.scope_id IN (sqlc.slice(scope_ids))
+ON DUPLICATE KEY UPDATE address = VALUES(address),
+                        wake_key = VALUES(wake_key),
+                        expires_at = VALUES(expires_at),
+                        process = VALUES(process),
+                        renewed_at = VALUES(renewed_at);
+
+-- name: RenewWakeEndpointForScopes :execrows
+-- Moves the expiry of endpoint_id's rows of the listed scopes: a batch of
+-- primary-key point gets. Fewer rows than scopes means some were swept
+-- while the process was paused: the caller registers them all again.
+UPDATE wake_endpoint
+SET expires_at = DATE_ADD(NOW(6), INTERVAL CAST(sqlc.arg(ttl_micros) AS SIGNED) MICROSECOND),
+    process = sqlc.narg(process),
+    renewed_at = NOW(6)
+WHERE scope_id IN (sqlc.slice(scope_ids))
+  AND endpoint_id = sqlc.arg(endpoint_id);
+
+-- name: RemoveWakeEndpointForScopes :execrows
+-- A stopping process removes endpoint_id's rows of the listed scopes (batch
+-- point gets on the primary key).
+DELETE FROM wake_endpoint
+WHERE scope_id IN (sqlc.slice(scope_ids))
+  AND endpoint_id = sqlc.arg(endpoint_id);
+
+-- name: SweepExpiredWakeEndpointsForScopes :execrows
+-- SweepExpiredWakeEndpoints for many scopes at once: the listed scopes'
+-- primary-key ranges (as long as their processes, live or recently dead),
+-- at most LIMIT rows deleted.
+DELETE FROM wake_endpoint
+WHERE scope_id IN (sqlc.slice(scope_ids))
+  AND expires_at < DATE_SUB(NOW(6), INTERVAL CAST(sqlc.arg(grace_micros) AS SIGNED) MICROSECOND)
+LIMIT ?;
