@@ -50,7 +50,7 @@ func (h *Hub) accept(b []byte) {
 	h.mu.Lock()
 	s := h.subs[m.Endpoint]
 	h.mu.Unlock()
-	if s == nil || s.scope != m.Scope {
+	if s == nil || !s.serves(m.Scope) {
 		h.st.unknown.Add(1)
 		return
 	}
@@ -73,7 +73,7 @@ func (h *Hub) accept(b []byte) {
 		s.setState(func() { s.selfTested = true })
 		return
 	}
-	s.wake(m.LookFar, m.Rewind)
+	s.wake(m.Scope, m.LookFar, m.Rewind)
 }
 
 // firstSight records nonce and reports whether it was new.

@@ -5,6 +5,8 @@ import (
 	"crypto/rand"
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -19,12 +21,15 @@ import (
 type Handlers struct {
 	// Wake: another process says work may be claimable in the scope;
 	// lookFar: some of it only later, so look for the next due time as
-	// far as the backstop.
+	// far as the backstop. Subscribe needs it.
 	Wake func(lookFar bool)
 	// Rewind, when set, is called before a Wake whose announcement came
 	// from a commit later than workqueue.LateCommit after its write began:
 	// the receiver's claim scans start from the front (Claimer.Rewind).
 	Rewind func()
+	// WakeScope is Wake and Rewind for a subscription of many scopes
+	// (SubscribeScopes, which needs it): the scope the announcement named.
+	WakeScope func(scope string, lookFar, rewind bool)
 	// Health: whether other processes can wake this one now. True once
 	// the self-test datagram came back through the advertised address,
 	// the endpoint is registered, and it has been for EndpointCacheTTL
@@ -49,10 +54,11 @@ func (on Handlers) process() *workqueue.ProcessInfo {
 	return &p
 }
 
-// Subscription is one scope's endpoint on a hub.
+// Subscription is an endpoint on a hub: one scope's (Subscribe), or one
+// endpoint serving many scopes (SubscribeScopes), with a row per scope.
 type Subscription struct {
 	h     *Hub
-	scope string
+	scope string // the scope of Subscribe; "" for SubscribeScopes
 	ep    workqueue.WakeEndpoint
 	on    Handlers
 
@@ -68,7 +74,14 @@ type Subscription struct {
 	healthy    bool
 	lookFar    atomic.Bool // a pending wake asked to look far
 	rewind     atomic.Bool // a pending wake asked to rewind
+	// scopes are the scopes of SubscribeScopes (nil for Subscribe), and
+	// pending their wakes not delivered yet; both under mu.
+	scopes  map[string]bool
+	pending map[string]pendingWake
 }
+
+// pendingWake is what the wakes of one scope asked, folded.
+type pendingWake struct{ lookFar, rewind bool }
 
 // ScopeSweepLimit bounds the expired endpoints a Subscribe deletes.
 const ScopeSweepLimit = 100
@@ -81,6 +94,29 @@ func (h *Hub) Subscribe(ctx context.Context, scope string, on Handlers) (*Subscr
 	if on.Wake == nil {
 		return nil, errors.New("wake: Subscribe needs a Wake handler")
 	}
+	return h.subscribe(ctx, on, scope, nil)
+}
+
+// SubscribeScopes registers one endpoint for every listed scope that
+// exists (a row per scope, written by one statement per
+// workqueue.MaxScopesPerStatement scopes) and calls on.WakeScope when
+// another process announces work in one of them: one socket, key,
+// self-test and renewal for all of them, so a process serving a thousand
+// scopes renews them with one statement. Expired endpoints of the scopes
+// are swept first, as by Subscribe. Add registers more scopes.
+func (h *Hub) SubscribeScopes(ctx context.Context, scopes []string, on Handlers) (*Subscription, error) {
+	if on.WakeScope == nil {
+		return nil, errors.New("wake: SubscribeScopes needs a WakeScope handler")
+	}
+	if len(scopes) == 0 {
+		return nil, errors.New("wake: SubscribeScopes needs at least one scope")
+	}
+	return h.subscribe(ctx, on, "", slices.Clone(scopes))
+}
+
+// subscribe registers one scope's endpoint (scopes nil) or one endpoint of
+// many scopes, self-tests it and starts delivering its wakes.
+func (h *Hub) subscribe(ctx context.Context, on Handlers, scope string, scopes []string) (*Subscription, error) {
 	if on.Health == nil {
 		on.Health = func(bool) {}
 	}
@@ -100,17 +136,24 @@ func (h *Hub) Subscribe(ctx context.Context, scope string, on Handlers) (*Subscr
 		h: h, scope: scope, on: on, ep: workqueue.WakeEndpoint{ID: id, Address: h.advertise, Key: key},
 		kick: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{}),
 	}
-	if _, err := h.q.SweepWakeEndpoints(ctx, scope, h.cfg.TTL, ScopeSweepLimit); err != nil {
-		return nil, err
-	}
 	s.ep.Process = on.process()
-	if err := h.q.RegisterWakeEndpoint(ctx, scope, s.ep, h.cfg.TTL); err != nil {
-		return nil, err
+	if scopes == nil {
+		if _, err := h.q.SweepWakeEndpoints(ctx, scope, h.cfg.TTL, ScopeSweepLimit); err != nil {
+			return nil, err
+		}
+		if err := h.q.RegisterWakeEndpoint(ctx, scope, s.ep, h.cfg.TTL); err != nil {
+			return nil, err
+		}
+	} else {
+		s.scopes, s.pending = map[string]bool{}, map[string]pendingWake{}
+		if err := s.register(ctx, scopes); err != nil {
+			return nil, err
+		}
 	}
 	h.mu.Lock()
 	if h.closed {
 		h.mu.Unlock()
-		_ = h.q.RemoveWakeEndpoint(ctx, scope, id)
+		_ = s.remove(ctx)
 		return nil, ErrClosed
 	}
 	h.subs[id] = s
@@ -124,6 +167,64 @@ func (h *Hub) Subscribe(ctx context.Context, scope string, on Handlers) (*Subscr
 	h.wg.Add(1)
 	go s.becomeKnown()
 	return s, nil
+}
+
+// register sweeps the expired endpoints of scopes, registers this endpoint
+// for them and adds them to the subscription's scopes (SubscribeScopes).
+func (s *Subscription) register(ctx context.Context, scopes []string) error {
+	h := s.h
+	if _, err := h.q.SweepWakeEndpointsForScopes(ctx, scopes, h.cfg.TTL, ScopeSweepLimit); err != nil {
+		return err
+	}
+	if err := h.q.RegisterWakeEndpointForScopes(ctx, scopes, s.ep, h.cfg.TTL); err != nil {
+		return err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, sc := range scopes {
+		s.scopes[sc] = true
+	}
+	return nil
+}
+
+// Add registers the endpoint of a SubscribeScopes subscription for more
+// scopes (scopes it already serves are written again, harmlessly). A
+// sender that listed one of them within EndpointCacheTTL before does not
+// wake it here until its list expires.
+func (s *Subscription) Add(ctx context.Context, scopes []string) error {
+	if s.scopes == nil {
+		return errors.New("wake: Add is for subscriptions of SubscribeScopes")
+	}
+	return s.register(ctx, scopes)
+}
+
+// Scopes returns the scopes a SubscribeScopes subscription serves, sorted
+// (nil for Subscribe's).
+func (s *Subscription) Scopes() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.scopes == nil {
+		return nil
+	}
+	return slices.Sorted(maps.Keys(s.scopes))
+}
+
+// serves reports whether the subscription takes wakes of scope.
+func (s *Subscription) serves(scope string) bool {
+	if s.scopes == nil {
+		return scope == s.scope
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.scopes[scope]
+}
+
+// remove deletes the endpoint's rows.
+func (s *Subscription) remove(ctx context.Context) error {
+	if s.scopes == nil {
+		return s.h.q.RemoveWakeEndpoint(ctx, s.scope, s.ep.ID)
+	}
+	return s.h.q.RemoveWakeEndpointForScopes(ctx, s.Scopes(), s.ep.ID)
 }
 
 // becomeKnown marks the endpoint known to every sender once their cached
@@ -170,7 +271,7 @@ func (s *Subscription) setState(update func()) {
 // turns true when it arrives (receiveLoop), and a timer reports false if
 // it does not arrive in time. The caller counted the timer in h.wg.
 func (h *Hub) selfTest(s *Subscription) {
-	b := wakewire.Message{SelfTest: true, SentUs: time.Now().UnixMicro(), Nonce: wakewire.NewNonce(), Endpoint: s.ep.ID, Scope: s.scope}.Append(nil, s.ep.Key)
+	b := wakewire.Message{SelfTest: true, SentUs: time.Now().UnixMicro(), Nonce: wakewire.NewNonce(), Endpoint: s.ep.ID, Scope: s.selfTestScope()}.Append(nil, s.ep.Key)
 	if _, err := h.conn.WriteToUDP(b, h.self); err != nil {
 		h.st.sendErrors.Add(1)
 		h.log.Warn("wake self-test could not be sent: other processes cannot wake this one; it keeps probing", "advertise", h.advertise, "err", err)
@@ -200,8 +301,31 @@ func (h *Hub) selfTest(s *Subscription) {
 	}()
 }
 
+// selfTestScope is the scope the self-test datagram names: one the
+// endpoint serves.
+func (s *Subscription) selfTestScope() string {
+	if s.scopes == nil {
+		return s.scope
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	first := ""
+	for sc := range s.scopes {
+		if first == "" || sc < first {
+			first = sc
+		}
+	}
+	return first
+}
+
 // wake queues one delivery; deliveries already queued absorb it.
-func (s *Subscription) wake(lookFar, rewind bool) {
+func (s *Subscription) wake(scope string, lookFar, rewind bool) {
+	if s.scopes != nil {
+		s.mu.Lock()
+		p := s.pending[scope]
+		s.pending[scope] = pendingWake{lookFar: p.lookFar || lookFar, rewind: p.rewind || rewind}
+		s.mu.Unlock()
+	}
 	if lookFar {
 		s.lookFar.Store(true)
 	}
@@ -229,16 +353,32 @@ func (s *Subscription) deliverLoop() {
 			return
 		}
 		s.h.st.delivered.Add(1)
-		if s.rewind.Swap(false) && s.on.Rewind != nil {
-			s.on.Rewind()
-		}
-		s.on.Wake(s.lookFar.Swap(false))
+		s.deliver()
 		t.Reset(gap)
 		select {
 		case <-t.C():
 		case <-s.stop:
 			return
 		}
+	}
+}
+
+// deliver calls the handlers for the wakes queued since the last delivery.
+func (s *Subscription) deliver() {
+	lookFar, rewind := s.lookFar.Swap(false), s.rewind.Swap(false)
+	if s.scopes == nil {
+		if rewind && s.on.Rewind != nil {
+			s.on.Rewind()
+		}
+		s.on.Wake(lookFar)
+		return
+	}
+	s.mu.Lock()
+	pending := s.pending
+	s.pending = map[string]pendingWake{}
+	s.mu.Unlock()
+	for _, sc := range slices.Sorted(maps.Keys(pending)) {
+		s.on.WakeScope(sc, pending[sc].lookFar, pending[sc].rewind)
 	}
 }
 
@@ -254,9 +394,19 @@ func (s *Subscription) renew(ctx context.Context) error {
 	h.st.renewals.Add(1)
 	ep := s.ep
 	ep.Process = s.on.process()
-	found, err := h.q.RenewWakeEndpoint(ctx, s.scope, ep.ID, h.cfg.TTL, ep.Process)
+	var found bool
+	var err error
+	if s.scopes == nil {
+		found, err = h.q.RenewWakeEndpoint(ctx, s.scope, ep.ID, h.cfg.TTL, ep.Process)
+	} else {
+		found, err = h.q.RenewWakeEndpointForScopes(ctx, s.Scopes(), ep.ID, h.cfg.TTL, ep.Process)
+	}
 	if err == nil && !found {
-		err = h.q.RegisterWakeEndpoint(ctx, s.scope, ep, h.cfg.TTL)
+		if s.scopes == nil {
+			err = h.q.RegisterWakeEndpoint(ctx, s.scope, ep, h.cfg.TTL)
+		} else {
+			err = h.q.RegisterWakeEndpointForScopes(ctx, s.Scopes(), ep, h.cfg.TTL)
+		}
 		if err == nil { // counted once the row is back, not before
 			h.st.reregistrations.Add(1)
 		}
@@ -279,7 +429,7 @@ func (s *Subscription) Close() error {
 		<-s.done
 		ctx, cancel := context.WithTimeout(context.Background(), dbTimeout)
 		defer cancel()
-		err = s.h.q.RemoveWakeEndpoint(ctx, s.scope, s.ep.ID)
+		err = s.remove(ctx)
 	})
 	return err
 }

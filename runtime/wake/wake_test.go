@@ -642,3 +642,97 @@ func TestRewindCrossesTheWire(t *testing.T) {
 	waitFor(t, func() bool { return rewinds.Load() == 1 })
 	l.waitWake(t)
 }
+
+// One endpoint for many scopes: one registration statement writes a row
+// per listed scope that exists; a commit in any of them wakes the handler
+// with its scope; Add serves one more; a datagram naming a scope the
+// endpoint does not serve is dropped; Close removes every row.
+func TestOneEndpointForManyScopes(t *testing.T) {
+	ctx, qa, qb, exec := newEnv(t)
+	for _, s := range []string{"many/a", "many/b", "many/c"} {
+		if err := qa.EnsureScope(ctx, s, 1); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ha := newHub(t, qa, Config{})
+	newHub(t, qb, Config{}) // B's commits are announced through its hub
+	woken := make(chan string, 16)
+	healthy := make(chan bool, 4)
+	sub, err := ha.SubscribeScopes(ctx, []string{"many/a", "many/b", "many/missing"}, Handlers{
+		WakeScope: func(scope string, _, _ bool) { woken <- scope },
+		Health:    func(h bool) { healthy <- h },
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if h := <-healthy; !h {
+		t.Fatal("the endpoint of many scopes did not pass its self-test")
+	}
+	rows := func() (n int) { // the subscription's rows, over every scope of the test
+		t.Helper()
+		for _, s := range []string{scope, "many/a", "many/b", "many/c", "many/missing"} {
+			eps, err := qa.WakeEndpoints(ctx, s)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, e := range eps {
+				if e.ID == sub.EndpointID() {
+					n++
+				}
+			}
+		}
+		return n
+	}
+	if n := rows(); n != 2 {
+		t.Fatalf("%d endpoint rows, want one per existing listed scope (2)", n)
+	}
+	next := func() string {
+		t.Helper()
+		select {
+		case s := <-woken:
+			return s
+		case <-time.After(30 * time.Second):
+			t.Fatal("no wake arrived")
+			return ""
+		}
+	}
+	enqueueTo := func(scope, key string) {
+		t.Helper()
+		if _, err := qb.Enqueue(ctx, scope, []workqueue.Event{{IdempotencyKey: key, RouteID: "r", RouteVersion: 1, EventKind: "k",
+			SourceKind: "s", SourceID: key, Payload: []byte("{}"), Work: []workqueue.Work{{WorkType: "deliver"}}}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	enqueueTo("many/b", "b1")
+	if s := next(); s != "many/b" {
+		t.Fatalf("woken for %q, want many/b", s)
+	}
+	if err := sub.Add(ctx, []string{"many/c"}); err != nil {
+		t.Fatal(err)
+	}
+	enqueueTo("many/c", "c1")
+	if s := next(); s != "many/c" {
+		t.Fatalf("woken for %q, want many/c", s)
+	}
+	// A valid endpoint row for a scope the subscription does not serve:
+	// a sender reaching it with the endpoint's key is still refused.
+	exec("INSERT INTO wake_endpoint (scope_id, endpoint_id, address, wake_key, registered_at, expires_at) SELECT ?, endpoint_id, address, wake_key, NOW(6), expires_at FROM wake_endpoint WHERE endpoint_id = ? AND scope_id = 'many/a'",
+		scope, sub.EndpointID())
+	unknown := ha.Stats().UnknownEndpoint
+	enqueue(t, ctx, qb, "not-served") // into the test's scope, which the subscription does not serve
+	waitFor(t, func() bool { return ha.Stats().UnknownEndpoint > unknown })
+	select {
+	case s := <-woken:
+		t.Fatalf("woken for %q, a scope the endpoint does not serve", s)
+	default:
+	}
+	if got := sub.Scopes(); len(got) != 4 || got[0] != "many/a" {
+		t.Fatalf("scopes %q", got)
+	}
+	if err := sub.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if n := rows(); n != 1 { // the row inserted above is not one the subscription wrote
+		t.Fatalf("%d endpoint rows after Close, want only the forged one left", n)
+	}
+}
