@@ -18,6 +18,19 @@ import (
 // removes the endpoint and closes an own hub (the Queue announced every
 // release and retry already; see workqueue.Announcement).
 func (w *Worker) startWakes(ctx context.Context) (stop func(), err error) {
+	if g := w.grouped; g != nil { // the group's one endpoint serves every member
+		g.mu.Lock()
+		hub, quiet := g.hub, g.healthy
+		g.mu.Unlock()
+		if hub != nil {
+			w.hub.Store(hub)
+		}
+		w.ctrl.SetQuiet(quiet)
+		return func() {
+			w.ctrl.SetQuiet(false)
+			w.hub.Store(nil)
+		}, nil
+	}
 	wc := w.cfg.Wake
 	if wc.Off {
 		return func() {}, nil

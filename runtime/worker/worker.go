@@ -134,6 +134,10 @@ type Worker struct {
 
 	unservedMu sync.Mutex
 	unserved   []workqueue.WorkKind
+
+	// grouped is the Group this worker is a member of (nil: a worker of
+	// its own): the group's endpoint brings its wakes and its health.
+	grouped *Group
 }
 
 // lanedCompleteWriters is how many batches of completions in lanes a worker
@@ -161,8 +165,7 @@ func New(q *workqueue.Queue, cfg Config, handlers map[string]Handler) (*Worker, 
 		}
 	}
 	if cfg.Owner == "" {
-		host, _ := os.Hostname()
-		cfg.Owner = fmt.Sprintf("%.80s:%d", host, os.Getpid())
+		cfg.Owner = defaultOwner()
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
@@ -216,6 +219,12 @@ func New(q *workqueue.Queue, cfg Config, handlers map[string]Handler) (*Worker, 
 		log.Warn("unsafe worker configuration", "detail", msg)
 	}
 	return w, nil
+}
+
+// defaultOwner is Config.Owner's default: "<hostname>:<pid>".
+func defaultOwner() string {
+	host, _ := os.Hostname()
+	return fmt.Sprintf("%.80s:%d", host, os.Getpid())
 }
 
 // Fingerprint identifies the configuration: a Supervisor rebuilds a worker
