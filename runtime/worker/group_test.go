@@ -403,33 +403,49 @@ func measureIdle(t testing.TB, dsn string, ids []string) idleCost {
 
 // BenchmarkManyScopes: one group process serving 1,000 scopes, 10 of them
 // busy (300 items each), against the same 3,000 items in one scope served
-// by the same group configuration (items/s and vs-one-scope). While the
-// busy scopes drain, 20 idle scopes get one item each: fair-wait-p50-ms
-// and fair-wait-p99-ms are from their enqueue's commit to their handler's
-// start. Then idle-statements-per-5min: the same 1,000 scopes, all idle,
-// under a quiet group (measureIdle). Run with -benchtime=1x.
+// by the same group configuration (items/s and vs-one-scope), each
+// measured from the enqueue once the group's start-up checks are done
+// (startup-s: the 1,000 scopes' checks). While the busy scopes drain, 20
+// idle scopes get one item each: fair-wait-p50-ms and fair-wait-p99-ms are
+// from their enqueue's commit to their handler's start (the member's
+// start-up included). Then idle-statements-per-5min: the same 1,000
+// scopes, all idle, under a quiet group (measureIdle). Run with
+// -benchtime=1x. Two pool sizes: 64 rows (about six per busy scope, so
+// each member claims about six items a turn) and 160.
 func BenchmarkManyScopes(b *testing.B) {
-	const (
-		scopes, busy, perBusy, small = 1000, 10, 300, 20
-	)
 	qu, _, dsn := queuetest.New(b, workqueue.Config{}, "many/0000")
-	ids := manyScopes(b, qu, "many/", scopes)
+	ids := manyScopes(b, qu, "many/", 1000)
 	single := "one/0"
 	ensureScopes(b, qu, single)
-	cfg := worker.GroupConfig{MaxProcessing: 64, IdleAfter: time.Second,
-		Member: worker.Config{Logger: quiet, Scheduler: scheduler.Config{Executors: 16}}}
+	for _, pool := range []int{64, 160} {
+		b.Run(fmt.Sprintf("pool=%d", pool), func(b *testing.B) {
+			benchManyScopes(b, qu, ids, single, worker.GroupConfig{MaxProcessing: pool, IdleAfter: time.Second,
+				Member: worker.Config{Logger: quiet, Scheduler: scheduler.Config{Executors: 16}}})
+		})
+	}
+	b.Run("idle", func(b *testing.B) {
+		for range b.N {
+			b.ReportMetric(measureIdle(b, dsn, ids).perFiveMinutes(), "idle-statements-per-5min")
+		}
+	})
+}
 
-	// drain runs the group over served until want items ran; enqueue adds
-	// the backlog first.
-	drain := func(served []string, enqueue func(), want int64, during func(*worker.Group)) (time.Duration, map[string]time.Time) {
+// benchManyScopes is one pool size of BenchmarkManyScopes.
+func benchManyScopes(b *testing.B, qu *workqueue.Queue, ids []string, single string, cfg worker.GroupConfig) {
+	const busy, perBusy, small = 10, 300, 20
+	scopes := len(ids)
+
+	// drain starts the group over served, waits for its start-up checks,
+	// enqueues the backlog and measures until want items ran; during runs
+	// once the drain began.
+	drain := func(served []string, enqueue func(), want int64, during func(*worker.Group)) (startup, took time.Duration, startedAt map[string]time.Time) {
 		var ran atomic.Int64
 		c := cfg
 		c.Scopes = served
-		startedAt := map[string]time.Time{}
+		startedAt = map[string]time.Time{}
 		var mu sync.Mutex
 		g, err := worker.NewGroup(qu, c, map[string]worker.Handler{"deliver": func(_ context.Context, job *worker.Job) error {
 			if strings.HasPrefix(job.Item.Scope, "many/09") { // the small scopes
-
 				mu.Lock()
 				startedAt[job.Item.Scope] = time.Now()
 				mu.Unlock()
@@ -440,28 +456,33 @@ func BenchmarkManyScopes(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		enqueue()
 		began := time.Now()
 		stop := runGroup(b, g)
+		waitfor.Until(b, 5*time.Minute, func() (bool, error) { return g.Stats().LiveChecks >= uint64(len(served)), nil },
+			func() string { return fmt.Sprintf("stats %+v", g.Stats()) })
+		startup = time.Since(began)
+		began = time.Now()
+		enqueue()
 		if during != nil {
 			during(g)
 		}
 		waitfor.Until(b, 10*time.Minute, func() (bool, error) { return ran.Load() >= want, nil },
 			func() string { return fmt.Sprintf("ran %d of %d, stats %+v", ran.Load(), want, g.Stats()) })
-		took := time.Since(began)
+		took = time.Since(began)
 		stop()
 		mu.Lock()
 		defer mu.Unlock()
-		return took, maps.Clone(startedAt)
+		return startup, took, maps.Clone(startedAt)
 	}
-	var one, many time.Duration
+	var one, many, startup time.Duration
 	for n := range b.N {
-		one, _ = drain([]string{single}, func() { enqueueTo(b, qu, single, fmt.Sprint("one-", n), busy*perBusy) }, busy*perBusy, nil)
+		key := fmt.Sprintf("%d-%d-", cfg.MaxProcessing, n)
+		_, one, _ = drain([]string{single}, func() { enqueueTo(b, qu, single, "one-"+key, busy*perBusy) }, busy*perBusy, nil)
 		enqueuedAt := map[string]time.Time{}
 		var fairStarts map[string]time.Time
-		many, fairStarts = drain(ids, func() {
+		startup, many, fairStarts = drain(ids, func() {
 			for i := range busy {
-				enqueueTo(b, qu, ids[i], fmt.Sprint("busy-", n), perBusy)
+				enqueueTo(b, qu, ids[i], "busy-"+key, perBusy)
 			}
 		}, busy*perBusy+small, func(g *worker.Group) {
 			// Once the busy scopes run: one item into each of 20 idle scopes.
@@ -469,7 +490,7 @@ func BenchmarkManyScopes(b *testing.B) {
 				func() string { return fmt.Sprintf("stats %+v", g.Stats()) })
 			for i := range small {
 				s := ids[scopes-small+i]
-				enqueueTo(b, qu, s, fmt.Sprint("small-", n), 1)
+				enqueueTo(b, qu, s, "small-"+key, 1)
 				enqueuedAt[s] = time.Now()
 			}
 		})
@@ -481,10 +502,9 @@ func BenchmarkManyScopes(b *testing.B) {
 		b.ReportMetric(float64(waits[len(waits)/2].Microseconds())/1000, "fair-wait-p50-ms")
 		b.ReportMetric(float64(waits[len(waits)*99/100].Microseconds())/1000, "fair-wait-p99-ms")
 	}
+	b.ReportMetric(startup.Seconds(), "startup-s")
 	items := float64(busy*perBusy + small)
 	b.ReportMetric(items/many.Seconds(), "items/s")
 	b.ReportMetric(float64(busy*perBusy)/one.Seconds(), "one-scope-items/s")
 	b.ReportMetric((items/many.Seconds())/(float64(busy*perBusy)/one.Seconds()), "vs-one-scope")
-	idle := measureIdle(b, dsn, ids)
-	b.ReportMetric(idle.perFiveMinutes(), "idle-statements-per-5min")
 }
