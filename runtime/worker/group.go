@@ -347,21 +347,10 @@ func (g *Group) startWakes(ctx context.Context, scopes []string) (stop func(), e
 	if wc.Off || len(scopes) == 0 && !g.cfg.ByPrefix {
 		return func() {}, nil
 	}
-	hub, own := wc.Shared, false
-	if hub == nil {
-		hc := wc.Hub
-		if hc.Logger == nil {
-			hc.Logger = g.log
-		}
-		if hc.Clock == nil {
-			hc.Clock = g.clock
-		}
-		if hub, err = wake.New(g.q, hc); err != nil {
-			return nil, fmt.Errorf("worker: group wake hub: %w", err)
-		}
-		own = true
+	hub, own, err := wc.open(g.q, g.log, g.clock)
+	if err != nil {
+		return nil, err
 	}
-	hub.Watch(g.q)
 	g.mu.Lock()
 	g.hub = hub
 	g.mu.Unlock()

@@ -3,9 +3,11 @@ package worker
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"os"
 	"slices"
 
+	"github.com/laneq/laneq/runtime/clock"
 	"github.com/laneq/laneq/runtime/wake"
 	"github.com/laneq/laneq/runtime/workqueue"
 )
@@ -35,21 +37,10 @@ func (w *Worker) startWakes(ctx context.Context) (stop func(), err error) {
 	if wc.Off {
 		return func() {}, nil
 	}
-	hub, own := wc.Shared, false
-	if hub == nil {
-		hc := wc.Hub
-		if hc.Logger == nil {
-			hc.Logger = w.log
-		}
-		if hc.Clock == nil {
-			hc.Clock = w.clock
-		}
-		if hub, err = wake.New(w.q, hc); err != nil {
-			return nil, fmt.Errorf("worker: wake hub: %w", err)
-		}
-		own = true
+	hub, own, err := wc.open(w.q, w.log, w.clock)
+	if err != nil {
+		return nil, err
 	}
-	hub.Watch(w.q)
 	w.hub.Store(hub)
 	sub, err := hub.Subscribe(ctx, w.cfg.Scope, wake.Handlers{
 		Wake: func(lookFar bool) {
@@ -86,6 +77,28 @@ func (w *Worker) startWakes(ctx context.Context) (stop func(), err error) {
 			}
 		}
 	}, nil
+}
+
+// open returns the hub wakes go through, watching q: Shared, or a hub of
+// its own (own: the caller closes it) built from Hub, logging to log on
+// clk unless Hub says otherwise.
+func (wc WakeConfig) open(q *workqueue.Queue, log *slog.Logger, clk clock.Clock) (hub *wake.Hub, own bool, err error) {
+	hub = wc.Shared
+	if hub == nil {
+		hc := wc.Hub
+		if hc.Logger == nil {
+			hc.Logger = log
+		}
+		if hc.Clock == nil {
+			hc.Clock = clk
+		}
+		if hub, err = wake.New(q, hc); err != nil {
+			return nil, false, fmt.Errorf("worker: wake hub: %w", err)
+		}
+		own = true
+	}
+	hub.Watch(q)
+	return hub, own, nil
 }
 
 // describe is what this worker says about itself in its wake endpoint row

@@ -148,13 +148,7 @@ func (qu *Queue) RegisterWakeEndpointForScopes(ctx context.Context, scopes []str
 	if err != nil {
 		return err
 	}
-	if err := e.validate(); err != nil {
-		return err
-	}
-	if ttl <= 0 {
-		return invalidf("wake endpoint ttl must be positive, got %s", ttl)
-	}
-	process, err := processJSON(e.Process)
+	process, err := e.registration(ttl)
 	if err != nil {
 		return err
 	}

@@ -85,19 +85,25 @@ func (e WakeEndpoint) validate() error {
 	return nil
 }
 
+// registration checks e and ttl for a registration and encodes what its
+// process says about itself.
+func (e WakeEndpoint) registration(ttl time.Duration) (process []byte, err error) {
+	if err := e.validate(); err != nil {
+		return nil, err
+	}
+	if ttl <= 0 {
+		return nil, invalidf("wake endpoint ttl must be positive, got %s", ttl)
+	}
+	return processJSON(e.Process)
+}
+
 // RegisterWakeEndpoint announces (or announces again) that e listens for
 // scope's wakes until ttl from now on the database clock.
 func (qu *Queue) RegisterWakeEndpoint(ctx context.Context, scope string, e WakeEndpoint, ttl time.Duration) error {
 	if err := validScope(scope); err != nil {
 		return err
 	}
-	if err := e.validate(); err != nil {
-		return err
-	}
-	if ttl <= 0 {
-		return invalidf("wake endpoint ttl must be positive, got %s", ttl)
-	}
-	process, err := processJSON(e.Process)
+	process, err := e.registration(ttl)
 	if err != nil {
 		return err
 	}
