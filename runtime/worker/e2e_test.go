@@ -47,6 +47,10 @@ const (
 	// helperDebugEnv logs the worker at debug level to stderr (shown when
 	// a test fails on the helper).
 	helperDebugEnv = "LANEQ_WORKER_HELPER_DEBUG"
+	// helperGroupPrefixEnv runs a worker.Group over every scope with this
+	// prefix instead of a Worker of helperScopeEnv ("idle" and "enqueue"
+	// are for a Worker only).
+	helperGroupPrefixEnv = "LANEQ_WORKER_HELPER_GROUP_PREFIX"
 )
 
 // helperReport is what a worker process prints after an idle window.
@@ -54,6 +58,7 @@ type helperReport struct {
 	IdleStatements  int64
 	IdleByStatement map[string]int64
 	Stats           worker.Stats
+	Group           worker.GroupStats // with helperGroupPrefixEnv
 }
 
 // runHelperProcess is one worker process. It reads its configuration from
@@ -119,7 +124,7 @@ func runHelperProcess() int {
 		fmt.Fprintf(out, format+"\n", args...)
 		out.Flush()
 	}
-	w, err := worker.New(qu, cfg, map[string]worker.Handler{"deliver": func(ctx context.Context, job *worker.Job) error {
+	handlers := map[string]worker.Handler{"deliver": func(ctx context.Context, job *worker.Job) error {
 		if exitOn != "" && string(job.Event.Payload) == exitOn {
 			say("dying on %d", job.Item.WorkID)
 			os.Exit(3)
@@ -130,7 +135,20 @@ func runHelperProcess() int {
 			say("ran %d", job.Item.WorkID)
 		}
 		return nil
-	}})
+	}}
+	var (
+		w   *worker.Worker
+		g   *worker.Group
+		run func(context.Context) error
+	)
+	if prefix, ok := os.LookupEnv(helperGroupPrefixEnv); ok {
+		cfg.Scope = ""
+		g, err = worker.NewGroup(qu, worker.GroupConfig{ByPrefix: true, Prefix: prefix, IdleAfter: time.Second, Member: cfg}, handlers)
+		run = g.Run
+	} else {
+		w, err = worker.New(qu, cfg, handlers)
+		run = w.Run
+	}
 	if err != nil {
 		return fail(err)
 	}
@@ -144,7 +162,7 @@ func runHelperProcess() int {
 		switch {
 		case len(cmd) == 1 && cmd[0] == "go":
 			go func() {
-				err := w.Run(ctx)
+				err := run(ctx)
 				if err != nil && ctx.Err() == nil {
 					// Said at once: a test waiting for this process's
 					// work shows it with its failure, not at "stop".
@@ -191,7 +209,13 @@ func runHelperProcess() int {
 			}
 			say("enqueued %d", n)
 		case len(cmd) == 1 && cmd[0] == "stats":
-			b, _ := json.Marshal(helperReport{Stats: w.Stats()})
+			var r helperReport
+			if g != nil {
+				r.Group = g.Stats()
+			} else {
+				r.Stats = w.Stats()
+			}
+			b, _ := json.Marshal(r)
 			say("report %s", b)
 		case len(cmd) == 1 && cmd[0] == "stop":
 			cancel()

@@ -508,3 +508,70 @@ func benchManyScopes(b *testing.B, qu *workqueue.Queue, ids []string, single str
 	b.ReportMetric(float64(busy*perBusy)/one.Seconds(), "one-scope-items/s")
 	b.ReportMetric((items/many.Seconds())/(float64(busy*perBusy)/one.Seconds()), "vs-one-scope")
 }
+
+// TestGroupsInTwoProcesses: group processes over the prefix "gp/", each a
+// separate OS process. A handler kills the first while it holds an item;
+// a second, started after, finds that scope live (the dead process's
+// lease), keeps its member running and runs the item once the lease
+// expired. With a third process beside it, items enqueued into every
+// scope by this process's Queue (its announcements and the idle probe
+// the only signals) all run, none twice.
+func TestGroupsInTwoProcesses(t *testing.T) {
+	qu, db, dsn := queuetest.New(t, workqueue.Config{}, "gp/0000")
+	ids := manyScopes(t, qu, "gp/", 10)
+	env := []string{helperGroupPrefixEnv + "=gp/", helperLeaseEnv + "=2s"}
+	evs, err := qu.Enqueue(context.Background(), ids[5], []workqueue.Event{{IdempotencyKey: "die", RouteID: "r", RouteVersion: 1,
+		EventKind: "k", SourceKind: "s", SourceID: "die", Payload: []byte("die"), Work: []workqueue.Work{{WorkType: "deliver"}}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	doomed := evs[0].Work[0].WorkID
+	a := startHelper(t, "group-a", dsn, append(env, helperExitOnEnv+"=die")...)
+	a.send(t, "go")
+	for line := a.next(t); line != fmt.Sprintf("dying on %d", doomed); line = a.next(t) {
+	}
+	if err := a.cmd.Wait(); err == nil || a.cmd.ProcessState.ExitCode() != 3 {
+		t.Fatalf("group-a did not die in its handler: %v (%s)", err, a.stderr.String())
+	}
+	b := startHelper(t, "group-b", dsn, env...)
+	b.send(t, "go")
+	if line := b.next(t); line != fmt.Sprintf("ran %d", doomed) {
+		t.Fatalf("group-b said %q first, want the dead process's item", line)
+	}
+	c := startHelper(t, "group-c", dsn, env...)
+	c.send(t, "go")
+	const per = 10
+	for _, s := range ids {
+		enqueueTo(t, qu, s, "two-"+s, per)
+	}
+	ran := map[string]string{} // work id -> process
+	for len(ran) < per*len(ids) {
+		var line, who string
+		select {
+		case line = <-b.lines:
+			who = "group-b"
+		case line = <-c.lines:
+			who = "group-c"
+		case <-time.After(2 * time.Minute):
+			t.Fatalf("ran %d of %d items (b: %s; c: %s)", len(ran), per*len(ids), b.stderr.String(), c.stderr.String())
+		}
+		id, ok := strings.CutPrefix(line, "ran ")
+		if !ok {
+			continue
+		}
+		if prev, twice := ran[id]; twice {
+			t.Fatalf("item %s ran twice (%s, then %s)", id, prev, who)
+		}
+		ran[id] = who
+	}
+	byProcess := map[string]int{}
+	for _, who := range ran {
+		byProcess[who]++
+	}
+	var completed int
+	waitfor.Until(t, time.Minute, func() (bool, error) {
+		err := db.QueryRow("SELECT COUNT(*) FROM work_item WHERE scope_id LIKE 'gp/%' AND state = 'completed'").Scan(&completed)
+		return completed == per*len(ids)+1, err
+	}, func() string { return fmt.Sprintf("%d completed", completed) })
+	t.Logf("items by process %v", byProcess)
+}
