@@ -64,6 +64,13 @@ type Config struct {
 	// and makes Start run the router that turns them into events. Default
 	// nil: no ingress.
 	Ingress *IngressConfig
+	// Serve, when set, makes Start run the handlers for many scopes (a
+	// list, or every scope of a prefix) with one worker.Group: one pool
+	// fair across scopes, one wake endpoint, nothing run for a scope
+	// without live work. Its Member is Config.Worker; Scope stays the
+	// default scope of Enqueue (WithScope picks another). Default nil: a
+	// worker for Scope alone.
+	Serve *worker.GroupConfig
 }
 
 // DefaultSubscribeBuffer is Config.SubscribeBuffer's default.
@@ -132,6 +139,7 @@ type Client struct {
 	handlers map[string]worker.Handler
 	state    clientState
 	w        *worker.Worker
+	g        *worker.Group // with Config.Serve, instead of w
 	cancel   context.CancelFunc
 	done     chan struct{} // closed when the running worker's and router's Runs returned
 	runErr   error
@@ -189,6 +197,11 @@ func (cfg Config) validate() error {
 	}
 	if cfg.Worker.Scope != "" && cfg.Worker.Scope != cfg.Scope {
 		return &ConfigError{Setting: "Worker.Scope", Reason: fmt.Sprintf("%q differs from Scope %q (leave it empty)", cfg.Worker.Scope, cfg.Scope)}
+	}
+	if cfg.Serve != nil {
+		if cfg.Serve.Member.Scope != "" || cfg.Serve.Member.Logger != nil || cfg.Serve.Member.Owner != "" {
+			return &ConfigError{Setting: "Serve.Member", Reason: "leave it empty: Config.Worker configures each scope's worker"}
+		}
 	}
 	if cfg.Ingress != nil {
 		return cfg.Ingress.validate(cfg.Scope)
@@ -254,11 +267,20 @@ func (c *Client) Queue() *workqueue.Queue { return c.qu }
 // DB is the pool underneath (with laneq's session settings).
 func (c *Client) DB() *sql.DB { return c.db }
 
-// Worker is the running worker (nil before Start), for its Stats and Settle.
+// Worker is the running worker (nil before Start, and with Config.Serve),
+// for its Stats and Settle.
 func (c *Client) Worker() *worker.Worker {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.w
+}
+
+// Group is the running group of Config.Serve (nil before Start or
+// without Serve), for its Stats and its members.
+func (c *Client) Group() *worker.Group {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.g
 }
 
 // Item reads one work item's state, its failure and its event context.
@@ -317,10 +339,18 @@ func (c *Client) Start(ctx context.Context) error {
 	if len(c.handlers) == 0 && c.inbox == nil {
 		return ErrNoWorkers
 	}
-	var w *worker.Worker
+	var (
+		w *worker.Worker
+		g *worker.Group
+	)
 	if len(c.handlers) > 0 {
 		var err error
-		if w, err = c.newWorker(); err != nil {
+		if c.cfg.Serve != nil {
+			g, err = c.newGroup()
+		} else {
+			w, err = c.newWorker()
+		}
+		if err != nil {
 			return err
 		}
 	}
@@ -332,7 +362,7 @@ func (c *Client) Start(ctx context.Context) error {
 	}
 	runCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	done := make(chan struct{})
-	c.w, c.cancel, c.done, c.state = w, cancel, done, stateRunning
+	c.w, c.g, c.cancel, c.done, c.state = w, g, cancel, done, stateRunning
 	var wg sync.WaitGroup
 	run := func(what string, fn func(context.Context) error) {
 		wg.Add(1)
@@ -352,6 +382,9 @@ func (c *Client) Start(ctx context.Context) error {
 	if w != nil {
 		run("worker", w.Run)
 	}
+	if g != nil {
+		run("group", g.Run)
+	}
 	if r != nil {
 		run("router", r.Run)
 	}
@@ -362,11 +395,10 @@ func (c *Client) Start(ctx context.Context) error {
 	return nil
 }
 
-// newWorker is the worker Start runs, on the Client's wake hub when it
-// has one.
-func (c *Client) newWorker() (*worker.Worker, error) {
+// workerConfig is Config.Worker as the Client runs it: its logger, its
+// wake hub when it has one, and its completion events.
+func (c *Client) workerConfig() worker.Config {
 	wcfg := c.cfg.Worker
-	wcfg.Scope = c.cfg.Scope
 	if wcfg.Logger == nil {
 		wcfg.Logger = c.log
 	}
@@ -380,6 +412,25 @@ func (c *Client) newWorker() (*worker.Worker, error) {
 		}
 		c.events.publish(eventOf(f))
 	}
+	return wcfg
+}
+
+// newGroup is the group Start runs with Config.Serve.
+func (c *Client) newGroup() (*worker.Group, error) {
+	gcfg := *c.cfg.Serve
+	gcfg.Member = c.workerConfig()
+	gcfg.Member.Scope = ""
+	g, err := worker.NewGroup(c.qu, gcfg, c.handlers)
+	if err != nil {
+		return nil, fmt.Errorf("laneq: start: %w", err)
+	}
+	return g, nil
+}
+
+// newWorker is the worker Start runs.
+func (c *Client) newWorker() (*worker.Worker, error) {
+	wcfg := c.workerConfig()
+	wcfg.Scope = c.cfg.Scope
 	w, err := worker.New(c.qu, wcfg, c.handlers)
 	if err != nil {
 		return nil, fmt.Errorf("laneq: start: %w", err)

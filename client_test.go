@@ -517,3 +517,56 @@ func TestClientLifecycle(t *testing.T) {
 		t.Errorf("Drained after Stop = %v, %v: want nothing pending or processing", drained, err)
 	}
 }
+
+// TestClientServesManyScopes: with Config.Serve a Client runs its typed
+// handlers for every scope of a prefix through one worker.Group; WithScope
+// enqueues into another scope, in and out of a transaction; events report
+// each completion; a scope outside the prefix is left alone.
+func TestClientServesManyScopes(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	c, _ := openClient(t, laneq.Config{Scope: "org/a", Serve: &worker.GroupConfig{ByPrefix: true, Prefix: "org/"}})
+	for _, s := range []string{"org/b", "other/c"} {
+		if err := c.Queue().EnsureScope(ctx, s, 1); err != nil {
+			t.Fatal(err)
+		}
+	}
+	scopes := make(chan string, 8)
+	events := startWorker(t, c, func(ctx context.Context, job *laneq.Job[greet]) error {
+		scopes <- job.Item.Scope
+		return nil
+	}, laneq.EventCompleted)
+	if _, err := c.Enqueue(ctx, greet{Name: "a"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Enqueue(ctx, greet{Name: "b"}, laneq.WithScope("org/b")); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.InTx(ctx, func(ctx context.Context, tx *laneq.Tx) error {
+		_, err := tx.Enqueue(ctx, greet{Name: "b2"}, laneq.WithScope("org/b"))
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	outside, err := c.Enqueue(ctx, greet{Name: "c"}, laneq.WithScope("other/c"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ran := map[string]int{}
+	for range 3 {
+		nextEvent(t, events)
+		ran[<-scopes]++
+	}
+	if diff := cmp.Diff(map[string]int{"org/a": 1, "org/b": 2}, ran); diff != "" {
+		t.Errorf("ran by scope (-want +got):\n%s", diff)
+	}
+	if c.Group() == nil || c.Worker() != nil {
+		t.Fatalf("group %v, worker %v: want the group only", c.Group(), c.Worker())
+	}
+	if it, err := c.Item(ctx, outside.WorkID); err != nil || it.State != workqueue.StatePending {
+		t.Fatalf("the item outside the prefix: %+v (%v), want it pending", it, err)
+	}
+	if _, err := c.Enqueue(ctx, greet{Name: "x"}, laneq.WithScope("org/missing")); !errors.Is(err, workqueue.ErrUnknownScope) {
+		t.Fatalf("enqueue into a missing scope: %v", err)
+	}
+}

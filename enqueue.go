@@ -1,6 +1,7 @@
 package laneq
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"database/sql"
@@ -16,8 +17,17 @@ import (
 type EnqueueOption func(*enqueueOptions)
 
 type enqueueOptions struct {
-	key  string
-	work workqueue.Work
+	key   string
+	scope string
+	work  workqueue.Work
+}
+
+// WithScope enqueues into scope instead of Config.Scope (a multi-tenant
+// service with Config.Serve serving many scopes). The scope must exist
+// (workqueue.Queue.EnsureScope). NewEvent ignores it: a route's events go
+// to its receipt's scope.
+func WithScope(scope string) EnqueueOption {
+	return func(o *enqueueOptions) { o.scope = scope }
 }
 
 // WithIdempotencyKey makes the enqueue idempotent: a second enqueue with
@@ -82,11 +92,11 @@ type Enqueued struct {
 // (an option's lane or class, a kind) returns an error wrapping
 // workqueue.ErrInvalid and writes nothing.
 func (c *Client) Enqueue(ctx context.Context, args Args, opts ...EnqueueOption) (Enqueued, error) {
-	ev, err := c.event(args, opts)
+	ev, scope, err := c.event(args, opts)
 	if err != nil {
 		return Enqueued{}, err
 	}
-	res, err := c.qu.Enqueue(ctx, c.cfg.Scope, []workqueue.Event{ev})
+	res, err := c.qu.Enqueue(ctx, scope, []workqueue.Event{ev})
 	if err != nil {
 		return Enqueued{}, fmt.Errorf("laneq: enqueue %s: %w", args.Kind(), err)
 	}
@@ -132,11 +142,11 @@ func (t *Tx) SQL() *sql.Tx { return t.tx.SQL() }
 // announces it. It locks the scope row until the transaction ends: enqueue
 // last.
 func (t *Tx) Enqueue(ctx context.Context, args Args, opts ...EnqueueOption) (Enqueued, error) {
-	ev, err := t.c.event(args, opts)
+	ev, scope, err := t.c.event(args, opts)
 	if err != nil {
 		return Enqueued{}, err
 	}
-	res, err := t.tx.Enqueue(ctx, t.c.cfg.Scope, []workqueue.Event{ev})
+	res, err := t.tx.Enqueue(ctx, scope, []workqueue.Event{ev})
 	if err != nil {
 		return Enqueued{}, fmt.Errorf("laneq: enqueue %s: %w", args.Kind(), err)
 	}
@@ -163,15 +173,24 @@ func (c *Client) InTx(ctx context.Context, fn func(ctx context.Context, tx *Tx) 
 	})
 }
 
-func (c *Client) event(args Args, opts []EnqueueOption) (workqueue.Event, error) {
+// event is the event Enqueue writes for args and the scope it goes to.
+func (c *Client) event(args Args, opts []EnqueueOption) (workqueue.Event, string, error) {
 	ev, err := NewEvent(args, opts...)
 	if err != nil {
-		return ev, fmt.Errorf("laneq: enqueue: %w", err)
+		return ev, "", fmt.Errorf("laneq: enqueue: %w", err)
 	}
 	if ev.IdempotencyKey == "" {
 		ev.IdempotencyKey = randomKey()
 	}
-	return ev, nil
+	return ev, cmp.Or(optionsOf(opts).scope, c.cfg.Scope), nil
+}
+
+func optionsOf(opts []EnqueueOption) enqueueOptions {
+	var o enqueueOptions
+	for _, opt := range opts {
+		opt(&o)
+	}
+	return o
 }
 
 // NewEvent is the event Enqueue writes for args (its kind, its JSON, one
@@ -183,10 +202,7 @@ func NewEvent(args Args, opts ...EnqueueOption) (workqueue.Event, error) {
 	if args == nil {
 		return workqueue.Event{}, fmt.Errorf("%w: nil args", workqueue.ErrInvalid)
 	}
-	var o enqueueOptions
-	for _, opt := range opts {
-		opt(&o)
-	}
+	o := optionsOf(opts)
 	kind := args.Kind()
 	if err := workqueue.ValidWorkType(kind); err != nil {
 		return workqueue.Event{}, fmt.Errorf("%w %q: %w", ErrInvalidKind, kind, err)
