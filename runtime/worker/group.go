@@ -261,7 +261,7 @@ func (g *Group) Member(scope string) *Worker {
 
 // Wake tells the group work may be claimable in scope (its member starts
 // if it was idle). Writes through the group's Queue announce themselves.
-func (g *Group) Wake(scope string) { g.wake(scope, false, false) }
+func (g *Group) Wake(scope string) { g.wake(scope, false, false, false) }
 
 // ProbeNow runs an idle probe at once (tests and tools).
 func (g *Group) ProbeNow() {
@@ -296,7 +296,7 @@ func (g *Group) Run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	stopListening := g.q.OnAnnounce(func(n workqueue.Announcement) { g.wake(n.Scope, n.LookFar, n.Rewind) })
+	stopListening := g.q.OnAnnounce(func(n workqueue.Announcement) { g.wake(n.Scope, n.LookFar, n.Rewind, false) })
 	g.log.Info("group started", "scopes", len(marks), "max_processing", g.cfg.MaxProcessing, "max_per_scope", g.cfg.MaxPerScope)
 	g.survey(ctx, scopeIDs(marks))
 	err = g.probeLoop(ctx)
@@ -386,7 +386,7 @@ func (g *Group) startWakes(ctx context.Context, scopes []string) (stop func(), e
 // subscribe registers the group's endpoint for scopes.
 func (g *Group) subscribe(ctx context.Context, hub *wake.Hub, scopes []string) error {
 	sub, err := hub.SubscribeScopes(ctx, scopes, wake.Handlers{
-		WakeScope: g.wake,
+		WakeScope: g.peerWake,
 		Health:    g.setHealthy,
 		Describe:  g.describe,
 	})
@@ -427,8 +427,12 @@ func (g *Group) setHealthy(healthy bool) {
 	}
 }
 
-// wake handles a wake or an in-process announcement naming scope.
-func (g *Group) wake(scope string, lookFar, rewind bool) {
+// peerWake is the endpoint's WakeScope: another process's wake.
+func (g *Group) peerWake(scope string, lookFar, rewind bool) { g.wake(scope, lookFar, rewind, true) }
+
+// wake handles a wake naming scope: another process's (fromPeer), or an
+// in-process announcement or Wake call.
+func (g *Group) wake(scope string, lookFar, rewind, fromPeer bool) {
 	g.mu.Lock()
 	gs := g.scopes[scope]
 	if gs == nil || g.runCtx == nil {
@@ -436,13 +440,16 @@ func (g *Group) wake(scope string, lookFar, rewind bool) {
 		return
 	}
 	gs.woken = true
-	w := gs.w
+	w, healthy := gs.w, g.healthy
 	if w == nil {
 		g.activateLocked(gs)
 		g.mu.Unlock()
 		return // a starting member claims at once
 	}
 	g.mu.Unlock()
+	if fromPeer && healthy {
+		w.ctrl.SetQuiet(true) // a peer's wake arrived: the path works again (as a Worker's own endpoint says)
+	}
 	if rewind {
 		w.claimer.Rewind()
 	}
