@@ -570,3 +570,27 @@ func TestClientServesManyScopes(t *testing.T) {
 		t.Fatalf("enqueue into a missing scope: %v", err)
 	}
 }
+
+// TestClientUniqueKey: WithUniqueKey refuses a second enqueue while the
+// first item is live, with that item, and accepts one once it completed.
+func TestClientUniqueKey(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	c, _ := openClient(t, laneq.Config{})
+	first, err := c.Enqueue(ctx, greet{Name: "a"}, laneq.WithUniqueKey("greet:a"))
+	if err != nil || first.Refused {
+		t.Fatalf("first: %+v (%v)", first, err)
+	}
+	second, err := c.Enqueue(ctx, greet{Name: "a"}, laneq.WithUniqueKey("greet:a"))
+	if err != nil || !second.Refused || second.WorkID != first.WorkID {
+		t.Fatalf("second while the first is live: %+v (%v), want refused with %d", second, err, first.WorkID)
+	}
+	events := startWorker(t, c, func(context.Context, *laneq.Job[greet]) error { return nil }, laneq.EventCompleted)
+	if e := nextEvent(t, events); e.WorkID != first.WorkID {
+		t.Fatalf("completed %d, want %d", e.WorkID, first.WorkID)
+	}
+	third, err := c.Enqueue(ctx, greet{Name: "a"}, laneq.WithUniqueKey("greet:a"))
+	if err != nil || third.Refused || third.WorkID == first.WorkID {
+		t.Fatalf("after it completed: %+v (%v), want a new item", third, err)
+	}
+}

@@ -61,6 +61,15 @@ func WithDelay(d time.Duration) EnqueueOption {
 	return func(o *enqueueOptions) { o.work.Delay = d }
 }
 
+// WithUniqueKey makes the item unique while live in its scope: while an
+// item enqueued with the same key is pending, running, retrying or
+// waiting, Enqueue creates nothing and reports that item with Refused
+// (not an error); once it is terminal the key is free again
+// (workqueue.Work.UniqueKey).
+func WithUniqueKey(key string) EnqueueOption {
+	return func(o *enqueueOptions) { o.work.UniqueKey = key }
+}
+
 // WithPriority stores a priority for operators (claim order does not use it
 // yet: lane ordinal, then due time).
 func WithPriority(p int32) EnqueueOption {
@@ -84,6 +93,10 @@ type Enqueued struct {
 	State string
 	// Duplicate: the idempotency key existed; nothing was written.
 	Duplicate bool
+	// Refused: an item with the same unique key (WithUniqueKey) is live;
+	// WorkID and State are that item's and no item was created (the event
+	// is stored).
+	Refused bool
 }
 
 // Enqueue stores args as an immutable event with one work item of
@@ -226,7 +239,7 @@ func randomKey() string {
 func enqueuedOf(res []workqueue.EnqueuedEvent) Enqueued {
 	e := Enqueued{EventID: res[0].EventID, Duplicate: res[0].Duplicate}
 	if len(res[0].Work) > 0 {
-		e.WorkID, e.State = res[0].Work[0].WorkID, res[0].Work[0].State
+		e.WorkID, e.State, e.Refused = res[0].Work[0].WorkID, res[0].Work[0].State, res[0].Work[0].Refused
 	}
 	return e
 }

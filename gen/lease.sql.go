@@ -19,6 +19,7 @@ SET state = ?,
     failure_class = ?,
     failure_summary = ?,
     projection_active_key = NULL,
+    unique_live_key = NULL,
     lease_owner = NULL,
     lease_token = lease_token + 1,
     updated_at = NOW(6)
@@ -36,7 +37,8 @@ type FinishParams struct {
 }
 
 // Terminal transition of the claimed row only: completed, skipped or dead.
-// Clears the projection's active key so a successor may activate. The caller
+// Clears the projection's active key so a successor may activate, and the
+// unique key so the next enqueue with it is accepted (Work.UniqueKey). The caller
 // promotes lane followers in the same transaction. run_after becomes the
 // terminal time (every terminal transition sets it): the row's entries in
 // idx_work_item_claim and idx_work_item_due are rewritten for the state
@@ -65,6 +67,7 @@ SET state = ?,
     failure_class = NULL,
     failure_summary = NULL,
     projection_active_key = NULL,
+    unique_live_key = NULL,
     lease_owner = NULL,
     lease_token = lease_token + 1,
     updated_at = NOW(6)
@@ -121,6 +124,7 @@ SET state = 'dead',
     failure_class = ?,
     failure_summary = ?,
     projection_active_key = NULL,
+    unique_live_key = NULL,
     lease_owner = NULL,
     lease_token = lease_token + 1,
     updated_at = NOW(6)

@@ -258,7 +258,8 @@ type Querier interface {
 	// (the claim ranges read only pending and routing). Fenced like RetryReceipt.
 	FailReceipt(ctx context.Context, arg FailReceiptParams) (int64, error)
 	// Terminal transition of the claimed row only: completed, skipped or dead.
-	// Clears the projection's active key so a successor may activate. The caller
+	// Clears the projection's active key so a successor may activate, and the
+	// unique key so the next enqueue with it is accepted (Work.UniqueKey). The caller
 	// promotes lane followers in the same transaction. run_after becomes the
 	// terminal time (every terminal transition sets it): the row's entries in
 	// idx_work_item_claim and idx_work_item_due are rewritten for the state
@@ -462,6 +463,12 @@ type Querier interface {
 	// transaction's start snapshot) would miss and then fail on 1062.
 	// Batch point gets on uk_event_idempotency.
 	LockEventsByIdempotencyKeys(ctx context.Context, arg LockEventsByIdempotencyKeysParams) ([]LockEventsByIdempotencyKeysRow, error)
+	// The live items holding any of a batch's unique keys (Work.UniqueKey),
+	// locked: a batch point get on uk_work_item_unique_live. Enqueue runs it
+	// under the scope lock, so two enqueues of one key serialize there; a
+	// finisher clearing the key commits before this current read sees the row,
+	// or the read waits for its lock.
+	LockLiveUniqueKeys(ctx context.Context, uniqueLiveKeys []sql.NullString) ([]LockLiveUniqueKeysRow, error)
 	// The queued successors of an enqueue batch's projections, as
 	// LockActiveProjections (batch point gets on uk_work_item_projection_queued).
 	LockQueuedProjections(ctx context.Context, projectionKeys []sql.NullString) ([]LockQueuedProjectionsRow, error)

@@ -12,7 +12,7 @@ import (
 )
 
 const getWorkItem = `-- name: GetWorkItem :one
-SELECT work_id, event_id, scope_id, generation, work_type, queue_class, state, run_after, priority, attempt_count, safe_retry_count, lease_owner, lease_token, source_lane_key, target_lane_key, lane_ordinal, projection_key, projection_active_key, terminal_at, replay_of_work_id, replayed_at, failure_class, failure_summary, dependency_wake_key, dependency_probe_after, created_at, updated_at, dependency_keys, replay_depth, projection_queued_key
+SELECT work_id, event_id, scope_id, generation, work_type, queue_class, state, run_after, priority, attempt_count, safe_retry_count, lease_owner, lease_token, source_lane_key, target_lane_key, lane_ordinal, projection_key, projection_active_key, terminal_at, replay_of_work_id, replayed_at, failure_class, failure_summary, dependency_wake_key, dependency_probe_after, created_at, updated_at, dependency_keys, replay_depth, projection_queued_key, unique_live_key
 FROM work_item
 WHERE work_id = ?
 `
@@ -52,12 +52,13 @@ func (q *Queries) GetWorkItem(ctx context.Context, workID int64) (WorkItem, erro
 		&i.DependencyKeys,
 		&i.ReplayDepth,
 		&i.ProjectionQueuedKey,
+		&i.UniqueLiveKey,
 	)
 	return i, err
 }
 
 const getWorkItemByEventAndType = `-- name: GetWorkItemByEventAndType :one
-SELECT work_id, event_id, scope_id, generation, work_type, queue_class, state, run_after, priority, attempt_count, safe_retry_count, lease_owner, lease_token, source_lane_key, target_lane_key, lane_ordinal, projection_key, projection_active_key, terminal_at, replay_of_work_id, replayed_at, failure_class, failure_summary, dependency_wake_key, dependency_probe_after, created_at, updated_at, dependency_keys, replay_depth, projection_queued_key
+SELECT work_id, event_id, scope_id, generation, work_type, queue_class, state, run_after, priority, attempt_count, safe_retry_count, lease_owner, lease_token, source_lane_key, target_lane_key, lane_ordinal, projection_key, projection_active_key, terminal_at, replay_of_work_id, replayed_at, failure_class, failure_summary, dependency_wake_key, dependency_probe_after, created_at, updated_at, dependency_keys, replay_depth, projection_queued_key, unique_live_key
 FROM work_item
 WHERE event_id = ?
   AND work_type = ?
@@ -106,6 +107,7 @@ func (q *Queries) GetWorkItemByEventAndType(ctx context.Context, arg GetWorkItem
 		&i.DependencyKeys,
 		&i.ReplayDepth,
 		&i.ProjectionQueuedKey,
+		&i.UniqueLiveKey,
 	)
 	return i, err
 }
@@ -115,7 +117,7 @@ INSERT INTO work_item (
     event_id, scope_id, generation, work_type, queue_class, state, run_after,
     priority, source_lane_key, target_lane_key, lane_ordinal,
     projection_key, projection_active_key, projection_queued_key,
-    dependency_wake_key, dependency_keys, created_at, updated_at
+    dependency_wake_key, dependency_keys, unique_live_key, created_at, updated_at
 ) VALUES (
     ?, ?, ?,
     ?, ?, ?,
@@ -124,7 +126,7 @@ INSERT INTO work_item (
     ?, ?,
     ?, ?,
     ?, ?, ?,
-    NOW(6), NOW(6)
+    ?, NOW(6), NOW(6)
 )
 `
 
@@ -145,6 +147,7 @@ type InsertWorkItemParams struct {
 	ProjectionQueuedKey sql.NullString
 	DependencyWakeKey   sql.NullString
 	DependencyKeys      []byte
+	UniqueLiveKey       sql.NullString
 }
 
 // work_id is AUTO_RANDOM; the driver returns the generated id. run_after is
@@ -171,11 +174,63 @@ func (q *Queries) InsertWorkItem(ctx context.Context, arg InsertWorkItemParams) 
 		arg.ProjectionQueuedKey,
 		arg.DependencyWakeKey,
 		arg.DependencyKeys,
+		arg.UniqueLiveKey,
 	)
 	if err != nil {
 		return 0, err
 	}
 	return result.LastInsertId()
+}
+
+const lockLiveUniqueKeys = `-- name: LockLiveUniqueKeys :many
+SELECT work_id, state, unique_live_key
+FROM work_item
+WHERE unique_live_key IN (/*SLICE:unique_live_keys*/?)
+FOR UPDATE
+`
+
+type LockLiveUniqueKeysRow struct {
+	WorkID        int64
+	State         string
+	UniqueLiveKey sql.NullString
+}
+
+// The live items holding any of a batch's unique keys (Work.UniqueKey),
+// locked: a batch point get on uk_work_item_unique_live. Enqueue runs it
+// under the scope lock, so two enqueues of one key serialize there; a
+// finisher clearing the key commits before this current read sees the row,
+// or the read waits for its lock.
+func (q *Queries) LockLiveUniqueKeys(ctx context.Context, uniqueLiveKeys []sql.NullString) ([]LockLiveUniqueKeysRow, error) {
+	query := lockLiveUniqueKeys
+	var queryParams []interface{}
+	if len(uniqueLiveKeys) > 0 {
+		for _, v := range uniqueLiveKeys {
+			queryParams = append(queryParams, v)
+		}
+		query = strings.Replace(query, "/*SLICE:unique_live_keys*/?", strings.Repeat(",?", len(uniqueLiveKeys))[1:], 1)
+	} else {
+		query = strings.Replace(query, "/*SLICE:unique_live_keys*/?", "NULL", 1)
+	}
+	rows, err := q.db.QueryContext(ctx, query, queryParams...)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []LockLiveUniqueKeysRow{}
+	for rows.Next() {
+		var i LockLiveUniqueKeysRow
+		if err := rows.Scan(&i.WorkID, &i.State, &i.UniqueLiveKey); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Close(); err != nil {
+		return nil, err
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
 }
 
 const lockWorkItems = `-- name: LockWorkItems :many

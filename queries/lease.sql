@@ -65,7 +65,8 @@ WHERE work_id = sqlc.arg(work_id)
 
 -- name: Finish :execrows
 -- Terminal transition of the claimed row only: completed, skipped or dead.
--- Clears the projection's active key so a successor may activate. The caller
+-- Clears the projection's active key so a successor may activate, and the
+-- unique key so the next enqueue with it is accepted (Work.UniqueKey). The caller
 -- promotes lane followers in the same transaction. run_after becomes the
 -- terminal time (every terminal transition sets it): the row's entries in
 -- idx_work_item_claim and idx_work_item_due are rewritten for the state
@@ -79,6 +80,7 @@ SET state = sqlc.arg(terminal_state),
     failure_class = sqlc.narg(failure_class),
     failure_summary = sqlc.narg(failure_summary),
     projection_active_key = NULL,
+    unique_live_key = NULL,
     lease_owner = NULL,
     lease_token = lease_token + 1,
     updated_at = NOW(6)
@@ -105,6 +107,7 @@ SET state = sqlc.arg(terminal_state),
     failure_class = NULL,
     failure_summary = NULL,
     projection_active_key = NULL,
+    unique_live_key = NULL,
     lease_owner = NULL,
     lease_token = lease_token + 1,
     updated_at = NOW(6)
@@ -126,6 +129,7 @@ SET state = 'dead',
     failure_class = sqlc.arg(failure_class),
     failure_summary = sqlc.arg(failure_summary),
     projection_active_key = NULL,
+    unique_live_key = NULL,
     lease_owner = NULL,
     lease_token = lease_token + 1,
     updated_at = NOW(6)

@@ -49,6 +49,7 @@ SET state = 'skipped',
     failure_class = sqlc.arg(failure_class),
     failure_summary = sqlc.arg(failure_summary),
     projection_active_key = NULL,
+    unique_live_key = NULL,
     lease_owner = NULL,
     lease_token = lease_token + 1,
     updated_at = NOW(6)

@@ -9,7 +9,7 @@ INSERT INTO work_item (
     event_id, scope_id, generation, work_type, queue_class, state, run_after,
     priority, source_lane_key, target_lane_key, lane_ordinal,
     projection_key, projection_active_key, projection_queued_key,
-    dependency_wake_key, dependency_keys, created_at, updated_at
+    dependency_wake_key, dependency_keys, unique_live_key, created_at, updated_at
 ) VALUES (
     sqlc.arg(event_id), sqlc.arg(scope_id), sqlc.arg(generation),
     sqlc.arg(work_type), sqlc.arg(queue_class), sqlc.arg(state),
@@ -18,7 +18,7 @@ INSERT INTO work_item (
     sqlc.narg(target_lane_key), sqlc.arg(lane_ordinal),
     sqlc.narg(projection_key), sqlc.narg(projection_active_key),
     sqlc.narg(projection_queued_key), sqlc.narg(dependency_wake_key), sqlc.narg(dependency_keys),
-    NOW(6), NOW(6)
+    sqlc.narg(unique_live_key), NOW(6), NOW(6)
 );
 
 -- name: GetWorkItem :one
@@ -53,4 +53,15 @@ FOR UPDATE;
 SELECT work_id, state, source_lane_key, target_lane_key, queue_class, work_type
 FROM work_item
 WHERE work_id IN (sqlc.slice(work_ids))
+FOR UPDATE;
+
+-- name: LockLiveUniqueKeys :many
+-- The live items holding any of a batch's unique keys (Work.UniqueKey),
+-- locked: a batch point get on uk_work_item_unique_live. Enqueue runs it
+-- under the scope lock, so two enqueues of one key serialize there; a
+-- finisher clearing the key commits before this current read sees the row,
+-- or the read waits for its lock.
+SELECT work_id, state, unique_live_key
+FROM work_item
+WHERE unique_live_key IN (sqlc.slice(unique_live_keys))
 FOR UPDATE;

@@ -66,6 +66,16 @@ type Work struct {
 	// work of the same event. A duplicate delivery is acknowledged as
 	// covered and changes nothing.
 	Projection bool
+	// UniqueKey (printable ASCII without spaces, at most 128 bytes; empty
+	// for none) makes the item unique while live in its scope and
+	// generation: while an item enqueued with the same key is pending,
+	// blocked, running, retrying or waiting, this one is not created and
+	// the enqueue reports that item (EnqueuedWork.Refused; the event
+	// itself is still stored). Once that item is terminal (completed,
+	// skipped, dead) the key is free again. Keys compare byte for byte.
+	// Not with a Projection, which already keeps one live generation. A
+	// replay's child (Queue.Replay) holds no key.
+	UniqueKey string
 }
 
 // EnqueuedEvent reports what Enqueue did for one input event.
@@ -85,6 +95,10 @@ type EnqueuedWork struct {
 	// constants); empty for per-event work. WorkID is the generation that
 	// selects the event (0 when covered and none does any more).
 	Projection string
+	// Refused: an item with the same Work.UniqueKey is live (WorkID and
+	// State are that item's, possibly created earlier in the same batch);
+	// nothing was created for this work.
+	Refused bool
 }
 
 // Enqueue writes events and their work items in one transaction and returns
@@ -206,6 +220,13 @@ func enqueueTx(ctx context.Context, q *gen.Queries, raw *sql.Tx, scope string, e
 		}
 	}
 
+	uniq, err := lockLiveUniqueKeys(ctx, q, scope, head.ActiveGeneration, events)
+	if err != nil {
+		return nil, err
+	}
+	type refusal struct{ event, work int }
+	refused := map[refusal]*uniqueHolder{}
+
 	// Source projections (Work.Projection): each projection selects the
 	// batch's newest new event of it (the others are in that generation's
 	// input), so it is advanced or created once per batch. Its live
@@ -280,6 +301,17 @@ func enqueueTx(ctx context.Context, q *gen.Queries, raw *sql.Tx, scope string, e
 			case res.Duplicate && proj:
 				return nil, invalidf("event %q exists without a projection: a projection's input is fixed when its event is first enqueued", ev.IdempotencyKey)
 			}
+			var uniqueKey sql.NullString
+			if work.UniqueKey != "" {
+				k := uniqueLiveKey(scope, head.ActiveGeneration, work.UniqueKey)
+				if held := uniq[k]; held != nil {
+					res.Work = append(res.Work, EnqueuedWork{WorkType: work.WorkType, Refused: true})
+					refused[refusal{i, len(res.Work) - 1}] = held
+					continue
+				}
+				uniq[k] = &uniqueHolder{planned: len(works)}
+				uniqueKey = store.NullString(k)
+			}
 			// An item in a lane is written blocked; settleLanes promotes
 			// the lane heads once it has checked, under locks, what is ahead.
 			state := StatePending
@@ -333,6 +365,7 @@ func enqueueTx(ctx context.Context, q *gen.Queries, raw *sql.Tx, scope string, e
 				ProjectionKey:       projCol,
 				ProjectionActiveKey: activeKey,
 				ProjectionQueuedKey: queuedKey,
+				UniqueLiveKey:       uniqueKey,
 			}})
 			res.Work = append(res.Work, EnqueuedWork{WorkType: work.WorkType, State: state, Created: true, Projection: outcome})
 			made++
@@ -379,6 +412,14 @@ func enqueueTx(ctx context.Context, q *gen.Queries, raw *sql.Tx, scope string, e
 	for _, it := range heads {
 		out[it.event].Work[it.work].State = StatePending
 	}
+	for r, held := range refused {
+		w := &out[r.event].Work[r.work]
+		if held.planned >= 0 { // created earlier in this batch
+			p := works[held.planned]
+			held.workID, held.state = out[p.event].Work[p.work].WorkID, out[p.event].Work[p.work].State
+		}
+		w.WorkID, w.State = held.workID, held.state
+	}
 	for _, c := range collapsed {
 		sel := newest[projKey[c.event]]
 		j := projIdx[sel]
@@ -389,6 +430,48 @@ func enqueueTx(ctx context.Context, q *gen.Queries, raw *sql.Tx, scope string, e
 		if err := q.AdvanceEnqueueOrdinal(ctx, gen.AdvanceEnqueueOrdinalParams{Reserved: reserved, ScopeID: scope}); err != nil {
 			return nil, fmt.Errorf("advance enqueue ordinal: %w", err)
 		}
+	}
+	return out, nil
+}
+
+// MaxUniqueKey bounds Work.UniqueKey.
+const MaxUniqueKey = 128
+
+// uniqueHolder is the live item holding a unique key: an existing one
+// (planned -1), or the planned item of this batch at works[planned].
+type uniqueHolder struct {
+	workID  int64
+	state   string
+	planned int
+}
+
+// uniqueLiveKey is the unique_live_key of key in scope and generation
+// (scope ids and keys are printable ASCII: the newlines separate them).
+func uniqueLiveKey(scope string, generation int64, key string) string {
+	return fmt.Sprintf("%s\n%d\n%s", scope, generation, key)
+}
+
+// lockLiveUniqueKeys reads and locks the live items holding the unique
+// keys of events' work (one batch point get; none without keys).
+func lockLiveUniqueKeys(ctx context.Context, q *gen.Queries, scope string, generation int64, events []Event) (map[string]*uniqueHolder, error) {
+	var keys []sql.NullString
+	for _, ev := range events {
+		for _, w := range ev.Work {
+			if w.UniqueKey != "" {
+				keys = append(keys, store.NullString(uniqueLiveKey(scope, generation, w.UniqueKey)))
+			}
+		}
+	}
+	out := map[string]*uniqueHolder{}
+	if len(keys) == 0 {
+		return out, nil
+	}
+	rows, err := q.LockLiveUniqueKeys(ctx, keys)
+	if err != nil {
+		return nil, fmt.Errorf("find live items of %d unique keys: %w", len(keys), err)
+	}
+	for _, r := range rows {
+		out[r.UniqueLiveKey.String] = &uniqueHolder{workID: r.WorkID, state: r.State, planned: -1}
 	}
 	return out, nil
 }
@@ -471,8 +554,13 @@ func (qu *Queue) validateEnqueue(scope string, events []Event) error {
 					return fmt.Errorf("event %d work %d: %w", i, j, err)
 				}
 			}
+			if err := checkASCII(i, j, "UniqueKey", w.UniqueKey, 0, MaxUniqueKey); err != nil {
+				return err
+			}
 			if w.Projection && w.SourceLane != "" {
 				switch {
+				case w.UniqueKey != "":
+					return invalidf("event %d work %d: a projection takes no UniqueKey (it keeps one live generation already)", i, j)
 				case w.TargetLane != "":
 					return invalidf("event %d work %d: a projection (it has a source lane) takes no TargetLane (seed 004 step 8)", i, j)
 				case w.WaitFor != nil:

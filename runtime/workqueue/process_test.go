@@ -23,6 +23,10 @@ const (
 	helperEnv      = "LANEQ_WORKQUEUE_HELPER"
 	helperDSNEnv   = "LANEQ_WORKQUEUE_HELPER_DSN"
 	helperScopeEnv = "LANEQ_WORKQUEUE_HELPER_SCOPE"
+	// helperUniqueEnv makes the helper an enqueuer instead: after "go",
+	// 16 goroutines each enqueue one item of this unique key and it prints
+	// "created ID" or "refused ID" for each.
+	helperUniqueEnv = "LANEQ_WORKQUEUE_HELPER_UNIQUE"
 )
 
 // runHelperProcess is one claiming process: it waits for "go" on stdin (a
@@ -41,6 +45,9 @@ func runHelperProcess() int {
 		return fail(err)
 	}
 	scopeID := os.Getenv(helperScopeEnv)
+	if unique, ok := os.LookupEnv(helperUniqueEnv); ok {
+		return enqueueUniqueHelper(qu, owner, scopeID, unique)
+	}
 	c, err := qu.NewClaimer(scopeID, owner, workqueue.ClaimerConfig{})
 	if err != nil {
 		return fail(err)
@@ -77,6 +84,47 @@ func runHelperProcess() int {
 		time.Sleep(5 * time.Millisecond) // idle: the other process holds the lane heads
 	}
 	return fail(fmt.Errorf("scope not drained within the deadline"))
+}
+
+// enqueueUniqueHelper is the enqueuing helper of helperUniqueEnv.
+func enqueueUniqueHelper(qu *workqueue.Queue, owner, scopeID, unique string) int {
+	if line, err := bufio.NewReader(os.Stdin).ReadString('\n'); err != nil || strings.TrimSpace(line) != "go" {
+		fmt.Fprintln(os.Stderr, "helper: start barrier:", line, err)
+		return 1
+	}
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	failed := false
+	for i := range 16 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			key := fmt.Sprintf("%s-%d", owner, i)
+			res, err := qu.Enqueue(context.Background(), scopeID, []workqueue.Event{{IdempotencyKey: key, Payload: []byte("{}"),
+				Work: []workqueue.Work{{WorkType: "deliver", UniqueKey: unique}}}})
+			mu.Lock()
+			defer mu.Unlock()
+			if err != nil {
+				fmt.Fprintln(os.Stderr, "helper: enqueue:", err)
+				failed = true
+				return
+			}
+			switch w := res[0].Work[0]; {
+			case w.Created:
+				fmt.Printf("created %d\n", w.WorkID)
+			case w.Refused:
+				fmt.Printf("refused %d\n", w.WorkID)
+			default:
+				fmt.Fprintf(os.Stderr, "helper: neither created nor refused: %+v\n", w)
+				failed = true
+			}
+		}()
+	}
+	wg.Wait()
+	if failed {
+		return 1
+	}
+	return 0
 }
 
 // TestTwoProcessesClaimDisjointly runs two OS processes claiming from one

@@ -1,0 +1,241 @@
+package workqueue_test
+
+import (
+	"database/sql"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/laneq/laneq/runtime/workqueue"
+)
+
+// otherQueue is a Queue on its own pool to the fixture's database, as
+// another process has.
+func (f *fixture) otherQueue() *workqueue.Queue {
+	f.t.Helper()
+	db, err := sql.Open("mysql", f.dsn)
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	f.t.Cleanup(func() { db.Close() })
+	q, err := workqueue.New(db, workqueue.Config{})
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	f.t.Cleanup(func() { _ = q.Close() })
+	return q
+}
+
+// enqueueUnique enqueues one event with one "deliver" item of unique key
+// and returns the item's report.
+func (f *fixture) enqueueUnique(q *workqueue.Queue, idempotencyKey, unique string) (workqueue.EnqueuedWork, error) {
+	res, err := q.Enqueue(f.ctx, scope, []workqueue.Event{{IdempotencyKey: idempotencyKey, RouteID: "r", RouteVersion: 1,
+		EventKind: "k", SourceKind: "s", SourceID: idempotencyKey, Payload: []byte("{}"),
+		Work: []workqueue.Work{{WorkType: "deliver", UniqueKey: unique}}}})
+	if err != nil {
+		return workqueue.EnqueuedWork{}, err
+	}
+	return res[0].Work[0], nil
+}
+
+// TestUniqueWhileLiveRace: 32 concurrent enqueues of one unique key, each
+// through its own Queue (its own pool, as separate processes have), create
+// one live item; the other 31 are refused with that item. Completing it
+// frees the key: one more enqueue is accepted, and refused again behind
+// the new item. A key with a trailing space is refused as invalid, never
+// taken for the key without it.
+func TestUniqueWhileLiveRace(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, workqueue.Config{})
+	const writers = 32
+	queues := make([]*workqueue.Queue, writers)
+	for i := range queues {
+		queues[i] = f.otherQueue()
+	}
+	results := make([]workqueue.EnqueuedWork, writers)
+	errs := make([]error, writers)
+	start := make(chan struct{})
+	var wg sync.WaitGroup
+	for i := range writers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			<-start
+			results[i], errs[i] = f.enqueueUnique(queues[i], fmt.Sprintf("race-%d", i), "sync:account-7")
+		}()
+	}
+	close(start)
+	wg.Wait()
+	var created []workqueue.EnqueuedWork
+	for i, r := range results {
+		if errs[i] != nil {
+			t.Fatalf("writer %d: %v", i, errs[i])
+		}
+		if r.Created {
+			created = append(created, r)
+		}
+	}
+	if len(created) != 1 {
+		t.Fatalf("%d items created for one unique key, want 1: %+v", len(created), results)
+	}
+	live := created[0]
+	for i, r := range results {
+		if !r.Created && (!r.Refused || r.WorkID != live.WorkID || r.State != workqueue.StatePending) {
+			t.Fatalf("writer %d: %+v, want refused with the live item %d (pending)", i, r, live.WorkID)
+		}
+	}
+	if n := f.count("SELECT COUNT(*) FROM work_item WHERE scope_id = ?", scope); n != 1 {
+		t.Fatalf("%d work items, want the one live item", n)
+	}
+	if n := f.count("SELECT COUNT(*) FROM event WHERE scope_id = ?", scope); n != writers {
+		t.Fatalf("%d events, want every enqueue's event stored (%d)", n, writers)
+	}
+	if _, err := f.enqueueUnique(f.qu, "spaced", "sync:account-7 "); !errors.Is(err, workqueue.ErrInvalid) {
+		t.Fatalf("a key with a trailing space: %v, want ErrInvalid (never merged with the key without it)", err)
+	}
+
+	c := f.claimer("w")
+	got := f.claim(c, workqueue.ClaimRequest{Max: 1})
+	if len(got) != 1 || got[0].WorkID != live.WorkID {
+		t.Fatalf("claimed %v, want the live item %d", ids(got), live.WorkID)
+	}
+	if again, err := f.enqueueUnique(f.qu, "while-running", "sync:account-7"); err != nil || !again.Refused || again.State != workqueue.StateProcessing {
+		t.Fatalf("while it runs: %+v (%v), want refused with a processing item", again, err)
+	}
+	f.complete(got[0])
+	next, err := f.enqueueUnique(f.qu, "after", "sync:account-7")
+	if err != nil || !next.Created || next.WorkID == live.WorkID {
+		t.Fatalf("after the live item completed: %+v (%v), want a new item", next, err)
+	}
+	if again, err := f.enqueueUnique(f.qu, "after-2", "sync:account-7"); err != nil || !again.Refused || again.WorkID != next.WorkID {
+		t.Fatalf("behind the new item: %+v (%v), want refused with %d", again, err, next.WorkID)
+	}
+}
+
+// TestUniqueKeyInOneBatchAndDead: within one batch the first item of a key
+// is created and later ones are refused with it; a dead item frees its
+// key, a duplicate event keeps its own item and is not refused, a moved
+// generation starts afresh, and bad keys are refused before anything is
+// written.
+func TestUniqueKeyInOneBatchAndDead(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, workqueue.Config{})
+	ev := func(key, unique string) workqueue.Event {
+		return workqueue.Event{IdempotencyKey: key, RouteID: "r", RouteVersion: 1, EventKind: "k", SourceKind: "s", SourceID: key,
+			Payload: []byte("{}"), Work: []workqueue.Work{{WorkType: "deliver", UniqueKey: unique}}}
+	}
+	res, err := f.qu.Enqueue(f.ctx, scope, []workqueue.Event{ev("b1", "u"), ev("b2", "u"), ev("b3", "v")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	first, second, other := res[0].Work[0], res[1].Work[0], res[2].Work[0]
+	if !first.Created || !second.Refused || second.WorkID != first.WorkID || second.State != first.State || !other.Created {
+		t.Fatalf("one batch: %+v, %+v, %+v; want the second refused with the first", first, second, other)
+	}
+	// The same event again (a retried enqueue) is a duplicate, not refused.
+	if dup, err := f.qu.Enqueue(f.ctx, scope, []workqueue.Event{ev("b1", "u")}); err != nil || !dup[0].Duplicate || dup[0].Work[0].Refused || dup[0].Work[0].WorkID != first.WorkID {
+		t.Fatalf("duplicate event: %+v (%v)", dup, err)
+	}
+	c := f.claimer("w")
+	got := f.claim(c, workqueue.ClaimRequest{Max: 10})
+	for _, it := range got {
+		if it.WorkID == first.WorkID {
+			if _, err := f.qu.Dead(f.ctx, it.Lease, workqueue.Failure{Class: "broken", Summary: "refused"}); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if after, err := f.enqueueUnique(f.qu, "after-dead", "u"); err != nil || !after.Created {
+		t.Fatalf("after the item went dead: %+v (%v), want a new item", after, err)
+	}
+	if err := f.qu.SetGeneration(f.ctx, scope, 2); err != nil {
+		t.Fatal(err)
+	}
+	if fresh, err := f.enqueueUnique(f.qu, "gen-2", "u"); err != nil || !fresh.Created {
+		t.Fatalf("in the next generation: %+v (%v), want a new item", fresh, err)
+	}
+	for name, w := range map[string]workqueue.Work{
+		"too long":   {WorkType: "deliver", UniqueKey: string(make([]byte, workqueue.MaxUniqueKey+1))},
+		"newline":    {WorkType: "deliver", UniqueKey: "a\nb"},
+		"non-ascii":  {WorkType: "deliver", UniqueKey: "ключ"},
+		"projection": {WorkType: "deliver", UniqueKey: "p", SourceLane: "L", Projection: true},
+	} {
+		_, err := f.qu.Enqueue(f.ctx, scope, []workqueue.Event{{IdempotencyKey: "bad-" + name, Payload: []byte("{}"), Work: []workqueue.Work{w}}})
+		if !errors.Is(err, workqueue.ErrInvalid) {
+			t.Errorf("%s: %v, want ErrInvalid", name, err)
+		}
+	}
+}
+
+// TestUniqueWhileLiveAcrossProcesses: two OS processes, 16 goroutines
+// each, enqueue one unique key at once: one item is created, and every
+// other enqueue, in either process, is refused with it.
+func TestUniqueWhileLiveAcrossProcesses(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, workqueue.Config{})
+	var procs []*exec.Cmd
+	var outs []*strings.Builder
+	var stdins []io.WriteCloser
+	for i := range 2 {
+		cmd := exec.Command(os.Args[0], "-test.run=^$")
+		cmd.Env = append(os.Environ(), helperEnv+"=enqueuer-"+strconv.Itoa(i), helperDSNEnv+"="+f.dsn, helperScopeEnv+"="+scope, helperUniqueEnv+"=nightly-report")
+		out, errb := &strings.Builder{}, &strings.Builder{}
+		cmd.Stdout, cmd.Stderr = out, errb
+		stdin, err := cmd.StdinPipe()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() {
+			if cmd.ProcessState == nil {
+				_ = cmd.Process.Kill()
+				_ = cmd.Wait()
+			}
+			if t.Failed() {
+				t.Logf("enqueuer-%d stderr: %s", i, errb.String())
+			}
+		})
+		procs, outs, stdins = append(procs, cmd), append(outs, out), append(stdins, stdin)
+	}
+	for _, in := range stdins { // release both at once
+		if _, err := io.WriteString(in, "go\n"); err != nil {
+			t.Fatal(err)
+		}
+		in.Close()
+	}
+	for i, p := range procs {
+		if err := p.Wait(); err != nil {
+			t.Fatalf("enqueuer-%d: %v", i, err)
+		}
+	}
+	created, refusedWith := map[string]int{}, map[string]int{}
+	for _, out := range outs {
+		for _, line := range strings.Split(strings.TrimSpace(out.String()), "\n") {
+			what, id, _ := strings.Cut(line, " ")
+			switch what {
+			case "created":
+				created[id]++
+			case "refused":
+				refusedWith[id]++
+			default:
+				t.Fatalf("enqueuer printed %q", line)
+			}
+		}
+	}
+	if len(created) != 1 {
+		t.Fatalf("created %v, want exactly one item", created)
+	}
+	for id := range created {
+		if len(refusedWith) != 1 || refusedWith[id] != 31 {
+			t.Fatalf("refused with %v, want all 31 others with %s", refusedWith, id)
+		}
+	}
+}
