@@ -158,4 +158,5 @@ type WorkItem struct {
 	DependencyKeys       []byte
 	ReplayDepth          int32
 	ProjectionQueuedKey  sql.NullString
+	UniqueLiveKey        sql.NullString
 }

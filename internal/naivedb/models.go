@@ -133,4 +133,5 @@ type WorkItem struct {
 	DependencyKeys       []byte
 	ReplayDepth          int32
 	ProjectionQueuedKey  sql.NullString
+	UniqueLiveKey        sql.NullString
 }
