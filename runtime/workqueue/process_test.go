@@ -127,6 +127,62 @@ func enqueueUniqueHelper(qu *workqueue.Queue, owner, scopeID, unique string) int
 	return 0
 }
 
+// helperProc is one helper process of this test binary and what it
+// printed.
+type helperProc struct {
+	cmd   *exec.Cmd
+	stdin io.WriteCloser
+	out   strings.Builder
+	errb  strings.Builder
+}
+
+// runHelpers starts n helper processes (named name-0, name-1, ...) with
+// env, releases them at once ("go" on stdin), waits for all of them to
+// exit and fails the test when one failed.
+func runHelpers(t *testing.T, n int, name string, env ...string) []*helperProc {
+	t.Helper()
+	procs := make([]*helperProc, n)
+	for i := range procs {
+		p := &helperProc{cmd: exec.Command(os.Args[0], "-test.run=^$")}
+		p.cmd.Env = append(append(os.Environ(), helperEnv+"="+name+"-"+strconv.Itoa(i)), env...)
+		p.cmd.Stdout, p.cmd.Stderr = &p.out, &p.errb
+		stdin, err := p.cmd.StdinPipe()
+		if err != nil {
+			t.Fatal(err)
+		}
+		p.stdin = stdin
+		if err := p.cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() {
+			if p.cmd.ProcessState == nil {
+				_ = p.cmd.Process.Kill()
+				_ = p.cmd.Wait()
+			}
+		})
+		procs[i] = p
+	}
+	for _, p := range procs { // release them at once
+		if _, err := io.WriteString(p.stdin, "go\n"); err != nil {
+			t.Fatal(err)
+		}
+		p.stdin.Close()
+	}
+	var wg sync.WaitGroup
+	errs := make([]error, n)
+	for i, p := range procs {
+		wg.Add(1)
+		go func() { defer wg.Done(); errs[i] = p.cmd.Wait() }()
+	}
+	wg.Wait()
+	for i, p := range procs {
+		if errs[i] != nil {
+			t.Fatalf("%s-%d: %v\n%s", name, i, errs[i], p.errb.String())
+		}
+	}
+	return procs
+}
+
 // TestTwoProcessesClaimDisjointly runs two OS processes claiming from one
 // TiDB scope with shared lanes: every item is executed by exactly one of them.
 func TestTwoProcessesClaimDisjointly(t *testing.T) {
@@ -139,47 +195,11 @@ func TestTwoProcessesClaimDisjointly(t *testing.T) {
 	}
 	enqueueWorkload(t, f.ctx, f.qu, scopeID, stressWorkload(items))
 
-	type proc struct {
-		cmd   *exec.Cmd
-		stdin io.WriteCloser
-		out   strings.Builder
-		errb  strings.Builder
-	}
-	procs := make([]*proc, 2)
-	for i := range procs {
-		p := &proc{cmd: exec.Command(os.Args[0], "-test.run=^$")}
-		p.cmd.Env = append(os.Environ(), helperEnv+"=process-"+strconv.Itoa(i), helperDSNEnv+"="+f.dsn, helperScopeEnv+"="+scopeID)
-		p.cmd.Stdout, p.cmd.Stderr = &p.out, &p.errb
-		stdin, err := p.cmd.StdinPipe()
-		if err != nil {
-			t.Fatal(err)
-		}
-		p.stdin = stdin
-		if err := p.cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
-		procs[i] = p
-	}
-	for _, p := range procs { // release both at once
-		if _, err := io.WriteString(p.stdin, "go\n"); err != nil {
-			t.Fatal(err)
-		}
-		p.stdin.Close()
-	}
-	var wg sync.WaitGroup
-	errs := make([]error, len(procs))
-	for i, p := range procs {
-		wg.Add(1)
-		go func() { defer wg.Done(); errs[i] = p.cmd.Wait() }()
-	}
-	wg.Wait()
+	procs := runHelpers(t, 2, "process", helperDSNEnv+"="+f.dsn, helperScopeEnv+"="+scopeID)
 
 	executedBy := map[int64]int{}
 	perProcess := make([]int, len(procs))
 	for i, p := range procs {
-		if errs[i] != nil {
-			t.Fatalf("process %d: %v\n%s", i, errs[i], p.errb.String())
-		}
 		for _, line := range strings.Fields(p.out.String()) {
 			id, err := strconv.ParseInt(line, 10, 64)
 			if err != nil {

@@ -4,10 +4,6 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
-	"io"
-	"os"
-	"os/exec"
-	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -179,46 +175,10 @@ func TestUniqueKeyInOneBatchAndDead(t *testing.T) {
 func TestUniqueWhileLiveAcrossProcesses(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t, workqueue.Config{})
-	var procs []*exec.Cmd
-	var outs []*strings.Builder
-	var stdins []io.WriteCloser
-	for i := range 2 {
-		cmd := exec.Command(os.Args[0], "-test.run=^$")
-		cmd.Env = append(os.Environ(), helperEnv+"=enqueuer-"+strconv.Itoa(i), helperDSNEnv+"="+f.dsn, helperScopeEnv+"="+scope, helperUniqueEnv+"=nightly-report")
-		out, errb := &strings.Builder{}, &strings.Builder{}
-		cmd.Stdout, cmd.Stderr = out, errb
-		stdin, err := cmd.StdinPipe()
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() {
-			if cmd.ProcessState == nil {
-				_ = cmd.Process.Kill()
-				_ = cmd.Wait()
-			}
-			if t.Failed() {
-				t.Logf("enqueuer-%d stderr: %s", i, errb.String())
-			}
-		})
-		procs, outs, stdins = append(procs, cmd), append(outs, out), append(stdins, stdin)
-	}
-	for _, in := range stdins { // release both at once
-		if _, err := io.WriteString(in, "go\n"); err != nil {
-			t.Fatal(err)
-		}
-		in.Close()
-	}
-	for i, p := range procs {
-		if err := p.Wait(); err != nil {
-			t.Fatalf("enqueuer-%d: %v", i, err)
-		}
-	}
+	procs := runHelpers(t, 2, "enqueuer", helperDSNEnv+"="+f.dsn, helperScopeEnv+"="+scope, helperUniqueEnv+"=nightly-report")
 	created, refusedWith := map[string]int{}, map[string]int{}
-	for _, out := range outs {
-		for _, line := range strings.Split(strings.TrimSpace(out.String()), "\n") {
+	for _, p := range procs {
+		for _, line := range strings.Split(strings.TrimSpace(p.out.String()), "\n") {
 			what, id, _ := strings.Cut(line, " ")
 			switch what {
 			case "created":
