@@ -301,6 +301,9 @@ func (g *Group) Run(ctx context.Context) error {
 	g.survey(ctx, scopeIDs(marks))
 	err = g.probeLoop(ctx)
 	stopListening()
+	g.mu.Lock()
+	g.runCtx = nil // no member starts from here on: Wait below has every Add before it
+	g.mu.Unlock()
 	g.members.Wait() // every member saw ctx end and released its items
 	stopWakes()
 	g.log.Info("group stopped")
