@@ -155,6 +155,8 @@ func NewGroup(q *workqueue.Queue, cfg GroupConfig, handlers map[string]Handler) 
 	// name of its own (New reads nothing).
 	probeCfg := cfg.Member
 	probeCfg.Scope = "group-config-check"
+	// It never runs, so it registers no metrics (nothing would close them).
+	probeCfg.MeterProvider = nil
 	if _, err := New(q, probeCfg, handlers); err != nil {
 		return nil, err
 	}
