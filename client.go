@@ -22,6 +22,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sync"
 
 	"github.com/laneq/laneq/runtime/ingress"
@@ -71,6 +72,11 @@ type Config struct {
 	// default scope of Enqueue (WithScope picks another). Default nil: a
 	// worker for Scope alone.
 	Serve *worker.GroupConfig
+	// Periodic jobs enqueue work into Scope on a schedule while the Client
+	// runs (Start): each tick once across every process running the same
+	// jobs, with no leader (PeriodicJob, runtime/periodic). Not with
+	// Serve. Default none.
+	Periodic []PeriodicJob
 }
 
 // DefaultSubscribeBuffer is Config.SubscribeBuffer's default.
@@ -292,6 +298,21 @@ func (c *Client) Item(ctx context.Context, workID int64) (inspect.Item, error) {
 	return it, nil
 }
 
+// Cancel cancels one of the scope's items (workqueue.Queue.Cancel): one no
+// process holds ends skipped with failure class "cancelled" at once, and its
+// lanes move on; a running one is told at its holder's next heartbeat, its
+// handler's context is cancelled (context.Cause wraps
+// workqueue.ErrCancelRequested), and it ends cancelled when the handler
+// returns (completed, if the handler returns nil regardless). reason is
+// recorded on the item. A terminal item is refused (workqueue.ErrRefused).
+func (c *Client) Cancel(ctx context.Context, workID int64, reason string) (workqueue.CancelOutcome, error) {
+	out, err := c.qu.Cancel(ctx, c.cfg.Scope, workID, reason)
+	if err != nil {
+		return out, fmt.Errorf("laneq: cancel item %d: %w", workID, err)
+	}
+	return out, nil
+}
+
 // Stats counts the scope's items by state per queue class, capped
 // (stats.Reader.Cheap: a bounded read whatever the backlog).
 func (c *Client) Stats(ctx context.Context) (stats.Scope, error) {
@@ -417,6 +438,9 @@ func (c *Client) workerConfig() worker.Config {
 
 // newGroup is the group Start runs with Config.Serve.
 func (c *Client) newGroup() (*worker.Group, error) {
+	if len(c.cfg.Periodic) > 0 {
+		return nil, fmt.Errorf("laneq: start: %w: Config.Periodic runs in the worker of Config.Scope, not with Config.Serve", workqueue.ErrInvalid)
+	}
 	gcfg := *c.cfg.Serve
 	gcfg.Member = c.workerConfig()
 	gcfg.Member.Scope = ""
@@ -431,6 +455,11 @@ func (c *Client) newGroup() (*worker.Group, error) {
 func (c *Client) newWorker() (*worker.Worker, error) {
 	wcfg := c.workerConfig()
 	wcfg.Scope = c.cfg.Scope
+	jobs, err := schedules(c.cfg.Periodic)
+	if err != nil {
+		return nil, fmt.Errorf("laneq: start: %w", err)
+	}
+	wcfg.Schedules = append(slices.Clone(wcfg.Schedules), jobs...)
 	w, err := worker.New(c.qu, wcfg, c.handlers)
 	if err != nil {
 		return nil, fmt.Errorf("laneq: start: %w", err)

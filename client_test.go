@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"sync"
 	"testing"
 	"time"
 
@@ -12,6 +13,7 @@ import (
 
 	"github.com/laneq/laneq"
 	"github.com/laneq/laneq/internal/tidbtest"
+	"github.com/laneq/laneq/internal/waitfor"
 	"github.com/laneq/laneq/laneqtest"
 	"github.com/laneq/laneq/runtime/inspect"
 	"github.com/laneq/laneq/runtime/worker"
@@ -592,5 +594,111 @@ func TestClientUniqueKey(t *testing.T) {
 	third, err := c.Enqueue(ctx, greet{Name: "a"}, laneq.WithUniqueKey("greet:a"))
 	if err != nil || third.Refused || third.WorkID == first.WorkID {
 		t.Fatalf("after it completed: %+v (%v), want a new item", third, err)
+	}
+}
+
+// Client.Cancel: a delayed item ends at once; a running one's handler sees
+// its context cancelled at its next heartbeat (a 1s lease renews every
+// 333ms), with a cause wrapping workqueue.ErrCancelRequested, and the
+// Client publishes EventCancelled; a terminal item is refused.
+func TestClientCancel(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	c, _ := openClient(t, laneq.Config{Queue: workqueue.Config{Lease: time.Second}})
+	delayed, err := c.Enqueue(ctx, greet{Name: "later"}, laneq.WithDelay(time.Hour))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out, err := c.Cancel(ctx, delayed.WorkID, "not needed"); err != nil || out.Running {
+		t.Fatalf("cancel of a delayed item = %+v, %v", out, err)
+	}
+	if it, err := c.Item(ctx, delayed.WorkID); err != nil || it.State != workqueue.StateSkipped {
+		t.Fatalf("the cancelled item: %+v, %v", it, err)
+	}
+	if _, err := c.Cancel(ctx, delayed.WorkID, ""); !errors.Is(err, workqueue.ErrRefused) {
+		t.Fatalf("second cancel = %v, want ErrRefused", err)
+	}
+	running, err := c.Enqueue(ctx, greet{Name: "slow"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	started, causes := make(chan struct{}), make(chan error, 1)
+	events := startWorker(t, c, func(ctx context.Context, job *laneq.Job[greet]) error {
+		close(started)
+		<-ctx.Done()
+		causes <- context.Cause(ctx)
+		return ctx.Err()
+	}, laneq.EventCancelled)
+	select {
+	case <-started:
+	case <-time.After(guard):
+		t.Fatal("the handler did not start")
+	}
+	if out, err := c.Cancel(ctx, running.WorkID, ""); err != nil || !out.Running {
+		t.Fatalf("cancel of a running item = %+v, %v", out, err)
+	}
+	select {
+	case cause := <-causes:
+		if !errors.Is(cause, workqueue.ErrCancelRequested) {
+			t.Fatalf("the handler's context cause is %v, want ErrCancelRequested", cause)
+		}
+	case <-time.After(guard):
+		t.Fatal("the handler was not told of the cancellation")
+	}
+	if e := nextEvent(t, events); e.WorkID != running.WorkID || e.Kind != laneq.EventCancelled {
+		t.Fatalf("event %+v, want %d cancelled", e, running.WorkID)
+	}
+}
+
+// Config.Periodic: a job of one tick a second, run by two Clients on one
+// database (two processes' worth), enqueues each tick once; its handler
+// sees the tick in its arguments. A job without Args, and Periodic with
+// Serve, fail Start.
+func TestClientPeriodic(t *testing.T) {
+	t.Parallel()
+	jobs := []laneq.PeriodicJob{{Name: "hello", Every: time.Second, Args: func(tick time.Time) laneq.Args {
+		return greet{Name: tick.UTC().Format(time.RFC3339)}
+	}, Opts: []laneq.EnqueueOption{laneq.WithQueueClass("bulk")}}}
+	a, dsn := openClient(t, laneq.Config{Periodic: jobs})
+	b := openClientOn(t, dsn, laneq.Config{Periodic: jobs})
+	var mu sync.Mutex
+	seen := map[string]int{}
+	handle := func(_ context.Context, job *laneq.Job[greet]) error {
+		mu.Lock()
+		seen[job.Args.Name]++
+		mu.Unlock()
+		return nil
+	}
+	startWorker(t, a, handle)
+	startWorker(t, b, handle)
+	waitfor.Until(t, guard, func() (bool, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(seen) >= 4, nil
+	}, func() string { return fmt.Sprintf("ticks handled: %v", seen) })
+	mu.Lock()
+	for tick, n := range seen {
+		if n != 1 {
+			t.Errorf("tick %s handled %d times", tick, n)
+		}
+		if _, err := time.Parse(time.RFC3339, tick); err != nil {
+			t.Errorf("args carry %q: %v", tick, err)
+		}
+	}
+	mu.Unlock()
+
+	bad := openClientOn(t, dsn, laneq.Config{Scope: "tenant-bad", Periodic: []laneq.PeriodicJob{{Name: "x", Every: time.Second}}})
+	if err := laneq.AddWorker(bad, handle); err != nil {
+		t.Fatal(err)
+	}
+	if err := bad.Start(context.Background()); !errors.Is(err, workqueue.ErrInvalid) {
+		t.Errorf("Start with a job without Args = %v, want ErrInvalid", err)
+	}
+	served := openClientOn(t, dsn, laneq.Config{Scope: "tenant-served", Periodic: jobs, Serve: &worker.GroupConfig{Scopes: []string{"tenant-served"}}})
+	if err := laneq.AddWorker(served, handle); err != nil {
+		t.Fatal(err)
+	}
+	if err := served.Start(context.Background()); !errors.Is(err, workqueue.ErrInvalid) {
+		t.Errorf("Start with Periodic and Serve = %v, want ErrInvalid", err)
 	}
 }

@@ -19,6 +19,7 @@ const (
 	EventDead      EventKind = "dead"      // failed for good (permanent, or a budget spent)
 	EventWaiting   EventKind = "waiting"   // parked until its dependency is satisfied
 	EventReleased  EventKind = "released"  // given back unrun on shutdown, due at once
+	EventCancelled EventKind = "cancelled" // cancelled while running (Client.Cancel): ended skipped when its handler stopped
 	EventReplayed  EventKind = "replayed"  // a dead item replayed through this Client (WorkID is the new item)
 )
 
@@ -46,7 +47,7 @@ func eventOf(f worker.Finished) Event {
 	kind := EventKind(f.Outcome)
 	var err error
 	switch f.Outcome {
-	case worker.OutcomeRetried, worker.OutcomeDead, worker.OutcomeWaiting:
+	case worker.OutcomeRetried, worker.OutcomeDead, worker.OutcomeWaiting, worker.OutcomeCancelled:
 		err = f.Err
 	}
 	return Event{

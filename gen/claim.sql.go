@@ -374,6 +374,7 @@ WHERE w.work_id = ?
   AND w.state = 'processing'
   AND w.run_after < NOW(6)
   AND w.attempt_count < ?
+  AND w.cancel_reason IS NULL
   AND w.generation = (SELECT s.active_generation FROM scope s WHERE s.scope_id = ?)
 `
 
@@ -388,8 +389,9 @@ type ReclaimCASParams struct {
 
 // Takes over an expired lease: a CAS on the token the candidate read saw.
 // The new token fences the old holder: no call it makes matches any more.
-// Only while attempts remain; an item at its attempt budget goes to dead
-// through FinishExpired instead.
+// Only while attempts remain and no cancellation was requested; an item at
+// its attempt budget goes to dead, and a cancelled one to skipped, through
+// FinishExpired instead.
 func (q *Queries) ReclaimCAS(ctx context.Context, arg ReclaimCASParams) (int64, error) {
 	result, err := q.db.ExecContext(ctx, reclaimCAS,
 		arg.LeaseOwner,
@@ -408,7 +410,7 @@ func (q *Queries) ReclaimCAS(ctx context.Context, arg ReclaimCASParams) (int64, 
 const staleCandidates = `-- name: StaleCandidates :many
 SELECT w.work_id, w.event_id, w.work_type, w.queue_class, w.lease_token, w.lane_ordinal,
        w.attempt_count, w.safe_retry_count, w.generation, w.source_lane_key, w.target_lane_key,
-       w.run_after, w.projection_key
+       w.run_after, w.projection_key, w.cancel_reason
 FROM work_item w
 WHERE w.scope_id = ?
   AND w.generation = ?
@@ -445,6 +447,7 @@ type StaleCandidatesRow struct {
 	TargetLaneKey  sql.NullString
 	RunAfter       time.Time
 	ProjectionKey  sql.NullString
+	CancelReason   sql.NullString
 }
 
 // Processing rows of one queue class whose lease expired by the database
@@ -455,6 +458,8 @@ type StaleCandidatesRow struct {
 // floor: a lease expires only by time passing, never by a write that places
 // it in the past, so expiries the claimer's last complete scan saw need not
 // be read again (the MVCC delete markers of renewals and finishes lie there).
+// cancel_reason says the row's cancellation was requested: the claimer ends
+// it cancelled (FinishExpired) instead of taking it over.
 func (q *Queries) StaleCandidates(ctx context.Context, arg StaleCandidatesParams) ([]StaleCandidatesRow, error) {
 	query := staleCandidates
 	var queryParams []interface{}
@@ -494,6 +499,7 @@ func (q *Queries) StaleCandidates(ctx context.Context, arg StaleCandidatesParams
 			&i.TargetLaneKey,
 			&i.RunAfter,
 			&i.ProjectionKey,
+			&i.CancelReason,
 		); err != nil {
 			return nil, err
 		}

@@ -26,6 +26,7 @@ SET state = 'dependency_registration',
 WHERE work_id = ?
   AND lease_token = ?
   AND state = 'processing'
+  AND cancel_reason IS NULL
 `
 
 type BeginDependencyWaitParams struct {
@@ -61,7 +62,8 @@ type BeginDependencyWaitParams struct {
 // The claimed row leaves processing for dependency_registration, fenced by
 // its lease token. The attempt is given back (waiting is not a failure and
 // counts no retry), the lease is dropped, and run_after marks when the wait
-// began (the safety pass pages waiters in that order).
+// began (the safety pass pages waiters in that order). Not for a row whose
+// cancellation was requested (see ReleaseLease).
 func (q *Queries) BeginDependencyWait(ctx context.Context, arg BeginDependencyWaitParams) (int64, error) {
 	result, err := q.db.ExecContext(ctx, beginDependencyWait,
 		arg.WakeKey,

@@ -118,7 +118,7 @@ func (q *Queries) FinishBatch(ctx context.Context, arg FinishBatchParams) (int64
 
 const finishExpired = `-- name: FinishExpired :execrows
 UPDATE work_item
-SET state = 'dead',
+SET state = ?,
     terminal_at = NOW(6),
     run_after = NOW(6),
     failure_class = ?,
@@ -135,6 +135,7 @@ WHERE work_id = ?
 `
 
 type FinishExpiredParams struct {
+	TerminalState  string
 	FailureClass   sql.NullString
 	FailureSummary sql.NullString
 	WorkID         int64
@@ -142,12 +143,14 @@ type FinishExpiredParams struct {
 }
 
 // An item whose lease expired with its attempt budget spent (its process
-// died in every attempt, say) goes to dead instead of being reclaimed again:
-// a CAS on the token the stale scan saw, as ReclaimCAS, and the same
-// terminal columns as Finish. The caller promotes lane followers in the same
-// transaction, as for every terminal transition.
+// died in every attempt, say) goes to dead instead of being reclaimed again,
+// and one whose cancellation was requested goes to skipped (terminal_state
+// says which): a CAS on the token the stale scan saw, as ReclaimCAS, and the
+// same terminal columns as Finish. The caller promotes lane followers in the
+// same transaction, as for every terminal transition.
 func (q *Queries) FinishExpired(ctx context.Context, arg FinishExpiredParams) (int64, error) {
 	result, err := q.db.ExecContext(ctx, finishExpired,
+		arg.TerminalState,
 		arg.FailureClass,
 		arg.FailureSummary,
 		arg.WorkID,
@@ -192,7 +195,7 @@ func (q *Queries) GetLaneIdentity(ctx context.Context, workID int64) (GetLaneIde
 }
 
 const getLeaseState = `-- name: GetLeaseState :one
-SELECT state, lease_token, safe_retry_count
+SELECT state, lease_token, safe_retry_count, cancel_reason
 FROM work_item
 WHERE work_id = ?
 `
@@ -201,29 +204,37 @@ type GetLeaseStateRow struct {
 	State          string
 	LeaseToken     int64
 	SafeRetryCount int32
+	CancelReason   sql.NullString
 }
 
 // A row's state and token by primary key: after a lease-fenced write whose
 // reply was lost, the holder reads this to learn whether its write
 // committed (its token plus one, in the state it wrote) or another owner
-// moved the row on.
+// moved the row on; and a holder whose renewal or give-back matched
+// nothing, whether its cancellation was requested (cancel_reason).
 func (q *Queries) GetLeaseState(ctx context.Context, workID int64) (GetLeaseStateRow, error) {
 	row := q.db.QueryRowContext(ctx, getLeaseState, workID)
 	var i GetLeaseStateRow
-	err := row.Scan(&i.State, &i.LeaseToken, &i.SafeRetryCount)
+	err := row.Scan(
+		&i.State,
+		&i.LeaseToken,
+		&i.SafeRetryCount,
+		&i.CancelReason,
+	)
 	return i, err
 }
 
 const leaseStates = `-- name: LeaseStates :many
-SELECT work_id, state, lease_token
+SELECT work_id, state, lease_token, cancel_reason
 FROM work_item
 WHERE work_id IN (/*SLICE:work_ids*/?)
 `
 
 type LeaseStatesRow struct {
-	WorkID     int64
-	State      string
-	LeaseToken int64
+	WorkID       int64
+	State        string
+	LeaseToken   int64
+	CancelReason sql.NullString
 }
 
 // GetLeaseState for a batch (one batch point get): after FinishLanelessBatch
@@ -248,7 +259,12 @@ func (q *Queries) LeaseStates(ctx context.Context, workIds []int64) ([]LeaseStat
 	items := []LeaseStatesRow{}
 	for rows.Next() {
 		var i LeaseStatesRow
-		if err := rows.Scan(&i.WorkID, &i.State, &i.LeaseToken); err != nil {
+		if err := rows.Scan(
+			&i.WorkID,
+			&i.State,
+			&i.LeaseToken,
+			&i.CancelReason,
+		); err != nil {
 			return nil, err
 		}
 		items = append(items, i)
@@ -297,6 +313,7 @@ SET state = 'pending',
 WHERE work_id = ?
   AND lease_token = ?
   AND state = 'processing'
+  AND cancel_reason IS NULL
 `
 
 type ReleaseLeaseParams struct {
@@ -307,7 +324,9 @@ type ReleaseLeaseParams struct {
 // Gives the item back unexecuted (shutdown, drain): pending and due now, and
 // the attempt is not counted against the item's budget. It stays its lanes'
 // head, so followers remain blocked. run_after = now keeps claimers' floors
-// valid (see ClaimCandidates).
+// valid (see ClaimCandidates). A row whose cancellation was requested is
+// never given back (it would run again): the holder finds the request on
+// the read-back and finishes it cancelled (Queue.FinishCancelled).
 func (q *Queries) ReleaseLease(ctx context.Context, arg ReleaseLeaseParams) (int64, error) {
 	result, err := q.db.ExecContext(ctx, releaseLease, arg.WorkID, arg.LeaseToken)
 	if err != nil {
@@ -323,6 +342,7 @@ SET run_after = DATE_ADD(NOW(6), INTERVAL CAST(? AS SIGNED) MICROSECOND),
 WHERE work_id = ?
   AND lease_token = ?
   AND state = 'processing'
+  AND cancel_reason IS NULL
 `
 
 type RenewLeaseParams struct {
@@ -333,6 +353,10 @@ type RenewLeaseParams struct {
 
 // Heartbeat: moves the lease expiry (run_after, while processing) from the
 // database clock. Keeps the token, so the holder's later calls stay valid.
+// A row whose cancellation was requested (cancel_reason, RequestCancel) is
+// not renewed: the holder reads the row back (GetLeaseState), learns of the
+// cancellation and cancels its handler; a handler that ignores it runs out
+// of lease, and the claimer that finds it expired ends it cancelled.
 func (q *Queries) RenewLease(ctx context.Context, arg RenewLeaseParams) (int64, error) {
 	result, err := q.db.ExecContext(ctx, renewLease, arg.LeaseMicros, arg.WorkID, arg.LeaseToken)
 	if err != nil {
@@ -348,6 +372,7 @@ SET run_after = DATE_ADD(NOW(6), INTERVAL CAST(? AS SIGNED) MICROSECOND),
 WHERE work_id IN (/*SLICE:work_ids*/?)
   AND FIND_IN_SET(CONCAT(work_id, ':', lease_token), CAST(? AS CHAR)) > 0
   AND state = 'processing'
+  AND cancel_reason IS NULL
 `
 
 type RenewLeaseBatchParams struct {
@@ -360,7 +385,8 @@ type RenewLeaseBatchParams struct {
 // together (items claimed in one turn share their heartbeat times): a batch
 // point get on the primary key, each row fenced by its own "id:token" entry
 // in fences, as FinishLanelessBatch. The caller reads back which entries
-// matched (LeaseStates) when fewer rows than entries matched.
+// matched (LeaseStates) when fewer rows than entries matched; as for
+// RenewLease, a row whose cancellation was requested is not renewed.
 func (q *Queries) RenewLeaseBatch(ctx context.Context, arg RenewLeaseBatchParams) (int64, error) {
 	query := renewLeaseBatch
 	var queryParams []interface{}
@@ -394,6 +420,7 @@ SET state = 'pending',
 WHERE work_id = ?
   AND lease_token = ?
   AND state = 'processing'
+  AND cancel_reason IS NULL
 `
 
 type RetryLaterParams struct {
@@ -405,7 +432,8 @@ type RetryLaterParams struct {
 }
 
 // A safe retry: pending again after a backoff computed from the consecutive
-// safe-retry count, which this increments. Still its lanes' head.
+// safe-retry count, which this increments. Still its lanes' head. Not for
+// a row whose cancellation was requested (see ReleaseLease).
 func (q *Queries) RetryLater(ctx context.Context, arg RetryLaterParams) (int64, error) {
 	result, err := q.db.ExecContext(ctx, retryLater,
 		arg.DelayMicros,

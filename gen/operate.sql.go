@@ -33,7 +33,7 @@ const lockWorkItemForAction = `-- name: LockWorkItemForAction :one
 
 SELECT work_id, scope_id, generation, queue_class, work_type, state, run_after,
        source_lane_key, target_lane_key, lane_ordinal, projection_key,
-       projection_active_key, projection_queued_key,
+       projection_active_key, projection_queued_key, lease_token, cancel_reason,
        CAST(run_after > NOW(6) AS SIGNED) AS not_due
 FROM work_item
 WHERE work_id = ?
@@ -54,6 +54,8 @@ type LockWorkItemForActionRow struct {
 	ProjectionKey       sql.NullString
 	ProjectionActiveKey sql.NullString
 	ProjectionQueuedKey sql.NullString
+	LeaseToken          int64
+	CancelReason        sql.NullString
 	NotDue              int64
 }
 
@@ -85,9 +87,41 @@ func (q *Queries) LockWorkItemForAction(ctx context.Context, workID int64) (Lock
 		&i.ProjectionKey,
 		&i.ProjectionActiveKey,
 		&i.ProjectionQueuedKey,
+		&i.LeaseToken,
+		&i.CancelReason,
 		&i.NotDue,
 	)
 	return i, err
+}
+
+const requestCancel = `-- name: RequestCancel :execrows
+UPDATE work_item
+SET cancel_reason = ?,
+    updated_at = NOW(6)
+WHERE work_id = ?
+  AND lease_token = ?
+  AND state = 'processing'
+  AND cancel_reason IS NULL
+`
+
+type RequestCancelParams struct {
+	CancelReason sql.NullString
+	WorkID       int64
+	LeaseToken   int64
+}
+
+// Cancelling a running item (Queue.Cancel): its process holds the lease and
+// its handler runs, so the row cannot end here; the request is recorded on
+// it, and the holder learns of it at its next heartbeat (RenewLease matches
+// no row that carries it). A CAS on the token read under the action's lock,
+// which it keeps: the holder's fenced finish must still match, to record the
+// cancellation and hand its lanes over. A primary-key point update.
+func (q *Queries) RequestCancel(ctx context.Context, arg RequestCancelParams) (int64, error) {
+	result, err := q.db.ExecContext(ctx, requestCancel, arg.CancelReason, arg.WorkID, arg.LeaseToken)
+	if err != nil {
+		return 0, err
+	}
+	return result.RowsAffected()
 }
 
 const retryNow = `-- name: RetryNow :execrows

@@ -84,7 +84,8 @@ type Querier interface {
 	// The claimed row leaves processing for dependency_registration, fenced by
 	// its lease token. The attempt is given back (waiting is not a failure and
 	// counts no retry), the lease is dropped, and run_after marks when the wait
-	// began (the safety pass pages waiters in that order).
+	// began (the safety pass pages waiters in that order). Not for a row whose
+	// cancellation was requested (see ReleaseLease).
 	BeginDependencyWait(ctx context.Context, arg BeginDependencyWaitParams) (int64, error)
 	// Lane recovery (Queue.RecoverLanes): one page of the active generation's
 	// blocked rows after a cursor, on idx_work_item_due's blocked range in
@@ -195,6 +196,15 @@ type Querier interface {
 	// db_now (negative: that long overdue; 0 when the state has no row): a
 	// duration, so no session time zone can shift it.
 	ClassStatsExact(ctx context.Context, arg ClassStatsExactParams) ([]ClassStatsExactRow, error)
+	// Periodic work (runtime/periodic): which ticks of a schedule are due is
+	// decided by the database's clock, never a host's.
+	// The database's clock as Unix microseconds: an absolute instant whatever
+	// the session's time zone and the driver's loc. Every process of a scope
+	// reads the same clock, so a host whose clock is off by seconds neither
+	// enqueues a tick early nor counts one as missed; a tick's identity (its
+	// idempotency key) comes from the schedule, not from when it was read. No
+	// table is read.
+	DatabaseNowMicros(ctx context.Context) (int64, error)
 	// Operator reads (runtime/inspect): the dead-letter read path and one item's
 	// state and history. Context only, never a payload or a receipt body: an
 	// event's payload and a delivery's body can hold personal data and
@@ -280,10 +290,11 @@ type Querier interface {
 	// Finish.
 	FinishBatch(ctx context.Context, arg FinishBatchParams) (int64, error)
 	// An item whose lease expired with its attempt budget spent (its process
-	// died in every attempt, say) goes to dead instead of being reclaimed again:
-	// a CAS on the token the stale scan saw, as ReclaimCAS, and the same
-	// terminal columns as Finish. The caller promotes lane followers in the same
-	// transaction, as for every terminal transition.
+	// died in every attempt, say) goes to dead instead of being reclaimed again,
+	// and one whose cancellation was requested goes to skipped (terminal_state
+	// says which): a CAS on the token the stale scan saw, as ReclaimCAS, and the
+	// same terminal columns as Finish. The caller promotes lane followers in the
+	// same transaction, as for every terminal transition.
 	FinishExpired(ctx context.Context, arg FinishExpiredParams) (int64, error)
 	// For candidates whose source lane HeadsAhead found no head in: the lane's
 	// first blocked row when it is ahead of the candidate, else 0. Asked about
@@ -317,7 +328,8 @@ type Querier interface {
 	// A row's state and token by primary key: after a lease-fenced write whose
 	// reply was lost, the holder reads this to learn whether its write
 	// committed (its token plus one, in the state it wrote) or another owner
-	// moved the row on.
+	// moved the row on; and a holder whose renewal or give-back matched
+	// nothing, whether its cancellation was requested (cancel_reason).
 	GetLeaseState(ctx context.Context, workID int64) (GetLeaseStateRow, error)
 	// One receipt's routing state by primary key (operators, readback). The
 	// body is left out: it is read only by the router that claimed it.
@@ -624,8 +636,9 @@ type Querier interface {
 	ReceiptCandidates(ctx context.Context, arg ReceiptCandidatesParams) ([]ReceiptCandidatesRow, error)
 	// Takes over an expired lease: a CAS on the token the candidate read saw.
 	// The new token fences the old holder: no call it makes matches any more.
-	// Only while attempts remain; an item at its attempt budget goes to dead
-	// through FinishExpired instead.
+	// Only while attempts remain and no cancellation was requested; an item at
+	// its attempt budget goes to dead, and a cancelled one to skipped, through
+	// FinishExpired instead.
 	ReclaimCAS(ctx context.Context, arg ReclaimCASParams) (int64, error)
 	// Throughput history (queue_history; see its migration): written by worker
 	// processes once a minute from what they counted in memory, read by the
@@ -665,7 +678,9 @@ type Querier interface {
 	// Gives the item back unexecuted (shutdown, drain): pending and due now, and
 	// the attempt is not counted against the item's budget. It stays its lanes'
 	// head, so followers remain blocked. run_after = now keeps claimers' floors
-	// valid (see ClaimCandidates).
+	// valid (see ClaimCandidates). A row whose cancellation was requested is
+	// never given back (it would run again): the holder finds the request on
+	// the read-back and finishes it cancelled (Queue.FinishCancelled).
 	ReleaseLease(ctx context.Context, arg ReleaseLeaseParams) (int64, error)
 	// A process that stops removes its endpoint, so no sender wakes a port
 	// that may by then belong to another program.
@@ -675,12 +690,17 @@ type Querier interface {
 	RemoveWakeEndpointForScopes(ctx context.Context, arg RemoveWakeEndpointForScopesParams) (int64, error)
 	// Heartbeat: moves the lease expiry (run_after, while processing) from the
 	// database clock. Keeps the token, so the holder's later calls stay valid.
+	// A row whose cancellation was requested (cancel_reason, RequestCancel) is
+	// not renewed: the holder reads the row back (GetLeaseState), learns of the
+	// cancellation and cancels its handler; a handler that ignores it runs out
+	// of lease, and the claimer that finds it expired ends it cancelled.
 	RenewLease(ctx context.Context, arg RenewLeaseParams) (int64, error)
 	// RenewLease for many items of one process whose heartbeats fell due
 	// together (items claimed in one turn share their heartbeat times): a batch
 	// point get on the primary key, each row fenced by its own "id:token" entry
 	// in fences, as FinishLanelessBatch. The caller reads back which entries
-	// matched (LeaseStates) when fewer rows than entries matched.
+	// matched (LeaseStates) when fewer rows than entries matched; as for
+	// RenewLease, a row whose cancellation was requested is not renewed.
 	RenewLeaseBatch(ctx context.Context, arg RenewLeaseBatchParams) (int64, error)
 	// Moves this endpoint's expiry; 0 rows means the row is gone (swept as
 	// expired while the process was paused): the caller registers again.
@@ -697,6 +717,13 @@ type Querier interface {
 	// uk_work_item_event_type, for reporting it to a replay that lost the
 	// reservation.
 	ReplayChild(ctx context.Context, arg ReplayChildParams) (ReplayChildRow, error)
+	// Cancelling a running item (Queue.Cancel): its process holds the lease and
+	// its handler runs, so the row cannot end here; the request is recorded on
+	// it, and the holder learns of it at its next heartbeat (RenewLease matches
+	// no row that carries it). A CAS on the token read under the action's lock,
+	// which it keeps: the holder's fenced finish must still match, to record the
+	// cancellation and hand its lanes over. A primary-key point update.
+	RequestCancel(ctx context.Context, arg RequestCancelParams) (int64, error)
 	// Marks a dead item replayed: the reservation that lets one replay create a
 	// child. A compare-and-swap on the row Replay locked: a second replay of the
 	// same item matches nothing (its replayed_at is set) and reports the child
@@ -704,7 +731,8 @@ type Querier interface {
 	// state, outcome and lease token never change again.
 	ReserveReplay(ctx context.Context, workID int64) (int64, error)
 	// A safe retry: pending again after a backoff computed from the consecutive
-	// safe-retry count, which this increments. Still its lanes' head.
+	// safe-retry count, which this increments. Still its lanes' head. Not for
+	// a row whose cancellation was requested (see ReleaseLease).
 	RetryLater(ctx context.Context, arg RetryLaterParams) (int64, error)
 	// A pending item that is not due yet (a retry in backoff, a delayed item)
 	// becomes due now. run_after moves to the database's current time, which a
@@ -819,6 +847,8 @@ type Querier interface {
 	// floor: a lease expires only by time passing, never by a write that places
 	// it in the past, so expiries the claimer's last complete scan saw need not
 	// be read again (the MVCC delete markers of renewals and finishes lie there).
+	// cancel_reason says the row's cancellation was requested: the claimer ends
+	// it cancelled (FinishExpired) instead of taking it over.
 	StaleCandidates(ctx context.Context, arg StaleCandidatesParams) ([]StaleCandidatesRow, error)
 	// Deletes endpoints that expired more than grace_micros ago (processes
 	// that died without removing theirs), at most LIMIT of them, on the

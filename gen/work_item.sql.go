@@ -12,7 +12,7 @@ import (
 )
 
 const getWorkItem = `-- name: GetWorkItem :one
-SELECT work_id, event_id, scope_id, generation, work_type, queue_class, state, run_after, priority, attempt_count, safe_retry_count, lease_owner, lease_token, source_lane_key, target_lane_key, lane_ordinal, projection_key, projection_active_key, terminal_at, replay_of_work_id, replayed_at, failure_class, failure_summary, dependency_wake_key, dependency_probe_after, created_at, updated_at, dependency_keys, replay_depth, projection_queued_key, unique_live_key
+SELECT work_id, event_id, scope_id, generation, work_type, queue_class, state, run_after, priority, attempt_count, safe_retry_count, lease_owner, lease_token, source_lane_key, target_lane_key, lane_ordinal, projection_key, projection_active_key, terminal_at, replay_of_work_id, replayed_at, failure_class, failure_summary, dependency_wake_key, dependency_probe_after, created_at, updated_at, dependency_keys, replay_depth, projection_queued_key, unique_live_key, cancel_reason
 FROM work_item
 WHERE work_id = ?
 `
@@ -53,12 +53,13 @@ func (q *Queries) GetWorkItem(ctx context.Context, workID int64) (WorkItem, erro
 		&i.ReplayDepth,
 		&i.ProjectionQueuedKey,
 		&i.UniqueLiveKey,
+		&i.CancelReason,
 	)
 	return i, err
 }
 
 const getWorkItemByEventAndType = `-- name: GetWorkItemByEventAndType :one
-SELECT work_id, event_id, scope_id, generation, work_type, queue_class, state, run_after, priority, attempt_count, safe_retry_count, lease_owner, lease_token, source_lane_key, target_lane_key, lane_ordinal, projection_key, projection_active_key, terminal_at, replay_of_work_id, replayed_at, failure_class, failure_summary, dependency_wake_key, dependency_probe_after, created_at, updated_at, dependency_keys, replay_depth, projection_queued_key, unique_live_key
+SELECT work_id, event_id, scope_id, generation, work_type, queue_class, state, run_after, priority, attempt_count, safe_retry_count, lease_owner, lease_token, source_lane_key, target_lane_key, lane_ordinal, projection_key, projection_active_key, terminal_at, replay_of_work_id, replayed_at, failure_class, failure_summary, dependency_wake_key, dependency_probe_after, created_at, updated_at, dependency_keys, replay_depth, projection_queued_key, unique_live_key, cancel_reason
 FROM work_item
 WHERE event_id = ?
   AND work_type = ?
@@ -108,6 +109,7 @@ func (q *Queries) GetWorkItemByEventAndType(ctx context.Context, arg GetWorkItem
 		&i.ReplayDepth,
 		&i.ProjectionQueuedKey,
 		&i.UniqueLiveKey,
+		&i.CancelReason,
 	)
 	return i, err
 }

@@ -91,9 +91,11 @@ ORDER BY w.run_after, w.lane_ordinal;
 -- floor: a lease expires only by time passing, never by a write that places
 -- it in the past, so expiries the claimer's last complete scan saw need not
 -- be read again (the MVCC delete markers of renewals and finishes lie there).
+-- cancel_reason says the row's cancellation was requested: the claimer ends
+-- it cancelled (FinishExpired) instead of taking it over.
 SELECT w.work_id, w.event_id, w.work_type, w.queue_class, w.lease_token, w.lane_ordinal,
        w.attempt_count, w.safe_retry_count, w.generation, w.source_lane_key, w.target_lane_key,
-       w.run_after, w.projection_key
+       w.run_after, w.projection_key, w.cancel_reason
 FROM work_item w
 WHERE w.scope_id = sqlc.arg(scope_id)
   AND w.generation = sqlc.arg(generation)
@@ -108,8 +110,9 @@ LIMIT ?;
 -- name: ReclaimCAS :execrows
 -- Takes over an expired lease: a CAS on the token the candidate read saw.
 -- The new token fences the old holder: no call it makes matches any more.
--- Only while attempts remain; an item at its attempt budget goes to dead
--- through FinishExpired instead.
+-- Only while attempts remain and no cancellation was requested; an item at
+-- its attempt budget goes to dead, and a cancelled one to skipped, through
+-- FinishExpired instead.
 UPDATE work_item w
 SET w.lease_owner = sqlc.arg(lease_owner),
     w.lease_token = w.lease_token + 1,
@@ -121,6 +124,7 @@ WHERE w.work_id = sqlc.arg(work_id)
   AND w.state = 'processing'
   AND w.run_after < NOW(6)
   AND w.attempt_count < sqlc.arg(max_attempts)
+  AND w.cancel_reason IS NULL
   AND w.generation = (SELECT s.active_generation FROM scope s WHERE s.scope_id = sqlc.arg(scope_id));
 
 -- name: NextWorkAt :many

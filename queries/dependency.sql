@@ -25,7 +25,8 @@
 -- The claimed row leaves processing for dependency_registration, fenced by
 -- its lease token. The attempt is given back (waiting is not a failure and
 -- counts no retry), the lease is dropped, and run_after marks when the wait
--- began (the safety pass pages waiters in that order).
+-- began (the safety pass pages waiters in that order). Not for a row whose
+-- cancellation was requested (see ReleaseLease).
 UPDATE work_item
 SET state = 'dependency_registration',
     dependency_wake_key = sqlc.arg(wake_key),
@@ -37,7 +38,8 @@ SET state = 'dependency_registration',
     updated_at = NOW(6)
 WHERE work_id = sqlc.arg(work_id)
   AND lease_token = sqlc.arg(lease_token)
-  AND state = 'processing';
+  AND state = 'processing'
+  AND cancel_reason IS NULL;
 
 -- name: LockSatisfiedDependencies :many
 -- The candidate keys that are satisfied, read under locks: a batch point get

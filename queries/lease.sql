@@ -1,25 +1,32 @@
 -- name: RenewLease :execrows
 -- Heartbeat: moves the lease expiry (run_after, while processing) from the
 -- database clock. Keeps the token, so the holder's later calls stay valid.
+-- A row whose cancellation was requested (cancel_reason, RequestCancel) is
+-- not renewed: the holder reads the row back (GetLeaseState), learns of the
+-- cancellation and cancels its handler; a handler that ignores it runs out
+-- of lease, and the claimer that finds it expired ends it cancelled.
 UPDATE work_item
 SET run_after = DATE_ADD(NOW(6), INTERVAL CAST(sqlc.arg(lease_micros) AS SIGNED) MICROSECOND),
     updated_at = NOW(6)
 WHERE work_id = sqlc.arg(work_id)
   AND lease_token = sqlc.arg(lease_token)
-  AND state = 'processing';
+  AND state = 'processing'
+  AND cancel_reason IS NULL;
 
 -- name: RenewLeaseBatch :execrows
 -- RenewLease for many items of one process whose heartbeats fell due
 -- together (items claimed in one turn share their heartbeat times): a batch
 -- point get on the primary key, each row fenced by its own "id:token" entry
 -- in fences, as FinishLanelessBatch. The caller reads back which entries
--- matched (LeaseStates) when fewer rows than entries matched.
+-- matched (LeaseStates) when fewer rows than entries matched; as for
+-- RenewLease, a row whose cancellation was requested is not renewed.
 UPDATE work_item
 SET run_after = DATE_ADD(NOW(6), INTERVAL CAST(sqlc.arg(lease_micros) AS SIGNED) MICROSECOND),
     updated_at = NOW(6)
 WHERE work_id IN (sqlc.slice(work_ids))
   AND FIND_IN_SET(CONCAT(work_id, ':', lease_token), CAST(sqlc.arg(fences) AS CHAR)) > 0
-  AND state = 'processing';
+  AND state = 'processing'
+  AND cancel_reason IS NULL;
 
 -- name: RecordProgress :execrows
 -- Durable forward progress inside a long attempt: ends the consecutive
@@ -35,7 +42,9 @@ WHERE work_id = sqlc.arg(work_id)
 -- Gives the item back unexecuted (shutdown, drain): pending and due now, and
 -- the attempt is not counted against the item's budget. It stays its lanes'
 -- head, so followers remain blocked. run_after = now keeps claimers' floors
--- valid (see ClaimCandidates).
+-- valid (see ClaimCandidates). A row whose cancellation was requested is
+-- never given back (it would run again): the holder finds the request on
+-- the read-back and finishes it cancelled (Queue.FinishCancelled).
 UPDATE work_item
 SET state = 'pending',
     run_after = NOW(6),
@@ -45,11 +54,13 @@ SET state = 'pending',
     updated_at = NOW(6)
 WHERE work_id = sqlc.arg(work_id)
   AND lease_token = sqlc.arg(lease_token)
-  AND state = 'processing';
+  AND state = 'processing'
+  AND cancel_reason IS NULL;
 
 -- name: RetryLater :execrows
 -- A safe retry: pending again after a backoff computed from the consecutive
--- safe-retry count, which this increments. Still its lanes' head.
+-- safe-retry count, which this increments. Still its lanes' head. Not for
+-- a row whose cancellation was requested (see ReleaseLease).
 UPDATE work_item
 SET state = 'pending',
     run_after = DATE_ADD(NOW(6), INTERVAL CAST(sqlc.arg(delay_micros) AS SIGNED) MICROSECOND),
@@ -61,7 +72,8 @@ SET state = 'pending',
     updated_at = NOW(6)
 WHERE work_id = sqlc.arg(work_id)
   AND lease_token = sqlc.arg(lease_token)
-  AND state = 'processing';
+  AND state = 'processing'
+  AND cancel_reason IS NULL;
 
 -- name: Finish :execrows
 -- Terminal transition of the claimed row only: completed, skipped or dead.
@@ -118,12 +130,13 @@ WHERE work_id IN (sqlc.slice(work_ids))
 
 -- name: FinishExpired :execrows
 -- An item whose lease expired with its attempt budget spent (its process
--- died in every attempt, say) goes to dead instead of being reclaimed again:
--- a CAS on the token the stale scan saw, as ReclaimCAS, and the same
--- terminal columns as Finish. The caller promotes lane followers in the same
--- transaction, as for every terminal transition.
+-- died in every attempt, say) goes to dead instead of being reclaimed again,
+-- and one whose cancellation was requested goes to skipped (terminal_state
+-- says which): a CAS on the token the stale scan saw, as ReclaimCAS, and the
+-- same terminal columns as Finish. The caller promotes lane followers in the
+-- same transaction, as for every terminal transition.
 UPDATE work_item
-SET state = 'dead',
+SET state = sqlc.arg(terminal_state),
     terminal_at = NOW(6),
     run_after = NOW(6),
     failure_class = sqlc.arg(failure_class),
@@ -150,7 +163,7 @@ WHERE work_id = sqlc.arg(work_id);
 -- GetLeaseState for a batch (one batch point get): after FinishLanelessBatch
 -- changed fewer rows than it was given, or a run's reply was lost, which
 -- entries committed (their token plus one, in the state written).
-SELECT work_id, state, lease_token
+SELECT work_id, state, lease_token, cancel_reason
 FROM work_item
 WHERE work_id IN (sqlc.slice(work_ids));
 
@@ -158,7 +171,8 @@ WHERE work_id IN (sqlc.slice(work_ids));
 -- A row's state and token by primary key: after a lease-fenced write whose
 -- reply was lost, the holder reads this to learn whether its write
 -- committed (its token plus one, in the state it wrote) or another owner
--- moved the row on.
-SELECT state, lease_token, safe_retry_count
+-- moved the row on; and a holder whose renewal or give-back matched
+-- nothing, whether its cancellation was requested (cancel_reason).
+SELECT state, lease_token, safe_retry_count, cancel_reason
 FROM work_item
 WHERE work_id = sqlc.arg(work_id);

@@ -13,7 +13,7 @@
 -- locks).
 SELECT work_id, scope_id, generation, queue_class, work_type, state, run_after,
        source_lane_key, target_lane_key, lane_ordinal, projection_key,
-       projection_active_key, projection_queued_key,
+       projection_active_key, projection_queued_key, lease_token, cancel_reason,
        CAST(run_after > NOW(6) AS SIGNED) AS not_due
 FROM work_item
 WHERE work_id = sqlc.arg(work_id)
@@ -55,6 +55,21 @@ SET state = 'skipped',
     updated_at = NOW(6)
 WHERE work_id = sqlc.arg(work_id)
   AND state IN ('pending', 'blocked', 'waiting_dependency');
+
+-- name: RequestCancel :execrows
+-- Cancelling a running item (Queue.Cancel): its process holds the lease and
+-- its handler runs, so the row cannot end here; the request is recorded on
+-- it, and the holder learns of it at its next heartbeat (RenewLease matches
+-- no row that carries it). A CAS on the token read under the action's lock,
+-- which it keeps: the holder's fenced finish must still match, to record the
+-- cancellation and hand its lanes over. A primary-key point update.
+UPDATE work_item
+SET cancel_reason = sqlc.arg(cancel_reason),
+    updated_at = NOW(6)
+WHERE work_id = sqlc.arg(work_id)
+  AND lease_token = sqlc.arg(lease_token)
+  AND state = 'processing'
+  AND cancel_reason IS NULL;
 
 -- name: LockScopePause :one
 -- The paused classes, read current under the scope row's lock, so two

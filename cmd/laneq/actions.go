@@ -85,6 +85,20 @@ var (
 	}
 )
 
+var cancelCommand = itemAction{
+	what:        "cancel it: it ends skipped (cancelled), or stops at its next heartbeat if running",
+	consequence: "cancel ends it as skipped with failure class cancelled, at once or, if it is running, when its handler stops after its next heartbeat; its lanes move on",
+	reason:      true,
+	do: func(ctx context.Context, qu *workqueue.Queue, scope string, id int64, reason string) (any, string, error) {
+		out, err := qu.Cancel(ctx, scope, id, reason)
+		line := fmt.Sprintf("cancelled %d; %d lane follower(s) now claimable", id, out.Finished.Promoted)
+		if out.Running {
+			line = fmt.Sprintf("cancellation of %d requested: it is running, and its process stops it at its next heartbeat", id)
+		}
+		return map[string]any{"cancelled": id, "running": out.Running, "promoted": out.Finished.Promoted}, line, err
+	},
+}
+
 // classAction is pause or resume.
 func classAction(pause bool) func(c *cli, args []string) error {
 	verb := map[bool]string{true: "pause", false: "resume"}[pause]

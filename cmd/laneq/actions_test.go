@@ -44,9 +44,33 @@ func TestWriteCommands(t *testing.T) {
 	}
 	laneq(t, dsn, "item", "skip", "--scope", scope, "--work-id", id(head), "--yes").oneLine(t, 4, "is skipped")
 
+	// cancel: an item no process holds ends at once; a running one is
+	// marked for its holder's next heartbeat
+	laneq(t, dsn, "item", "cancel", "--scope", scope, "--work-id", id(follower)).oneLine(t, 4, "pass --yes")
+	out = laneq(t, dsn, "item", "cancel", "--scope", scope, "--work-id", id(follower), "--reason", "not needed", "--yes").want(t, 0).stdout
+	if !strings.Contains(out, "cancelled "+id(follower)) || state(follower) != workqueue.StateSkipped {
+		t.Fatalf("cancel: %q; item %s", out, state(follower))
+	}
+	laneq(t, dsn, "item", "cancel", "--scope", scope, "--work-id", id(follower), "--yes").oneLine(t, 4, "is skipped")
+	claimer, err := qu.NewClaimer(scope, "cli-test", workqueue.ClaimerConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	held, _, err := claimer.Claim(ctx, workqueue.ClaimRequest{QueueClasses: []string{"default"}, WorkTypes: []string{"later"}, Max: 1})
+	if err != nil || len(held) != 1 || held[0].WorkID != later {
+		t.Fatalf("claim %d: %v, %v", later, held, err)
+	}
+	got := decode[map[string]any](t, laneq(t, dsn, "item", "cancel", "--scope", scope, "--work-id", id(later), "--yes", "--json").want(t, 0))
+	if got["running"] != true || state(later) != workqueue.StateProcessing {
+		t.Fatalf("cancel of a running item: %v; item %s", got, state(later))
+	}
+	if _, err := qu.FinishCancelled(ctx, held[0].Lease, ""); err != nil {
+		t.Fatal(err)
+	}
+
 	// pause and resume
 	laneq(t, dsn, "class", "pause", "--scope", scope, "--class", "bulk").oneLine(t, 4, "pass --yes")
-	got := decode[map[string]any](t, laneq(t, dsn, "class", "pause", "--scope", scope, "--class", "bulk", "--yes", "--json").want(t, 0))
+	got = decode[map[string]any](t, laneq(t, dsn, "class", "pause", "--scope", scope, "--class", "bulk", "--yes", "--json").want(t, 0))
 	if fmt.Sprint(got["paused_classes"]) != "[bulk]" {
 		t.Fatalf("pause: %v", got)
 	}

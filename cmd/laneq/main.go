@@ -53,6 +53,8 @@ commands:
   dlq replay               replay every dead letter the filters match, in batches (needs --yes; again: replays nothing twice)
   item retry-now           make a pending item that is not due yet (a retry's backoff, a delay) due now (needs --yes)
   item skip                end an unclaimed item (pending, blocked, waiting) as skipped; its lanes move on (needs --yes)
+  item cancel              cancel an item: an unclaimed one ends skipped (cancelled) at once, a running one
+                           stops at its next heartbeat and then ends so (needs --yes)
   item skip-matching       skip every unclaimed item a class, work type or failure class filter matches, in batches (needs --yes)
   class pause              stop every worker claiming a queue class of a scope until resumed (needs --yes)
   class resume             let workers claim a paused class again (needs --yes)
@@ -105,6 +107,7 @@ var commands = []command{
 	{"item retry-now", retryNowCommand.run},
 	{"item skip-matching", runSkipMatching},
 	{"item skip", skipCommand.run},
+	{"item cancel", cancelCommand.run},
 	{"class pause", classAction(true)},
 	{"class resume", classAction(false)},
 	{"receipt show", runReceiptShow},

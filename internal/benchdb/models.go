@@ -159,4 +159,5 @@ type WorkItem struct {
 	ReplayDepth          int32
 	ProjectionQueuedKey  sql.NullString
 	UniqueLiveKey        sql.NullString
+	CancelReason         sql.NullString
 }

@@ -200,3 +200,14 @@ type scaledTimer struct {
 }
 
 func (s *scaledTimer) Reset(d time.Duration) { s.t.Reset(time.Duration(float64(d) / s.factor)) }
+
+// Skewed is the wall clock off by offset: Now reads time.Now()+offset and
+// timers run in real time. It stands for a host whose clock is wrong by
+// seconds, for tests of what must not depend on a host's clock (periodic
+// ticks, leases, due times: all measured by the database).
+func Skewed(offset time.Duration) Clock { return skewedClock{offset} }
+
+type skewedClock struct{ offset time.Duration }
+
+func (s skewedClock) Now() time.Time { return time.Now().Add(s.offset) }
+func (skewedClock) NewTimer() Timer  { return realClock{}.NewTimer() }

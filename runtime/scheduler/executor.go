@@ -127,6 +127,11 @@ func (s *Scheduler[I]) attempt(item I, leaseAge time.Duration) error {
 			case err == nil:
 				renewed = clk.Now()
 				heartbeat.Reset(s.cfg.HeartbeatEvery)
+			case errors.Is(err, ErrCancelled):
+				// Not a renewal failure: the item is to stop. Its lease is not
+				// renewed any more; the handler has AbandonAfter to return.
+				s.cancelled.Add(1)
+				cancel(err)
 			case errors.Is(err, ErrOwnershipLost) || clk.Now().Sub(renewed) >= s.cfg.RenewGrace:
 				// The item is someone else's, or too little of the lease is
 				// left to trust it: end the attempt.

@@ -89,6 +89,11 @@ var (
 	// ErrLeaseRenewal is the cause of an attempt whose lease could not be
 	// renewed; the item may already belong to another claimer.
 	ErrLeaseRenewal = errors.New("scheduler: lease renewal failed")
+	// ErrCancelled, wrapped by a Backend.Renew error, says the item's
+	// cancellation was requested: the attempt's context is cancelled at once
+	// with that error as its cause, and the outcome passed to Finish wraps
+	// it unless the handler returned nil.
+	ErrCancelled = errors.New("scheduler: item cancelled")
 	// ErrOwnershipLost, wrapped by a Backend.Renew error, says the item
 	// belongs to someone else now: the attempt is cancelled at once.
 	ErrOwnershipLost = errors.New("scheduler: item ownership lost")
@@ -280,6 +285,9 @@ type Stats struct {
 	Panics            uint64
 	Abandoned         uint64 // handlers that ignored cancellation past AbandonAfter
 	HeartbeatFailures uint64
+	// Cancelled counts attempts cancelled because a heartbeat found the
+	// item's cancellation requested (ErrCancelled).
+	Cancelled uint64
 	// MaxConcurrentClaims is the most backend claim calls ever in flight
 	// at once; one per scheduler by construction.
 	MaxConcurrentClaims int64
@@ -331,7 +339,7 @@ type Scheduler[I any] struct {
 	inClaim, maxInClaim                                        atomic.Int64
 	turns, claims, claimed, staleOnly, denied, contended       atomic.Uint64
 	finished, finishErrs, panics, abandoned, heartbeatFailures atomic.Uint64
-	aheadRenewals, aheadReleased, adopted                      atomic.Uint64
+	aheadRenewals, aheadReleased, adopted, cancelled           atomic.Uint64
 }
 
 // New validates cfg and returns a stopped Scheduler.
@@ -663,6 +671,7 @@ func (s *Scheduler[I]) Stats() Stats {
 		FinishErrors: s.finishErrs.Load(), Panics: s.panics.Load(), Abandoned: s.abandoned.Load(),
 		HeartbeatFailures: s.heartbeatFailures.Load(), MaxConcurrentClaims: s.maxInClaim.Load(),
 		AheadRenewals: s.aheadRenewals.Load(), AheadReleased: s.aheadReleased.Load(), Adopted: s.adopted.Load(),
+		Cancelled: s.cancelled.Load(),
 	}
 }
 

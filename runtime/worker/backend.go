@@ -101,8 +101,11 @@ func (b backend) Renew(ctx context.Context, c *workqueue.Claimed) error {
 	} else {
 		err = b.w.q.Renew(ctx, c.Lease)
 	}
-	if errors.Is(err, workqueue.ErrLeaseLost) {
+	switch {
+	case errors.Is(err, workqueue.ErrLeaseLost):
 		return fmt.Errorf("%w: %w", scheduler.ErrOwnershipLost, err)
+	case errors.Is(err, workqueue.ErrCancelRequested):
+		return fmt.Errorf("%w: %w", scheduler.ErrCancelled, err)
 	}
 	return err
 }
@@ -149,12 +152,18 @@ func (b backend) Finish(ctx context.Context, cp *workqueue.Claimed, outcome erro
 		h.BeforeFinish(c, outcome)
 	}
 	var (
-		err     error
-		kind    Outcome
-		retryIn time.Duration
-		wait    *DependencyWait
+		err       error
+		kind      Outcome
+		retryIn   time.Duration
+		wait      *DependencyWait
+		cancelled *workqueue.CancelRequestedError
 	)
 	switch {
+	case outcome != nil && errors.As(outcome, &cancelled):
+		// A heartbeat found the item cancelled and the handler did not
+		// return success: whatever it returned, the item ends cancelled.
+		kind = OutcomeCancelled
+		_, err = w.q.FinishCancelled(ctx, c.Lease, cancelled.Reason)
 	case errors.As(outcome, &wait) && wait.Dependency.Validate() == nil:
 		kind = OutcomeWaiting
 		_, err = w.q.Wait(ctx, c, wait.Dependency) // a runnable item is announced by the queue
@@ -184,6 +193,13 @@ func (b backend) Finish(ctx context.Context, cp *workqueue.Claimed, outcome erro
 			retryIn = out.RetryIn
 			w.ctrl.NotifyDue(w.clock.Now().Add(out.RetryIn))
 		}
+	}
+	if errors.As(err, &cancelled) {
+		// The cancellation was requested after the last heartbeat, and the
+		// retry, release or wait was refused for it: the item ends
+		// cancelled instead of running again.
+		kind = OutcomeCancelled
+		_, err = w.q.FinishCancelled(ctx, c.Lease, cancelled.Reason)
 	}
 	w.metrics.finished(ctx, c, kind, err)
 	if err == nil {
@@ -219,6 +235,7 @@ const (
 	OutcomeDead      Outcome = "dead"      // a permanent failure, or the retry or attempt budget spent
 	OutcomeWaiting   Outcome = "waiting"   // WaitForDependency: parked until a producer satisfies a key
 	OutcomeReleased  Outcome = "released"  // shutdown: given back unrun, due at once
+	OutcomeCancelled Outcome = "cancelled" // cancelled while running (Queue.Cancel): ends skipped
 )
 
 // Finished reports an attempt whose outcome this worker made durable.

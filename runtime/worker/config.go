@@ -13,6 +13,7 @@ import (
 	"go.opentelemetry.io/otel/metric"
 
 	"github.com/laneq/laneq/runtime/controller"
+	"github.com/laneq/laneq/runtime/periodic"
 	"github.com/laneq/laneq/runtime/scheduler"
 	"github.com/laneq/laneq/runtime/wake"
 	"github.com/laneq/laneq/runtime/workqueue"
@@ -105,6 +106,13 @@ type Config struct {
 	// non-blocking. An outcome whose write failed is not reported: the
 	// lease decides that item, and another attempt reports it.
 	OnFinished func(Finished)
+	// Schedules are periodic jobs this worker enqueues into its scope
+	// (runtime/periodic): each tick once, however many processes run the
+	// same schedules, with no leader. Their timers run on
+	// Controller.Clock; what is due is read from the database's clock.
+	Schedules []periodic.Schedule
+	// PeriodicOnTimeWithin is periodic.Config.OnTimeWithin (default 1m).
+	PeriodicOnTimeWithin time.Duration
 	// Hooks are fault-injection points for crash tests; leave nil.
 	Hooks *Hooks
 }

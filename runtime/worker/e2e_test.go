@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -19,6 +20,7 @@ import (
 	"github.com/laneq/laneq/internal/waitfor"
 	"github.com/laneq/laneq/runtime/clock"
 	"github.com/laneq/laneq/runtime/controller"
+	"github.com/laneq/laneq/runtime/periodic"
 	"github.com/laneq/laneq/runtime/worker"
 	"github.com/laneq/laneq/runtime/workqueue"
 )
@@ -37,6 +39,16 @@ const (
 	// whose payload is this value, as a handler that crashes its process
 	// would (an OOM, a panic in a goroutine it started).
 	helperExitOnEnv = "LANEQ_WORKER_HELPER_EXIT_ON"
+	// helperBlockOnEnv: the handler of an event whose source id is this
+	// value says "blocking ID", waits for its context to end, says
+	// "cancelled ID B" (B: whether the cause wraps
+	// workqueue.ErrCancelRequested) and returns the context's error.
+	helperBlockOnEnv = "LANEQ_WORKER_HELPER_BLOCK_ON"
+	// helperPeriodicEnv adds a schedule "every" of this interval (a Go
+	// duration) whose ticks are "deliver" items; helperClockSkewEnv runs
+	// the worker's clock off by this much (clock.Skewed).
+	helperPeriodicEnv  = "LANEQ_WORKER_HELPER_PERIODIC"
+	helperClockSkewEnv = "LANEQ_WORKER_HELPER_CLOCK_SKEW"
 	// helperClockScaleEnv runs the worker's timers on clock.Scaled(N);
 	// helperDefaultsEnv keeps every period at its default (otherwise the
 	// dependency safety pass is off); helperStampEnv prints each handler
@@ -86,7 +98,7 @@ func runHelperProcess() int {
 		}
 		qcfg.MaxAttempts = int32(n)
 	}
-	exitOn := os.Getenv(helperExitOnEnv)
+	exitOn, blockOn := os.Getenv(helperExitOnEnv), os.Getenv(helperBlockOnEnv)
 	qu, err := workqueue.New(db, qcfg)
 	if err != nil {
 		return fail(err)
@@ -115,6 +127,22 @@ func runHelperProcess() int {
 		// a second of the scaled clock.
 		cfg.Controller.MissedWakeGrace = time.Duration(f * float64(controller.DefaultMissedWakeGrace))
 	}
+	if v := os.Getenv(helperClockSkewEnv); v != "" {
+		d, err := time.ParseDuration(v)
+		if err != nil {
+			return fail(err)
+		}
+		cfg.Controller.Clock = clock.Skewed(d)
+	}
+	if v := os.Getenv(helperPeriodicEnv); v != "" {
+		every, err := time.ParseDuration(v)
+		if err != nil {
+			return fail(err)
+		}
+		cfg.Schedules = []periodic.Schedule{{Name: "every", Every: every, Event: func(tick time.Time) workqueue.Event {
+			return workqueue.Event{Work: []workqueue.Work{{WorkType: "deliver"}}}
+		}}}
+	}
 	stamp := os.Getenv(helperStampEnv) != ""
 	var outMu sync.Mutex
 	out := bufio.NewWriter(os.Stdout)
@@ -128,6 +156,12 @@ func runHelperProcess() int {
 		if exitOn != "" && string(job.Event.Payload) == exitOn {
 			say("dying on %d", job.Item.WorkID)
 			os.Exit(3)
+		}
+		if blockOn != "" && job.Event.SourceID == blockOn {
+			say("blocking %d", job.Item.WorkID)
+			<-ctx.Done()
+			say("cancelled %d %t", job.Item.WorkID, errors.Is(context.Cause(ctx), workqueue.ErrCancelRequested))
+			return ctx.Err()
 		}
 		if stamp {
 			say("ran %d %d", job.Item.WorkID, time.Now().UnixNano())

@@ -126,6 +126,9 @@ func NewGroup(q *workqueue.Queue, cfg GroupConfig, handlers map[string]Handler) 
 	if cfg.Member.Scope != "" {
 		return nil, &ConfigError{"Member.Scope", cfg.Member.Scope, "leave it empty: the group sets each member's scope"}
 	}
+	if len(cfg.Member.Schedules) > 0 {
+		return nil, &ConfigError{"Member.Schedules", fmt.Sprint(len(cfg.Member.Schedules)), "a member runs only while its scope has live work: run schedules in a Worker of their scope"}
+	}
 	if cfg.Member.Scheduler.Limiter != nil {
 		return nil, &ConfigError{"Member.Scheduler.Limiter", "set", "leave it nil: the group's pool admits every member's claims"}
 	}

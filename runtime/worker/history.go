@@ -97,7 +97,7 @@ func (h *history) finished(now time.Time, c workqueue.Claimed, outcome Outcome) 
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	switch outcome {
-	case OutcomeCompleted, OutcomeSkipped:
+	case OutcomeCompleted, OutcomeSkipped, OutcomeCancelled: // ended without failing, as the scope's terminal counts see them
 		h.sample(now, c.QueueClass, c.WorkType).Completed++
 	case OutcomeRetried:
 		h.sample(now, c.QueueClass, c.WorkType).Failed++

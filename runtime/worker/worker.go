@@ -29,6 +29,7 @@ import (
 
 	"github.com/laneq/laneq/runtime/clock"
 	"github.com/laneq/laneq/runtime/controller"
+	"github.com/laneq/laneq/runtime/periodic"
 	"github.com/laneq/laneq/runtime/scheduler"
 	"github.com/laneq/laneq/runtime/wake"
 	"github.com/laneq/laneq/runtime/workqueue"
@@ -109,8 +110,9 @@ type Worker struct {
 	sched          *scheduler.Scheduler[*workqueue.Claimed]
 	ctrl           *controller.Controller
 	handlers       map[string]Handler
-	types          []string // handlers' work types, sorted
-	classes        []string // queue classes the executor shapes serve, sorted
+	periodic       *periodic.Runner // nil without Config.Schedules
+	types          []string         // handlers' work types, sorted
+	classes        []string         // queue classes the executor shapes serve, sorted
 	sweep          *workqueue.DependencySweep
 	// laneCursor is where the next lane recovery page starts; only the
 	// controller's maintenance touches it, one at a time.
@@ -213,6 +215,13 @@ func New(q *workqueue.Queue, cfg Config, handlers map[string]Handler) (*Worker, 
 	}
 	if w.history, err = newHistory(cfg.History, cfg.Owner); err != nil {
 		return nil, err
+	}
+	if len(cfg.Schedules) > 0 {
+		w.periodic, err = periodic.New(q, periodic.Config{Scope: cfg.Scope, Schedules: cfg.Schedules,
+			OnTimeWithin: cfg.PeriodicOnTimeWithin, Clock: cfg.Controller.Clock, Logger: log})
+		if err != nil {
+			return nil, &ConfigError{"Schedules", "", err.Error()}
+		}
 	}
 	w.cfg = cfg
 	for _, msg := range cfg.Unsafe(q.Lease()) {
@@ -329,6 +338,17 @@ func (w *Worker) Run(ctx context.Context) error {
 		}
 	})
 	defer stopListening()
+	if w.periodic != nil {
+		// Ticks are enqueued through w.q, whose announcement wakes this
+		// worker (and, through the wake hub, the others).
+		pctx, stopPeriodic := context.WithCancel(ctx)
+		periodicDone := make(chan struct{})
+		go func() {
+			defer close(periodicDone)
+			_ = w.periodic.Run(pctx) // returns nil when pctx ends; failures are logged and retried
+		}()
+		defer func() { stopPeriodic(); <-periodicDone }()
+	}
 	execs := w.sched.Shapes()
 	w.log.Info("worker started", "owner", w.cfg.Owner, "executors", w.cfg.Scheduler.Executors,
 		"profile", w.cfg.Scheduler.Profile, "shapes", len(execs), "work_types", w.WorkTypes())

@@ -251,7 +251,9 @@ func (qu *Queue) RenewMany(ctx context.Context, leases []Lease) []error {
 					LeaseMicros: store.Micros(qu.cfg.Lease), WorkIDs: paddedIDs(ids), Fences: fences,
 				})
 			},
-			func(r gen.LeaseStatesRow, l Lease) bool { return r.State == StateProcessing && r.LeaseToken == l.Token })
+			func(r gen.LeaseStatesRow, l Lease) bool {
+				return r.State == StateProcessing && r.LeaseToken == l.Token && !r.CancelReason.Valid
+			})
 		idx = idx[n:]
 	}
 	return errs
@@ -312,6 +314,8 @@ func (qu *Queue) fencedBatch(ctx context.Context, op string, visible bool, lease
 			// Taken effect, in this run or in one whose reply was lost.
 		case err != nil && (visible || done):
 			errs[i] = fmt.Errorf("workqueue: %s work %d: %w", op, l.WorkID, err)
+		case ok && cancelRequestedIn(l, r.State, r.LeaseToken, r.CancelReason) != nil:
+			errs[i] = cancelRequestedIn(l, r.State, r.LeaseToken, r.CancelReason) // refused for that (renewals)
 		default:
 			errs[i] = leaseLost(l, op)
 		}

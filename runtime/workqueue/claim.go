@@ -321,7 +321,10 @@ type ClaimStats struct {
 	KindReads     int
 	Fenced        int // rows won but released unrun: the generation moved during the CAS
 	ExpiredToDead int // expired leases sent to dead with their attempt budget spent
-	Resolved      int // writes whose reply was lost, resolved by reading back
+	// ExpiredCancelled counts expired leases of cancelled items, ended
+	// skipped instead of taken over (see Queue.Cancel).
+	ExpiredCancelled int
+	Resolved         int // writes whose reply was lost, resolved by reading back
 }
 
 // Claim claims up to req.Max items: expired leases first (when a stale scan
@@ -970,9 +973,12 @@ func (c *Claimer) reclaim(ctx context.Context, sc gen.GetScopeRow, classes, work
 	}
 	for _, cand := range cands {
 		r := cand.stale
-		if r.AttemptCount >= c.qu.cfg.MaxAttempts {
-			err := c.qu.expireToDead(ctx, r)
-			if err == nil {
+		if r.AttemptCount >= c.qu.cfg.MaxAttempts || r.CancelReason.Valid {
+			err := c.qu.endExpired(ctx, r)
+			switch {
+			case err == nil && r.CancelReason.Valid:
+				stats.ExpiredCancelled++
+			case err == nil:
 				stats.ExpiredToDead++
 			}
 			handled(cand.class, err == nil)

@@ -40,8 +40,9 @@ func leaseLost(l Lease, what string) error {
 // with the next token (run returns the rows it matched), re-running it after
 // transient errors (see Queue.retryWrite). When a run's reply was lost and a
 // later run matches nothing, the row is read: at endState with the lease's
-// token plus one, the lost run committed and the write succeeded; otherwise
-// the lease was lost.
+// token plus one, the lost run committed and the write succeeded; still
+// held with a cancellation requested, the write was refused for that
+// (*CancelRequestedError); otherwise the lease was lost.
 func (qu *Queue) fencedWrite(ctx context.Context, l Lease, what, endState string, run func(ctx context.Context) (int64, error)) error {
 	var replyLost bool
 	return qu.retryWrite(ctx, fmt.Sprintf("%s work %d", what, l.WorkID), func(ctx context.Context) error {
@@ -54,6 +55,9 @@ func (qu *Queue) fencedWrite(ctx context.Context, l Lease, what, endState string
 			return nil
 		case replyLost && qu.committedEarlier(ctx, l, endState):
 			return nil
+		}
+		if cancelled := qu.cancelRequested(ctx, l); cancelled != nil {
+			return cancelled // a give-back refused: the item must not run again
 		}
 		return leaseLost(l, what)
 	})
@@ -68,11 +72,15 @@ func (qu *Queue) committedEarlier(ctx context.Context, l Lease, endState string)
 
 // Renew extends the lease by the configured lease duration from the
 // database's clock. A renewal is idempotent, so one whose reply was lost is
-// simply run again.
+// simply run again. An item whose cancellation was requested is not
+// renewed: Renew returns a *CancelRequestedError (see Cancel).
 func (qu *Queue) Renew(ctx context.Context, l Lease) error {
 	return qu.retryWrite(ctx, fmt.Sprintf("renew work %d", l.WorkID), func(ctx context.Context) error {
 		n, err := qu.q.RenewLease(ctx, gen.RenewLeaseParams{LeaseMicros: store.Micros(qu.cfg.Lease), WorkID: l.WorkID, LeaseToken: l.Token})
 		if err == nil && n == 0 {
+			if cancelled := qu.cancelRequested(ctx, l); cancelled != nil {
+				return cancelled
+			}
 			return leaseLost(l, "renew")
 		}
 		return err
@@ -280,19 +288,26 @@ func (qu *Queue) finish(ctx context.Context, l Lease, state string, f *Failure) 
 	return res, err
 }
 
-// expireToDead sends an expired lease whose attempt budget is spent to dead,
-// promoting its lane followers in the same transaction. A lost CAS (another
+// endExpired ends an expired lease that must not be taken over: dead when
+// its attempt budget is spent, skipped (FailureCancelled) when its
+// cancellation was requested, promoting its lane followers in the same
+// transaction. A lost CAS (another
 // claimer got there first) is not an error worth reporting: the row is
 // handled either way.
-func (qu *Queue) expireToDead(ctx context.Context, r gen.StaleCandidatesRow) error {
-	f := Failure{Class: FailureAttemptsExhausted,
+func (qu *Queue) endExpired(ctx context.Context, r gen.StaleCandidatesRow) error {
+	state, f := StateDead, Failure{Class: FailureAttemptsExhausted,
 		Summary: fmt.Sprintf("lease expired after attempt %d of %d (the process running it stopped or stalled each time)", r.AttemptCount, qu.cfg.MaxAttempts)}
+	if r.CancelReason.Valid {
+		// Cancelled while running, and its holder never finished it (it died,
+		// or its handler ignored the cancellation): it ends as cancelled.
+		state, f = StateSkipped, cancelFailure(r.CancelReason.String)
+	}
 	lanes := &laneIdentity{workID: r.WorkID, generation: r.Generation, ordinal: r.LaneOrdinal, source: r.SourceLaneKey, target: r.TargetLaneKey}
 	promoted, began := 0, time.Now()
-	err := qu.inTx(ctx, fmt.Sprintf("expire work %d to dead", r.WorkID), readCommitted, func(ctx context.Context, q *gen.Queries) error {
+	err := qu.inTx(ctx, fmt.Sprintf("end expired work %d as %s", r.WorkID, state), readCommitted, func(ctx context.Context, q *gen.Queries) error {
 		promoted = 0
 		n, err := q.FinishExpired(ctx, gen.FinishExpiredParams{
-			FailureClass: store.NullString(f.Class), FailureSummary: store.NullString(f.Summary), WorkID: r.WorkID, LeaseToken: r.LeaseToken,
+			TerminalState: state, FailureClass: store.NullString(f.Class), FailureSummary: store.NullString(f.Summary), WorkID: r.WorkID, LeaseToken: r.LeaseToken,
 		})
 		if err != nil || n == 0 {
 			return err

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"slices"
 	"time"
+	"unicode/utf8"
 
 	"github.com/laneq/laneq/gen"
 	"github.com/laneq/laneq/internal/store"
@@ -99,62 +100,102 @@ func describeState(it gen.LockWorkItemForActionRow) string {
 // transaction hands its lanes to their next followers and a projection's
 // place to its queued successor, as a finish does. Whatever that made
 // claimable is announced. It refuses (ErrRefused) an item that is
-// processing (its handler runs; the lease is its process's), terminal, or
-// an inactive projection successor (skip the active generation instead).
+// processing (its handler runs; the lease is its process's: Cancel tells
+// it), terminal, or an inactive projection successor (skip the active
+// generation instead).
 func (qu *Queue) SkipUnclaimed(ctx context.Context, scope string, workID int64, reason string) (Finished, error) {
 	if err := validScope(scope); err != nil {
 		return Finished{}, err
 	}
-	if len(reason) > 1000 {
-		return Finished{}, invalidf("skip reason must be at most 1000 bytes, got %d", len(reason))
+	if err := validReason(reason); err != nil {
+		return Finished{}, err
 	}
 	summary := "skipped by an operator"
 	if reason != "" {
 		summary += ": " + reason
 	}
 	var res Finished
-	var replyLost bool
-	began := time.Now()
-	err := qu.inTx(ctx, fmt.Sprintf("skip work %d", workID), readCommitted, func(ctx context.Context, q *gen.Queries) error {
-		res = Finished{}
-		it, err := lockForAction(ctx, q, scope, workID)
-		if err != nil {
-			return err
-		}
-		if replyLost && it.State == StateSkipped {
-			res.PromotionsUnknown = true // an earlier run committed; its reply was lost
-			return nil
-		}
+	err := qu.actOnItem(ctx, scope, workID, "skip", StateSkipped, func(ctx context.Context, q *gen.Queries, it gen.LockWorkItemForActionRow) error {
 		switch it.State {
 		case StatePending, StateBlocked, StateWaitingDependency:
 		default:
 			return fmt.Errorf("%w: work item %d is %s: skip applies to a pending, blocked or waiting item", ErrRefused, workID, it.State)
 		}
-		n, err := q.SkipUnclaimed(ctx, gen.SkipUnclaimedParams{
-			FailureClass: store.NullString(FailureSkippedByOperator), FailureSummary: store.NullString(summary), WorkID: workID,
-		})
+		var err error
+		res, err = endUnclaimed(ctx, q, scope, it, Failure{Class: FailureSkippedByOperator, Summary: summary})
+		return err
+	}, &res)
+	return res, err
+}
+
+// validReason checks an operator's reason: at most 1,000 bytes of UTF-8
+// (it is stored in a utf8mb4 column, which refuses other bytes).
+func validReason(reason string) error {
+	if len(reason) > 1000 {
+		return invalidf("reason must be at most 1000 bytes, got %d", len(reason))
+	}
+	if !utf8.ValidString(reason) {
+		return invalidf("reason must be UTF-8")
+	}
+	return nil
+}
+
+// actOnItem runs an operator action on one item in a READ COMMITTED
+// transaction, retried after transient errors: act gets the item under its
+// row lock (lockForAction) and writes. A run whose reply was lost after act
+// wrote is recognised by its item's state on the next run (done: the state
+// the action leaves, with an earlier run's write committed), which then
+// reports PromotionsUnknown in res instead of refusing. Whatever the action
+// made claimable (res) is announced after the commit.
+func (qu *Queue) actOnItem(ctx context.Context, scope string, workID int64, what, done string,
+	act func(ctx context.Context, q *gen.Queries, it gen.LockWorkItemForActionRow) error, res *Finished,
+) error {
+	var replyLost bool
+	began := time.Now()
+	err := qu.inTx(ctx, fmt.Sprintf("%s work %d", what, workID), readCommitted, func(ctx context.Context, q *gen.Queries) error {
+		*res = Finished{}
+		it, err := lockForAction(ctx, q, scope, workID)
 		if err != nil {
-			return fmt.Errorf("skip: %w", err)
-		}
-		if n != 1 { // the row is locked and was seen in a skippable state
-			return fmt.Errorf("skip: matched %d rows under its lock", n)
-		}
-		lanes := &laneIdentity{workID: workID, scope: scope, generation: it.Generation, ordinal: it.LaneOrdinal,
-			source: it.SourceLaneKey, target: it.TargetLaneKey}
-		if it.ProjectionActiveKey.Valid {
-			lanes.projection = it.ProjectionKey
-		}
-		if err := handOff(ctx, q, lanes); err != nil {
 			return err
 		}
-		res.Promoted, err = promoteBehind(ctx, q, lanes)
-		replyLost = true
+		if replyLost && it.State == done {
+			res.PromotionsUnknown = true // an earlier run committed; its reply was lost
+			return nil
+		}
+		err = act(ctx, q, it)
+		replyLost = true // a failure from here on (the commit) may have committed
 		return err
 	})
 	if err == nil && (res.Promoted > 0 || res.PromotionsUnknown) {
 		qu.announceSince(scope, false, began)
 	}
-	return res, err
+	return err
+}
+
+// endUnclaimed ends an item no process holds (read under its lock, in a
+// skippable state) as skipped with f, hands a projection's place to its
+// queued successor and promotes the followers it leaves in its lanes, all in
+// the caller's transaction.
+func endUnclaimed(ctx context.Context, q *gen.Queries, scope string, it gen.LockWorkItemForActionRow, f Failure) (Finished, error) {
+	n, err := q.SkipUnclaimed(ctx, gen.SkipUnclaimedParams{
+		FailureClass: store.NullString(f.Class), FailureSummary: store.NullString(f.Summary), WorkID: it.WorkID,
+	})
+	if err != nil {
+		return Finished{}, fmt.Errorf("skip: %w", err)
+	}
+	if n != 1 { // the row is locked and was seen in a skippable state
+		return Finished{}, fmt.Errorf("skip: matched %d rows under its lock", n)
+	}
+	lanes := &laneIdentity{workID: it.WorkID, scope: scope, generation: it.Generation, ordinal: it.LaneOrdinal,
+		source: it.SourceLaneKey, target: it.TargetLaneKey}
+	if it.ProjectionActiveKey.Valid {
+		lanes.projection = it.ProjectionKey
+	}
+	if err := handOff(ctx, q, lanes); err != nil {
+		return Finished{}, err
+	}
+	promoted, err := promoteBehind(ctx, q, lanes)
+	return Finished{Promoted: promoted}, err
 }
 
 // promoteBehind promotes the next follower of each lane a skipped row

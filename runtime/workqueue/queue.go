@@ -352,3 +352,14 @@ func (qu *Queue) Store() *store.Store { return qu.st }
 
 // Lease is the configured lease duration.
 func (qu *Queue) Lease() time.Duration { return qu.cfg.Lease }
+
+// DatabaseNow reads the database's clock (DatabaseNowMicros), the clock
+// every due time and lease of laneq is measured by, as an absolute instant
+// in UTC whatever the session's time zone.
+func (qu *Queue) DatabaseNow(ctx context.Context) (time.Time, error) {
+	us, err := qu.q.DatabaseNowMicros(ctx)
+	if err != nil {
+		return time.Time{}, fmt.Errorf("workqueue: read the database clock: %w", err)
+	}
+	return time.UnixMicro(us).UTC(), nil
+}

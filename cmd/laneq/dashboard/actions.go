@@ -100,6 +100,25 @@ func (s *Server) actions() []action {
 			s.cfg.Logger.Info("dashboard: skipped", "scope", t.scope, "work_id", t.workID, "promoted", fin.Promoted)
 			return "/item?id=" + strconv.FormatInt(t.workID, 10), nil
 		}},
+		{path: "/cancel", title: "Cancel?", target: s.itemTarget(func(it inspect.Item) target {
+			effect := "It ends as skipped (failure class cancelled) and never runs; the next item of each of its lanes takes its place. This cannot be undone."
+			if it.State == workqueue.StateProcessing {
+				effect = "It is running: its process is told at its next heartbeat and cancels its handler, and it then ends as skipped (failure class cancelled), unless the handler completes first. Its lanes move on when it ends. This cannot be undone."
+			}
+			return target{
+				Question: fmt.Sprintf("Cancel work item %d (%s of %s/%s in scope %s, %s)?", it.WorkID, it.WorkType, it.Event.SourceKind, it.Event.SourceID, it.Scope, it.State),
+				Effect:   effect,
+				Button:   fmt.Sprintf("Cancel work item %d", it.WorkID),
+				Reason:   true,
+			}
+		}), do: func(ctx context.Context, t target, form url.Values) (string, error) {
+			out, err := s.qu.Cancel(ctx, t.scope, t.workID, form.Get("reason"))
+			if err != nil {
+				return "", err
+			}
+			s.cfg.Logger.Info("dashboard: cancelled", "scope", t.scope, "work_id", t.workID, "running", out.Running, "promoted", out.Finished.Promoted)
+			return "/item?id=" + strconv.FormatInt(t.workID, 10), nil
+		}},
 		s.classAction(true),
 		s.classAction(false),
 		{path: "/dlq/replay", title: "Replay these dead letters?", target: s.bulkTarget, do: s.startBulkReplay},

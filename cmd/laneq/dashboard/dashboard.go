@@ -397,6 +397,7 @@ func (s *Server) item(w http.ResponseWriter, r *http.Request) {
 		"Replayable": it.State == workqueue.StateDead && it.ReplayedAt.IsZero(),
 		"RetryNow":   it.State == workqueue.StatePending && it.RunAfter.After(it.At),
 		"Skippable":  slices.Contains([]string{workqueue.StatePending, workqueue.StateBlocked, workqueue.StateWaitingDependency}, it.State),
+		"Cancelable": slices.Contains([]string{workqueue.StatePending, workqueue.StateBlocked, workqueue.StateWaitingDependency, workqueue.StateProcessing}, it.State),
 	}})
 }
 
