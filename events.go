@@ -20,6 +20,7 @@ const (
 	EventWaiting   EventKind = "waiting"   // parked until its dependency is satisfied
 	EventReleased  EventKind = "released"  // given back unrun on shutdown, due at once
 	EventCancelled EventKind = "cancelled" // cancelled while running (Client.Cancel): ended skipped when its handler stopped
+	EventDeferred  EventKind = "deferred"  // its rate limit had no start left: given back unrun until the next window
 	EventReplayed  EventKind = "replayed"  // a dead item replayed through this Client (WorkID is the new item)
 )
 

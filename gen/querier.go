@@ -257,6 +257,14 @@ type Querier interface {
 	// entries (plus their row lookups) however many rows wait; the scalar
 	// subquery is folded into the range before execution.
 	DependencyWaitingPage(ctx context.Context, arg DependencyWaitingPageParams) ([]DependencyWaitingPageRow, error)
+	// Rate limits across processes (runtime/ratelimit): a window's budget is
+	// shared out by these statements, in one READ COMMITTED transaction per
+	// share (EnsureRateWindow, LockRateWindow, GrantRateShare), taken only
+	// when a process's own share of the window ran out: claims never write
+	// here one by one.
+	// Creates the window's row with nothing granted; an existing row is left
+	// alone (the primary-key duplicate check is a point lookup).
+	EnsureRateWindow(ctx context.Context, arg EnsureRateWindowParams) error
 	// Idempotent creation. ON DUPLICATE KEY keeps an existing row untouched (its
 	// generation and ordinal counter must never be reset by a late writer).
 	EnsureScope(ctx context.Context, arg EnsureScopeParams) error
@@ -348,6 +356,9 @@ type Querier interface {
 	// Point read on uk_work_item_event_type: the item of one event and work type
 	// at one replay depth (0: the one enqueue made; see replay.sql).
 	GetWorkItemByEventAndType(ctx context.Context, arg GetWorkItemByEventAndTypeParams) (WorkItem, error)
+	// Adds the share the taker computed under LockRateWindow's lock: a
+	// primary-key point update.
+	GrantRateShare(ctx context.Context, arg GrantRateShareParams) (int64, error)
 	// Lanes. A lane is the live rows of one source or target lane key of one
 	// generation, in lane_ordinal order. At most one of them is not blocked: the
 	// lane's head (pending, processing, dependency_registration or
@@ -484,6 +495,12 @@ type Querier interface {
 	// The queued successors of an enqueue batch's projections, as
 	// LockActiveProjections (batch point gets on uk_work_item_projection_queued).
 	LockQueuedProjections(ctx context.Context, projectionKeys []sql.NullString) ([]LockQueuedProjectionsRow, error)
+	// The window's granted count under its row lock (a primary-key point
+	// get), and the database's clock as Unix microseconds: the taker checks
+	// that the window is still the current one, and corrects its estimate of
+	// the database's clock. Takers of one window wait here for each other;
+	// nothing else locks the row.
+	LockRateWindow(ctx context.Context, arg LockRateWindowParams) (LockRateWindowRow, error)
 	// First statement of a materializing transaction: locks the batch's rows
 	// by primary key and returns their tokens, so the router enqueues only the
 	// receipts it still holds (a receipt whose lease another router took over
@@ -618,6 +635,10 @@ type Querier interface {
 	// Deletes up to LIMIT rows of the scope older than before: the front of
 	// the scope's primary-key range. Writers run it after a flush, rarely.
 	PruneHistory(ctx context.Context, arg PruneHistoryParams) (int64, error)
+	// Deletes a limit's windows before before_index, at most LIMIT of them: a
+	// primary-key range of the limit's oldest rows, which takers run now and
+	// then (a window row is worthless once it has passed).
+	PruneRateWindows(ctx context.Context, arg PruneRateWindowsParams) (int64, error)
 	// The router's scan for one (scope, class): due pending receipts and
 	// receipts whose routing lease expired (a router died or froze), each
 	// branch oldest due first. Two ordered, limited ranges of
@@ -675,12 +696,15 @@ type Querier interface {
 	// batch's transaction; a process skips pairs it registered before. Primary
 	// key upsert that keeps the first sighting.
 	RegisterWorkKind(ctx context.Context, arg RegisterWorkKindParams) error
-	// Gives the item back unexecuted (shutdown, drain): pending and due now, and
-	// the attempt is not counted against the item's budget. It stays its lanes'
-	// head, so followers remain blocked. run_after = now keeps claimers' floors
-	// valid (see ClaimCandidates). A row whose cancellation was requested is
-	// never given back (it would run again): the holder finds the request on
-	// the read-back and finishes it cancelled (Queue.FinishCancelled).
+	// Gives the item back unexecuted, due after delay_micros from the database
+	// clock: 0 for shutdown and drain (due at once, for another process), the
+	// rest of a window when a rate limit's budget ran out between its claim
+	// and its start (runtime/ratelimit). The attempt is not counted against the
+	// item's budget. It stays its lanes' head, so followers remain blocked.
+	// run_after at or after now keeps claimers' floors valid (see
+	// ClaimCandidates). A row whose cancellation was requested is never given
+	// back (it would run again): the holder finds the request on the read-back
+	// and finishes it cancelled (Queue.FinishCancelled).
 	ReleaseLease(ctx context.Context, arg ReleaseLeaseParams) (int64, error)
 	// A process that stops removes its endpoint, so no sender wakes a port
 	// that may by then belong to another program.

@@ -34,9 +34,12 @@ const (
 	NoiseScopePrefix = "plan/tenant0"
 	IdleScopes       = 1000
 	GroupEndpoint    = "group-1"
-	targetGen        = 2
-	knownBase        = 1_000_000  // ids and ordinals of the target scope's interesting rows
-	noise            = 10_000_000 // id blocks of the noise distributions: each starts at a multiple
+	// RateWindowBase numbers the first seeded window of each rate limit
+	// (see SeedRateWindows).
+	RateWindowBase = 5_000_000
+	targetGen      = 2
+	knownBase      = 1_000_000  // ids and ordinals of the target scope's interesting rows
+	noise          = 10_000_000 // id blocks of the noise distributions: each starts at a multiple
 )
 
 // The fixture's timeline. Rows that must be due sit in the year 2000, so no
@@ -356,6 +359,14 @@ func Seed(ctx context.Context, db *sql.DB, scale int64, progress io.Writer) erro
 			return fmt.Errorf("plancheck: seed history of %s: %w", s.scope, err)
 		}
 	}
+	for _, s := range []struct {
+		scope, limit string
+		count        int64
+	}{{TargetScope, "deliver", 1000}, {TargetScope, "mail", min(scale, 10_000)}, {OtherScope, "deliver", min(scale, 10_000)}} {
+		if _, err := execSeed(ctx, conn, "SeedRateWindows", map[string]any{"scope_id": s.scope, "limit_name": s.limit, "first_index": RateWindowBase, "count": s.count}); err != nil {
+			return fmt.Errorf("plancheck: seed rate windows of %s/%s: %w", s.scope, s.limit, err)
+		}
+	}
 	for _, r := range receiptDistributions(scale) {
 		base := pastBase
 		if r.at.future {
@@ -372,7 +383,7 @@ func Seed(ctx context.Context, db *sql.DB, scale int64, progress io.Writer) erro
 	if _, err := execSeed(ctx, conn, "AdmitSeededOrdinals", map[string]any{"next_ordinal": int64(maxSeededOrdinal + 1)}); err != nil {
 		return fmt.Errorf("plancheck: set the scopes' next ordinal: %w", err)
 	}
-	for _, table := range []string{"scope", "event", "work_item", "dependency_satisfied", "wake_endpoint", "ingress_receipt", "queue_history"} {
+	for _, table := range []string{"scope", "event", "work_item", "dependency_satisfied", "wake_endpoint", "ingress_receipt", "queue_history", "rate_window"} {
 		if _, err := db.ExecContext(ctx, "ANALYZE TABLE "+table); err != nil {
 			return fmt.Errorf("plancheck: analyze %s: %w", table, err)
 		}

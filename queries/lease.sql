@@ -39,15 +39,18 @@ WHERE work_id = sqlc.arg(work_id)
   AND state = 'processing';
 
 -- name: ReleaseLease :execrows
--- Gives the item back unexecuted (shutdown, drain): pending and due now, and
--- the attempt is not counted against the item's budget. It stays its lanes'
--- head, so followers remain blocked. run_after = now keeps claimers' floors
--- valid (see ClaimCandidates). A row whose cancellation was requested is
--- never given back (it would run again): the holder finds the request on
--- the read-back and finishes it cancelled (Queue.FinishCancelled).
+-- Gives the item back unexecuted, due after delay_micros from the database
+-- clock: 0 for shutdown and drain (due at once, for another process), the
+-- rest of a window when a rate limit's budget ran out between its claim
+-- and its start (runtime/ratelimit). The attempt is not counted against the
+-- item's budget. It stays its lanes' head, so followers remain blocked.
+-- run_after at or after now keeps claimers' floors valid (see
+-- ClaimCandidates). A row whose cancellation was requested is never given
+-- back (it would run again): the holder finds the request on the read-back
+-- and finishes it cancelled (Queue.FinishCancelled).
 UPDATE work_item
 SET state = 'pending',
-    run_after = NOW(6),
+    run_after = DATE_ADD(NOW(6), INTERVAL CAST(sqlc.arg(delay_micros) AS SIGNED) MICROSECOND),
     attempt_count = GREATEST(attempt_count - 1, 0),
     lease_owner = NULL,
     lease_token = lease_token + 1,

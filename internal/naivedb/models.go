@@ -74,6 +74,13 @@ type QueueHistory struct {
 	MaxDueMs   int64
 }
 
+type RateWindow struct {
+	ScopeID     string
+	LimitName   string
+	WindowIndex int64
+	Granted     int32
+}
+
 type Scope struct {
 	ScopeID            string
 	ActiveGeneration   int64

@@ -18,17 +18,38 @@ type backend struct{ w *Worker }
 // one claim for the shapes whose eligible work is the same.
 func (b backend) Claim(ctx context.Context, reqs []scheduler.Request) []scheduler.ClaimResult[*workqueue.Claimed] {
 	w := b.w
+	out := make([]scheduler.ClaimResult[*workqueue.Claimed], len(reqs))
+	types := w.types
+	if w.limiter != nil {
+		want := 0
+		for _, req := range reqs {
+			want += req.Max
+		}
+		admitted, retryAt, err := w.limiter.Admit(ctx, w.types, want)
+		if err != nil {
+			for i := range out {
+				out[i].Err = fmt.Errorf("worker: rate limits: %w", err)
+			}
+			return out
+		}
+		if !retryAt.IsZero() {
+			w.ctrl.NotifyDue(retryAt) // a limited type's next window: claim it then
+		}
+		if len(admitted) == 0 {
+			return out
+		}
+		types = admitted
+	}
 	creqs := make([]workqueue.ClaimRequest, len(reqs))
 	for i, req := range reqs {
 		creqs[i] = workqueue.ClaimRequest{
-			QueueClasses: req.QueueClasses, Preferred: req.Preferred, WorkTypes: w.types,
+			QueueClasses: req.QueueClasses, Preferred: req.Preferred, WorkTypes: types,
 			Max: req.Max, StaleOnly: req.StaleOnly, StaleClasses: w.classes,
 		}
 	}
 	start := time.Now()
 	results := w.claimer.ClaimMany(ctx, creqs)
 	took := time.Since(start)
-	out := make([]scheduler.ClaimResult[*workqueue.Claimed], len(reqs))
 	for i, r := range results {
 		w.metrics.claimed(ctx, reqs[i], r.Items, r.Stats, took)
 		if h := w.cfg.Hooks; h != nil && h.AfterClaimTurn != nil && len(r.Items) > 0 {
@@ -112,6 +133,17 @@ func (b backend) Renew(ctx context.Context, c *workqueue.Claimed) error {
 
 func (b backend) Handle(ctx context.Context, c *workqueue.Claimed) error {
 	w := b.w
+	if w.limiter != nil {
+		// Counted as it starts: a start its window has no budget for is
+		// given back unrun until the next window (Finish).
+		ok, retryAt, err := w.limiter.Take(ctx, c.WorkType)
+		if err != nil {
+			return &rateDeferred{until: w.clock.Now().Add(time.Second), err: err}
+		}
+		if !ok {
+			return &rateDeferred{until: retryAt}
+		}
+	}
 	if c.Dependency != nil {
 		// The item was woken (or enqueued) with a dependency: its exact keys
 		// decide, never the wake. Unsatisfied, it waits again unrun.
@@ -158,7 +190,12 @@ func (b backend) Finish(ctx context.Context, cp *workqueue.Claimed, outcome erro
 		wait      *DependencyWait
 		cancelled *workqueue.CancelRequestedError
 	)
+	var deferred *rateDeferred
 	switch {
+	case errors.As(outcome, &deferred):
+		kind = OutcomeDeferred
+		err = w.q.Defer(ctx, c.Lease, max(deferred.until.Sub(w.clock.Now()), time.Millisecond))
+		w.ctrl.NotifyDue(deferred.until)
 	case outcome != nil && errors.As(outcome, &cancelled):
 		// A heartbeat found the item cancelled and the handler did not
 		// return success: whatever it returned, the item ends cancelled.
@@ -223,6 +260,21 @@ func (b backend) Finish(ctx context.Context, cp *workqueue.Claimed, outcome erro
 	return nil
 }
 
+// rateDeferred is the outcome of an item whose rate limit had no start
+// left in its window (or whose budget could not be read): it never ran,
+// and is given back unrun, its attempt not counted, until then.
+type rateDeferred struct {
+	until time.Time // on the worker's clock
+	err   error     // the budget's read failed
+}
+
+func (d *rateDeferred) Error() string {
+	if d.err != nil {
+		return fmt.Sprintf("worker: rate limit budget unread: %v", d.err)
+	}
+	return "worker: rate limit reached"
+}
+
 // Outcome is what a finished attempt made of its item.
 type Outcome string
 
@@ -236,6 +288,7 @@ const (
 	OutcomeWaiting   Outcome = "waiting"   // WaitForDependency: parked until a producer satisfies a key
 	OutcomeReleased  Outcome = "released"  // shutdown: given back unrun, due at once
 	OutcomeCancelled Outcome = "cancelled" // cancelled while running (Queue.Cancel): ends skipped
+	OutcomeDeferred  Outcome = "deferred"  // a rate limit had no start left: given back unrun until its next window
 )
 
 // Finished reports an attempt whose outcome this worker made durable.

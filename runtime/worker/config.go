@@ -14,6 +14,7 @@ import (
 
 	"github.com/laneq/laneq/runtime/controller"
 	"github.com/laneq/laneq/runtime/periodic"
+	"github.com/laneq/laneq/runtime/ratelimit"
 	"github.com/laneq/laneq/runtime/scheduler"
 	"github.com/laneq/laneq/runtime/wake"
 	"github.com/laneq/laneq/runtime/workqueue"
@@ -113,6 +114,11 @@ type Config struct {
 	Schedules []periodic.Schedule
 	// PeriodicOnTimeWithin is periodic.Config.OnTimeWithin (default 1m).
 	PeriodicOnTimeWithin time.Duration
+	// Limits cap the starts of work types of the scope across every
+	// process (runtime/ratelimit; each process must set the same limits).
+	// With limits, claim on promote is off (NoClaimOnPromote): a follower
+	// taken by a finish would start outside its limit.
+	Limits []ratelimit.Limit
 	// Hooks are fault-injection points for crash tests; leave nil.
 	Hooks *Hooks
 }

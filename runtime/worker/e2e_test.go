@@ -21,6 +21,7 @@ import (
 	"github.com/laneq/laneq/runtime/clock"
 	"github.com/laneq/laneq/runtime/controller"
 	"github.com/laneq/laneq/runtime/periodic"
+	"github.com/laneq/laneq/runtime/ratelimit"
 	"github.com/laneq/laneq/runtime/worker"
 	"github.com/laneq/laneq/runtime/workqueue"
 )
@@ -49,6 +50,8 @@ const (
 	// the worker's clock off by this much (clock.Skewed).
 	helperPeriodicEnv  = "LANEQ_WORKER_HELPER_PERIODIC"
 	helperClockSkewEnv = "LANEQ_WORKER_HELPER_CLOCK_SKEW"
+	// helperRateEnv limits "deliver" to N starts per period: "N/PERIOD".
+	helperRateEnv = "LANEQ_WORKER_HELPER_RATE"
 	// helperClockScaleEnv runs the worker's timers on clock.Scaled(N);
 	// helperDefaultsEnv keeps every period at its default (otherwise the
 	// dependency safety pass is off); helperStampEnv prints each handler
@@ -133,6 +136,20 @@ func runHelperProcess() int {
 			return fail(err)
 		}
 		cfg.Controller.Clock = clock.Skewed(d)
+	}
+	if v := os.Getenv(helperRateEnv); v != "" {
+		n, per, ok := strings.Cut(v, "/")
+		if !ok {
+			return fail(fmt.Errorf("%s=%q: want N/PERIOD", helperRateEnv, v))
+		}
+		lim := ratelimit.Limit{WorkType: "deliver"}
+		if lim.N, err = strconv.Atoi(n); err != nil {
+			return fail(err)
+		}
+		if lim.Per, err = time.ParseDuration(per); err != nil {
+			return fail(err)
+		}
+		cfg.Limits = []ratelimit.Limit{lim}
 	}
 	if v := os.Getenv(helperPeriodicEnv); v != "" {
 		every, err := time.ParseDuration(v)

@@ -30,6 +30,7 @@ import (
 	"github.com/laneq/laneq/runtime/clock"
 	"github.com/laneq/laneq/runtime/controller"
 	"github.com/laneq/laneq/runtime/periodic"
+	"github.com/laneq/laneq/runtime/ratelimit"
 	"github.com/laneq/laneq/runtime/scheduler"
 	"github.com/laneq/laneq/runtime/wake"
 	"github.com/laneq/laneq/runtime/workqueue"
@@ -110,9 +111,10 @@ type Worker struct {
 	sched          *scheduler.Scheduler[*workqueue.Claimed]
 	ctrl           *controller.Controller
 	handlers       map[string]Handler
-	periodic       *periodic.Runner // nil without Config.Schedules
-	types          []string         // handlers' work types, sorted
-	classes        []string         // queue classes the executor shapes serve, sorted
+	periodic       *periodic.Runner   // nil without Config.Schedules
+	limiter        *ratelimit.Limiter // nil without Config.Limits
+	types          []string           // handlers' work types, sorted
+	classes        []string           // queue classes the executor shapes serve, sorted
 	sweep          *workqueue.DependencySweep
 	// laneCursor is where the next lane recovery page starts; only the
 	// controller's maintenance touches it, one at a time.
@@ -183,6 +185,9 @@ func New(q *workqueue.Queue, cfg Config, handlers map[string]Handler) (*Worker, 
 		cfg.Scheduler.HeartbeatEvery = q.Lease() / 3
 	}
 	cfg.Scheduler.Logger, cfg.Controller.Logger = log, log
+	if len(cfg.Limits) > 0 {
+		cfg.NoClaimOnPromote = true // a taken follower would start outside its limit
+	}
 	if cfg.CompleteBatch == 0 {
 		cfg.CompleteBatch = DefaultCompleteBatch
 	}
@@ -215,6 +220,11 @@ func New(q *workqueue.Queue, cfg Config, handlers map[string]Handler) (*Worker, 
 	}
 	if w.history, err = newHistory(cfg.History, cfg.Owner); err != nil {
 		return nil, err
+	}
+	if len(cfg.Limits) > 0 {
+		if w.limiter, err = ratelimit.New(q, cfg.Scope, cfg.Controller.Clock, cfg.Limits); err != nil {
+			return nil, &ConfigError{"Limits", "", err.Error()}
+		}
 	}
 	if len(cfg.Schedules) > 0 {
 		w.periodic, err = periodic.New(q, periodic.Config{Scope: cfg.Scope, Schedules: cfg.Schedules,

@@ -109,13 +109,19 @@ func (qu *Queue) RecordProgress(ctx context.Context, c *Claimed) error {
 // attempt does not count against its budget.
 func (qu *Queue) Release(ctx context.Context, l Lease) error {
 	began := time.Now()
-	err := qu.fencedWrite(ctx, l, "release", StatePending, func(ctx context.Context) (int64, error) {
-		return qu.q.ReleaseLease(ctx, gen.ReleaseLeaseParams{WorkID: l.WorkID, LeaseToken: l.Token})
-	})
+	err := qu.releaseFor(ctx, l, 0)
 	if err == nil {
 		qu.announceLease(ctx, l, false, began)
 	}
 	return err
+}
+
+// releaseFor gives the item back unexecuted, due after delay (Release,
+// Defer): one statement, ReleaseLease.
+func (qu *Queue) releaseFor(ctx context.Context, l Lease, delay time.Duration) error {
+	return qu.fencedWrite(ctx, l, "release", StatePending, func(ctx context.Context) (int64, error) {
+		return qu.q.ReleaseLease(ctx, gen.ReleaseLeaseParams{DelayMicros: store.Micros(delay), WorkID: l.WorkID, LeaseToken: l.Token})
+	})
 }
 
 // announceLease announces the scope of a leased item; a Lease built by

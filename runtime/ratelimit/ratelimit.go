@@ -1,0 +1,241 @@
+// Package ratelimit holds the rate limits of a scope's work types across
+// every process: at most N starts per Per, counted by the database's clock,
+// with no row that every claim writes.
+//
+// A limit's period is cut into k = min(N, 10) windows, and window i of the
+// epoch (by the database's clock) may start N/k items, one more for the
+// first N mod k windows of each period, so k consecutive windows hold N
+// exactly. Each window has a row (rate_window) counting the starts granted
+// in it. A process takes a share of the current window's budget in one
+// short transaction when its own share is spent (workqueue.Queue.
+// TakeRateShare), sized to the places it has free, and spends the share
+// locally; no process is granted more than the window has left. So any
+// window-aligned period starts at most N items, and any span of length Per
+// (it meets at most k+1 windows) at most N + ceil(N/k): 55 for 50 per
+// second.
+//
+// Starts are counted as they happen, just before the handler runs
+// (Take), so an item claimed in one window that waits for an executor into
+// the next spends the next window's budget. A limited work type whose
+// window is spent is left out of the next claim (Admit: its items stay
+// pending, due, attempts untouched, and other work is claimed as usual),
+// and the worker's controller is told to claim again when the next window
+// opens. An item that finds no start left when its executor takes it (a
+// claim returns up to its Max) is given back unrun until the next window
+// (workqueue.Queue.Defer: its attempt is not counted).
+package ratelimit
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/laneq/laneq/runtime/clock"
+	"github.com/laneq/laneq/runtime/workqueue"
+)
+
+// Limit caps the starts of one work type of a scope across all processes.
+// Every process serving the work type must configure the same limit: the
+// windows' rows count starts, the quota is each taker's.
+type Limit struct {
+	WorkType string        // the limited work type
+	N        int           // starts allowed per Per (at least 1)
+	Per      time.Duration // at least 10ms, in whole microseconds
+}
+
+// windows is k, the windows of one period.
+func (l Limit) windows() int64 { return int64(min(l.N, 10)) }
+
+// windowMicros is one window's length.
+func (l Limit) windowMicros() int64 { return l.Per.Microseconds() / l.windows() }
+
+// quota is window i's budget: N/k, plus one in the first N mod k windows
+// of each period.
+func (l Limit) quota(i int64) int {
+	k := l.windows()
+	q := int64(l.N) / k
+	if ((i%k)+k)%k < int64(l.N)%k {
+		q++
+	}
+	return int(q)
+}
+
+// Bound is the most starts any span of length Per can hold: N + ceil(N/k).
+func (l Limit) Bound() int {
+	k := int(l.windows())
+	return l.N + (l.N+k-1)/k
+}
+
+func (l Limit) validate() error {
+	switch {
+	case len(l.WorkType) < 1 || len(l.WorkType) > 64:
+		return fmt.Errorf("%w: rate limit work type must be 1..64 bytes, got %d", workqueue.ErrInvalid, len(l.WorkType))
+	case l.N < 1:
+		return fmt.Errorf("%w: rate limit of %q: N must be at least 1, got %d", workqueue.ErrInvalid, l.WorkType, l.N)
+	case l.Per < 10*time.Millisecond || l.Per%time.Microsecond != 0:
+		return fmt.Errorf("%w: rate limit of %q: Per must be at least 10ms in whole microseconds, got %s", workqueue.ErrInvalid, l.WorkType, l.Per)
+	}
+	return nil
+}
+
+// share is a process's share of one window of one limit.
+type share struct {
+	Limit
+	window int64 // the window the share is of
+	left   int   // starts of the share not spent yet
+	spent  bool  // the window had nothing left to grant
+	want   int   // the size of the next share: the last claim's places
+}
+
+// Limiter is one process's view of a scope's limits. Safe for concurrent
+// use.
+type Limiter struct {
+	qu    *workqueue.Queue
+	scope string
+	clk   clock.Clock
+
+	mu     sync.Mutex
+	byType map[string]*share
+	offset time.Duration // the database's clock minus clk, as last measured
+	synced bool          // offset measured at least once
+	takes  uint64
+}
+
+// New checks limits and returns a Limiter of scope; clk is the worker's
+// clock (its reading is corrected by the database's).
+func New(qu *workqueue.Queue, scope string, clk clock.Clock, limits []Limit) (*Limiter, error) {
+	if clk == nil {
+		clk = clock.Real()
+	}
+	l := &Limiter{qu: qu, scope: scope, clk: clk, byType: map[string]*share{}}
+	for _, lim := range limits {
+		if err := lim.validate(); err != nil {
+			return nil, err
+		}
+		if l.byType[lim.WorkType] != nil {
+			return nil, fmt.Errorf("%w: work type %q has two rate limits", workqueue.ErrInvalid, lim.WorkType)
+		}
+		l.byType[lim.WorkType] = &share{Limit: lim, window: -1, want: 1}
+	}
+	return l, nil
+}
+
+// Limited reports whether workType has a limit.
+func (l *Limiter) Limited(workType string) bool { return l.byType[workType] != nil }
+
+// now is the database's clock as this process estimates it.
+func (l *Limiter) now() time.Time { return l.clk.Now().Add(l.offset) }
+
+// windowOf is the window of s at t.
+func windowOf(s *share, t time.Time) int64 {
+	us, w := t.UnixMicro(), s.windowMicros()
+	return (us - ((us%w)+w)%w) / w
+}
+
+// nextOpen is when the window after s's current one opens, on clk.
+func (l *Limiter) nextOpen(s *share, window int64) time.Time {
+	return time.UnixMicro((window + 1) * s.windowMicros()).Add(-l.offset)
+}
+
+// Admit returns the work types of types that may be claimed now, want
+// places at most: unlimited ones, and limited ones with starts left in
+// this process's share of the current window, taking a new share (up to
+// want) when it is spent. For a limited type left out, retryAt is when its
+// next window opens (on the Limiter's clock; the earliest of them), for
+// the caller to claim again then.
+func (l *Limiter) Admit(ctx context.Context, types []string, want int) (admitted []string, retryAt time.Time, err error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if err := l.sync(ctx); err != nil {
+		return nil, time.Time{}, err
+	}
+	for _, t := range types {
+		s := l.byType[t]
+		if s == nil {
+			admitted = append(admitted, t)
+			continue
+		}
+		s.want = max(want, 1)
+		left, at, err := l.topUp(ctx, s)
+		if err != nil {
+			return nil, time.Time{}, err
+		}
+		if left > 0 {
+			admitted = append(admitted, t)
+		} else if retryAt.IsZero() || at.Before(retryAt) {
+			retryAt = at
+		}
+	}
+	return admitted, retryAt, nil
+}
+
+// sync measures the database clock's offset once.
+func (l *Limiter) sync(ctx context.Context) error {
+	if l.synced {
+		return nil
+	}
+	now, err := l.qu.DatabaseNow(ctx)
+	if err != nil {
+		return fmt.Errorf("ratelimit: %w", err)
+	}
+	l.offset, l.synced = now.Sub(l.clk.Now()), true
+	return nil
+}
+
+// topUp returns the starts left in this process's share of s's current
+// window, taking a share of the window (up to the last claim's want) when
+// none are left and the window has some, and when the next window opens
+// (on the Limiter's clock). Under l.mu.
+func (l *Limiter) topUp(ctx context.Context, s *share) (left int, nextOpen time.Time, err error) {
+	w := windowOf(s, l.now())
+	if w != s.window {
+		s.window, s.left, s.spent = w, 0, false // a past window's share is worthless
+	}
+	if s.left == 0 && !s.spent {
+		got, err := l.qu.TakeRateShare(ctx, l.scope, s.WorkType, w, s.want, s.quota(w))
+		if err != nil {
+			return 0, time.Time{}, fmt.Errorf("ratelimit: %w", err)
+		}
+		l.offset = got.DBNow.Sub(l.clk.Now())
+		s.left, s.spent = got.Granted, got.Used >= s.quota(w)
+		l.takes++
+		if l.takes%256 == 0 {
+			// Now and then: windows older than two periods are worthless.
+			_, _ = l.qu.PruneRateWindows(ctx, l.scope, s.WorkType, w-2*s.windows())
+		}
+	}
+	return s.left, l.nextOpen(s, w), nil
+}
+
+// Take spends one start of workType, just before its handler starts: from
+// this process's share of the current window, topped up from the window's
+// budget when spent. It reports false, with when the next window opens (on
+// the Limiter's clock), when the window has nothing left: the caller gives
+// the item back until then, unrun. Starts are counted when they happen, so
+// an item claimed in one window that waits for an executor into the next
+// spends the next window's budget. An unlimited work type always starts.
+func (l *Limiter) Take(ctx context.Context, workType string) (ok bool, retryAt time.Time, err error) {
+	s := l.byType[workType]
+	if s == nil {
+		return true, time.Time{}, nil
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if err := l.sync(ctx); err != nil {
+		return false, time.Time{}, err
+	}
+	left, at, err := l.topUp(ctx, s)
+	if err != nil || left == 0 {
+		return false, at, err
+	}
+	s.left--
+	return true, time.Time{}, nil
+}
+
+// Takes counts the shares taken from the database.
+func (l *Limiter) Takes() uint64 {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.takes
+}

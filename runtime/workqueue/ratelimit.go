@@ -1,0 +1,73 @@
+package workqueue
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/laneq/laneq/gen"
+)
+
+// RateShare is what TakeRateShare granted.
+type RateShare struct {
+	Granted int       // starts granted to the caller in the window (0 when it was spent)
+	Used    int       // the window's starts granted to everyone, this share included
+	DBNow   time.Time // the database's clock during the grant
+}
+
+// TakeRateShare takes up to want starts of window windowIndex of the
+// rate limit name in scope, whose budget is quota starts: one READ
+// COMMITTED transaction that creates the window's row if needed, locks it,
+// and adds the share (queries/ratelimit.sql). Takers of one window
+// serialize on its row; the sum granted never passes quota.
+func (qu *Queue) TakeRateShare(ctx context.Context, scope, name string, windowIndex int64, want, quota int) (RateShare, error) {
+	if want < 1 || quota < 1 {
+		return RateShare{}, invalidf("rate share: want %d and quota %d must be positive", want, quota)
+	}
+	var out RateShare
+	key := gen.EnsureRateWindowParams{ScopeID: scope, LimitName: name, WindowIndex: windowIndex}
+	err := qu.inTx(ctx, fmt.Sprintf("take a share of rate limit %q", name), readCommitted, func(ctx context.Context, q *gen.Queries) error {
+		out = RateShare{}
+		if err := q.EnsureRateWindow(ctx, key); err != nil {
+			return fmt.Errorf("ensure window: %w", err)
+		}
+		row, err := q.LockRateWindow(ctx, gen.LockRateWindowParams(key))
+		if err != nil {
+			return fmt.Errorf("lock window: %w", err)
+		}
+		out.DBNow = time.UnixMicro(row.NowMicros).UTC()
+		out.Granted = min(want, quota-int(row.Granted))
+		out.Used = int(row.Granted)
+		if out.Granted <= 0 {
+			out.Granted = 0
+			return nil
+		}
+		out.Used += out.Granted
+		_, err = q.GrantRateShare(ctx, gen.GrantRateShareParams{Share: int32(out.Granted), ScopeID: scope, LimitName: name, WindowIndex: windowIndex})
+		return err
+	})
+	return out, err
+}
+
+// PruneRateWindows deletes up to 1,000 windows of the rate limit before
+// beforeIndex and returns how many it deleted.
+func (qu *Queue) PruneRateWindows(ctx context.Context, scope, name string, beforeIndex int64) (int64, error) {
+	n, err := qu.q.PruneRateWindows(ctx, gen.PruneRateWindowsParams{ScopeID: scope, LimitName: name, BeforeIndex: beforeIndex})
+	if err != nil {
+		return 0, fmt.Errorf("workqueue: prune windows of rate limit %q: %w", name, err)
+	}
+	return n, nil
+}
+
+// Defer gives a claimed item back unrun, due after delay by the database's
+// clock, without counting the attempt (a rate limit's budget ran out
+// between its claim and its start). A cancelled item is refused with a
+// *CancelRequestedError, as by Release.
+func (qu *Queue) Defer(ctx context.Context, l Lease, delay time.Duration) error {
+	began := time.Now()
+	err := qu.releaseFor(ctx, l, delay)
+	if err == nil {
+		qu.announceLease(ctx, l, true, began) // due later: others arm their due timers
+	}
+	return err
+}
