@@ -598,13 +598,13 @@ func TestClientUniqueKey(t *testing.T) {
 }
 
 // Client.Cancel: a delayed item ends at once; a running one's handler sees
-// its context cancelled at its next heartbeat (a 1s lease renews every
-// 333ms), with a cause wrapping workqueue.ErrCancelRequested, and the
+// its context cancelled at its next heartbeat (a 3s lease renews every
+// second), with a cause wrapping workqueue.ErrCancelRequested, and the
 // Client publishes EventCancelled; a terminal item is refused.
 func TestClientCancel(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	c, _ := openClient(t, laneq.Config{Queue: workqueue.Config{Lease: time.Second}})
+	c, _ := openClient(t, laneq.Config{Queue: workqueue.Config{Lease: 3 * time.Second}})
 	delayed, err := c.Enqueue(ctx, greet{Name: "later"}, laneq.WithDelay(time.Hour))
 	if err != nil {
 		t.Fatal(err)

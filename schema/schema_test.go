@@ -17,7 +17,7 @@ import (
 
 func TestMain(m *testing.M) { os.Exit(tidbtest.Main(m)) }
 
-var laneqTables = []string{"dependency_satisfied", "event", "ingress_receipt", "queue_history", "scope", "scope_work_kind", "wake_endpoint", "work_item"}
+var laneqTables = []string{"dependency_satisfied", "event", "ingress_receipt", "queue_history", "rate_window", "scope", "scope_work_kind", "wake_endpoint", "work_item"}
 
 func tables(t *testing.T, db *sql.DB) []string {
 	t.Helper()

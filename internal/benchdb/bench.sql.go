@@ -31,6 +31,18 @@ func (q *Queries) BeginFault(ctx context.Context, arg BeginFaultParams) (int64, 
 	return result.LastInsertId()
 }
 
+const benchNow = `-- name: BenchNow :one
+SELECT NOW(6) AS bench_now
+`
+
+// The database's clock, as work_item.created_at reads it.
+func (q *Queries) BenchNow(ctx context.Context) (time.Time, error) {
+	row := q.db.QueryRowContext(ctx, benchNow)
+	var bench_now time.Time
+	err := row.Scan(&bench_now)
+	return bench_now, err
+}
+
 const countInFlight = `-- name: CountInFlight :many
 SELECT process, COUNT(*) AS running
 FROM bench_attempt
@@ -310,6 +322,43 @@ func (q *Queries) ListRunItems(ctx context.Context) ([]ListRunItemsRow, error) {
 	return items, nil
 }
 
+const listTickKeys = `-- name: ListTickKeys :many
+SELECT scope_id, idempotency_key
+FROM event AS bench_events
+WHERE idempotency_key LIKE 'periodic/%'
+ORDER BY scope_id, idempotency_key
+`
+
+type ListTickKeysRow struct {
+	ScopeID        string
+	IdempotencyKey string
+}
+
+// The periodic schedule's ticks (Spec.Periodic): their idempotency keys
+// name the tick's instant (runtime/periodic).
+func (q *Queries) ListTickKeys(ctx context.Context) ([]ListTickKeysRow, error) {
+	rows, err := q.db.QueryContext(ctx, listTickKeys)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []ListTickKeysRow{}
+	for rows.Next() {
+		var i ListTickKeysRow
+		if err := rows.Scan(&i.ScopeID, &i.IdempotencyKey); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Close(); err != nil {
+		return nil, err
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
 const moveAttemptStart = `-- name: MoveAttemptStart :exec
 UPDATE bench_attempt SET started_at = ?
 WHERE attempt_id = ?
@@ -325,6 +374,30 @@ type MoveAttemptStartParams struct {
 func (q *Queries) MoveAttemptStart(ctx context.Context, arg MoveAttemptStartParams) error {
 	_, err := q.db.ExecContext(ctx, moveAttemptStart, arg.StartedAt, arg.AttemptID)
 	return err
+}
+
+const rateGrants = `-- name: RateGrants :one
+SELECT CAST(COALESCE(MAX(granted), 0) AS SIGNED) AS busiest_window,
+       CAST(COALESCE(MAX(per_second), 0) AS SIGNED) AS busiest_second
+FROM (
+    SELECT granted, SUM(granted) OVER (PARTITION BY scope_id, limit_name ORDER BY window_index RANGE BETWEEN 9 PRECEDING AND CURRENT ROW) AS per_second
+    FROM rate_window AS bench_rate
+) AS bench_windows
+`
+
+type RateGrantsRow struct {
+	BusiestWindow int64
+	BusiestSecond int64
+}
+
+// The rate limit's budget rows (Spec.RateLimit, ten windows a second):
+// the most any window granted, and the most any ten consecutive windows
+// (one second) granted.
+func (q *Queries) RateGrants(ctx context.Context) (RateGrantsRow, error) {
+	row := q.db.QueryRowContext(ctx, rateGrants)
+	var i RateGrantsRow
+	err := row.Scan(&i.BusiestWindow, &i.BusiestSecond)
+	return i, err
 }
 
 const setFinishAccepted = `-- name: SetFinishAccepted :exec

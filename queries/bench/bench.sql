@@ -91,3 +91,26 @@ WHERE a.process = sqlc.arg(process)
   AND a.finish IS NULL
   AND w.state = 'processing'
   AND w.lease_token = a.lease_token;
+
+-- name: BenchNow :one
+-- The database's clock, as work_item.created_at reads it.
+SELECT NOW(6) AS bench_now;
+
+-- name: ListTickKeys :many
+-- The periodic schedule's ticks (Spec.Periodic): their idempotency keys
+-- name the tick's instant (runtime/periodic).
+SELECT scope_id, idempotency_key
+FROM event AS bench_events
+WHERE idempotency_key LIKE 'periodic/%'
+ORDER BY scope_id, idempotency_key;
+
+-- name: RateGrants :one
+-- The rate limit's budget rows (Spec.RateLimit, ten windows a second):
+-- the most any window granted, and the most any ten consecutive windows
+-- (one second) granted.
+SELECT CAST(COALESCE(MAX(granted), 0) AS SIGNED) AS busiest_window,
+       CAST(COALESCE(MAX(per_second), 0) AS SIGNED) AS busiest_second
+FROM (
+    SELECT granted, SUM(granted) OVER (PARTITION BY scope_id, limit_name ORDER BY window_index RANGE BETWEEN 9 PRECEDING AND CURRENT ROW) AS per_second
+    FROM rate_window AS bench_rate
+) AS bench_windows;

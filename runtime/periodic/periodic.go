@@ -112,6 +112,10 @@ func (s *Schedule) compile() error {
 		if err != nil {
 			return fmt.Errorf("%w: schedule %q: cron expression %q: %v", workqueue.ErrInvalid, s.Name, s.Cron, err)
 		}
+		if spec.Next(time.Now()).IsZero() {
+			// robfig/cron gives up after five years without a match.
+			return fmt.Errorf("%w: schedule %q: cron expression %q never fires", workqueue.ErrInvalid, s.Name, s.Cron)
+		}
 		s.spec = spec
 	}
 	if s.Location == nil {

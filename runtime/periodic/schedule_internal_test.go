@@ -82,6 +82,7 @@ func TestScheduleValidation(t *testing.T) {
 		{Name: "x", Cron: "@every 5s", Event: ev},
 		{Name: "x", Cron: "61 * * * *", Event: ev},
 		{Name: "x", Cron: "CRON_TZ=Nowhere/Atlantis 0 * * * *", Event: ev},
+		{Name: "x", Cron: "0 0 30 2 *", Event: ev}, // February 30th never comes
 		{Name: "x", Every: time.Second},
 		{Name: "x", Every: time.Second, Event: ev, Missed: Missed(7)},
 	} {

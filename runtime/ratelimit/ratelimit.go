@@ -7,9 +7,11 @@
 // first N mod k windows of each period, so k consecutive windows hold N
 // exactly. Each window has a row (rate_window) counting the starts granted
 // in it. A process takes a share of the current window's budget in one
-// short transaction when its own share is spent (workqueue.Queue.
-// TakeRateShare), sized to the places it has free, and spends the share
-// locally; no process is granted more than the window has left. So any
+// short transaction when its own share is spent and an item is about to
+// start (workqueue.Queue.TakeRateShare), sized to the items it claimed
+// that wait to start, and spends the share locally: a transaction per
+// share, not per claim or start. No process is granted more than the
+// window has left. So any
 // window-aligned period starts at most N items, and any span of length Per
 // (it meets at most k+1 windows) at most N + ceil(N/k): 55 for 50 per
 // second.
@@ -85,7 +87,10 @@ type share struct {
 	window int64 // the window the share is of
 	left   int   // starts of the share not spent yet
 	spent  bool  // the window had nothing left to grant
-	want   int   // the size of the next share: the last claim's places
+	// waiting counts items claimed (Claimed) that have not asked Take
+	// yet: the size of the next share, so a process takes what it will
+	// start, not what it could.
+	waiting int
 }
 
 // Limiter is one process's view of a scope's limits. Safe for concurrent
@@ -116,7 +121,7 @@ func New(qu *workqueue.Queue, scope string, clk clock.Clock, limits []Limit) (*L
 		if l.byType[lim.WorkType] != nil {
 			return nil, fmt.Errorf("%w: work type %q has two rate limits", workqueue.ErrInvalid, lim.WorkType)
 		}
-		l.byType[lim.WorkType] = &share{Limit: lim, window: -1, want: 1}
+		l.byType[lim.WorkType] = &share{Limit: lim, window: -1}
 	}
 	return l, nil
 }
@@ -138,13 +143,13 @@ func (l *Limiter) nextOpen(s *share, window int64) time.Time {
 	return time.UnixMicro((window + 1) * s.windowMicros()).Add(-l.offset)
 }
 
-// Admit returns the work types of types that may be claimed now, want
-// places at most: unlimited ones, and limited ones with starts left in
-// this process's share of the current window, taking a new share (up to
-// want) when it is spent. For a limited type left out, retryAt is when its
-// next window opens (on the Limiter's clock; the earliest of them), for
-// the caller to claim again then.
-func (l *Limiter) Admit(ctx context.Context, types []string, want int) (admitted []string, retryAt time.Time, err error) {
+// Admit returns the work types of types that may be claimed now:
+// unlimited ones, and limited ones whose current window is not known to
+// be spent. For a limited type left out, retryAt is when its next window
+// opens (on the Limiter's clock; the earliest of them), for the caller to
+// claim again then. It takes no share: Take does, as items start, sized
+// to the items claimed and not started yet (Claimed).
+func (l *Limiter) Admit(ctx context.Context, types []string) (admitted []string, retryAt time.Time, err error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if err := l.sync(ctx); err != nil {
@@ -156,18 +161,26 @@ func (l *Limiter) Admit(ctx context.Context, types []string, want int) (admitted
 			admitted = append(admitted, t)
 			continue
 		}
-		s.want = max(want, 1)
-		left, at, err := l.topUp(ctx, s)
-		if err != nil {
-			return nil, time.Time{}, err
-		}
-		if left > 0 {
+		w := windowOf(s, l.now())
+		if s.window != w || s.left > 0 || !s.spent {
 			admitted = append(admitted, t)
-		} else if retryAt.IsZero() || at.Before(retryAt) {
+		} else if at := l.nextOpen(s, w); retryAt.IsZero() || at.Before(retryAt) {
 			retryAt = at
 		}
 	}
 	return admitted, retryAt, nil
+}
+
+// Claimed records n claimed items of workType that will ask Take to
+// start: the size of the next share.
+func (l *Limiter) Claimed(workType string, n int) {
+	s := l.byType[workType]
+	if s == nil || n <= 0 {
+		return
+	}
+	l.mu.Lock()
+	s.waiting += n
+	l.mu.Unlock()
 }
 
 // sync measures the database clock's offset once.
@@ -184,16 +197,16 @@ func (l *Limiter) sync(ctx context.Context) error {
 }
 
 // topUp returns the starts left in this process's share of s's current
-// window, taking a share of the window (up to the last claim's want) when
-// none are left and the window has some, and when the next window opens
-// (on the Limiter's clock). Under l.mu.
+// window, taking a share of the window (as many starts as items wait for
+// one, Claimed) when none are left and the window has some, and when the
+// next window opens (on the Limiter's clock). Under l.mu.
 func (l *Limiter) topUp(ctx context.Context, s *share) (left int, nextOpen time.Time, err error) {
 	w := windowOf(s, l.now())
 	if w != s.window {
 		s.window, s.left, s.spent = w, 0, false // a past window's share is worthless
 	}
 	if s.left == 0 && !s.spent {
-		got, err := l.qu.TakeRateShare(ctx, l.scope, s.WorkType, w, s.want, s.quota(w))
+		got, err := l.qu.TakeRateShare(ctx, l.scope, s.WorkType, w, max(s.waiting, 1), s.quota(w))
 		if err != nil {
 			return 0, time.Time{}, fmt.Errorf("ratelimit: %w", err)
 		}
@@ -225,6 +238,7 @@ func (l *Limiter) Take(ctx context.Context, workType string) (ok bool, retryAt t
 	if err := l.sync(ctx); err != nil {
 		return false, time.Time{}, err
 	}
+	s.waiting = max(s.waiting-1, 0) // this item asks once: it starts or is given back
 	left, at, err := l.topUp(ctx, s)
 	if err != nil || left == 0 {
 		return false, at, err

@@ -21,11 +21,7 @@ func (b backend) Claim(ctx context.Context, reqs []scheduler.Request) []schedule
 	out := make([]scheduler.ClaimResult[*workqueue.Claimed], len(reqs))
 	types := w.types
 	if w.limiter != nil {
-		want := 0
-		for _, req := range reqs {
-			want += req.Max
-		}
-		admitted, retryAt, err := w.limiter.Admit(ctx, w.types, want)
+		admitted, retryAt, err := w.limiter.Admit(ctx, w.types)
 		if err != nil {
 			for i := range out {
 				out[i].Err = fmt.Errorf("worker: rate limits: %w", err)
@@ -51,6 +47,11 @@ func (b backend) Claim(ctx context.Context, reqs []scheduler.Request) []schedule
 	results := w.claimer.ClaimMany(ctx, creqs)
 	took := time.Since(start)
 	for i, r := range results {
+		if w.limiter != nil {
+			for _, c := range r.Items {
+				w.limiter.Claimed(c.WorkType, 1) // each asks Take once as it starts
+			}
+		}
 		w.metrics.claimed(ctx, reqs[i], r.Items, r.Stats, took)
 		if h := w.cfg.Hooks; h != nil && h.AfterClaimTurn != nil && len(r.Items) > 0 {
 			h.AfterClaimTurn(took, r.Items)

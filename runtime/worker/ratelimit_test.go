@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/laneq/laneq/internal/queuetest"
 	"github.com/laneq/laneq/internal/waitfor"
 	"github.com/laneq/laneq/runtime/ratelimit"
 	"github.com/laneq/laneq/runtime/worker"
@@ -28,35 +29,27 @@ func maxInSpan(starts []time.Time, span time.Duration) int {
 	return most
 }
 
-// TestRateLimitAcrossProcesses: three worker processes share a limit of
-// 50 starts a second on "deliver", over a backlog of 1,100 items (22
-// seconds of the limit).
-//   - The budget's rows: no 10 consecutive windows (one second) granted
-//     more than 50 starts, and none more than its 5.
-//   - The handlers' own clocks: no span of one second holds more than 60
-//     starts. Grants obey Limit.Bound (55: N + ceil(N/k), k = 10 windows a
-//     second); a handler starts a moment after its grant, so a span of
-//     starts may reach into one more window (N + 2 ceil(N/k)).
-//   - The first 1,000 starts come within 10% of 50 a second.
-//   - Every item completes with one attempt (an item given back for lack
-//     of budget does not spend one).
-func TestRateLimitAcrossProcesses(t *testing.T) {
-	f := newFixture(t, workqueue.Config{})
-	const items = 1100
-	f.enqueue(items, 0, "deliver")
-	limit := ratelimit.Limit{WorkType: "deliver", N: 50, Per: time.Second}
+// rateRun is one run of three worker processes sharing a limit of 50
+// starts a second on "deliver" over a backlog of items: every start, by
+// the handlers' own clocks, in order.
+type rateRun struct {
+	limit     ratelimit.Limit
+	starts    []time.Time
+	byProcess map[string]int
+}
+
+func runRateLimited(t testing.TB, qu *workqueue.Queue, dsn string, items int) rateRun {
+	enqueueTo(t, qu, scope, "rated", items)
+	r := rateRun{limit: ratelimit.Limit{WorkType: "deliver", N: 50, Per: time.Second}, byProcess: map[string]int{}}
 	var procs []*helperProc
 	for _, name := range []string{"rate-a", "rate-b", "rate-c"} {
-		h := startHelper(t, name, f.dsn, helperRateEnv+"=50/1s", helperStampEnv+"=1")
-		procs = append(procs, h)
+		procs = append(procs, startHelper(t, name, dsn, helperRateEnv+"=50/1s", helperStampEnv+"=1"))
 	}
 	for _, h := range procs {
 		h.send(t, "go")
 	}
-	var starts []time.Time
 	seen := map[string]bool{}
-	byProcess := map[string]int{}
-	deadline := time.After(3 * time.Minute)
+	deadline := time.After(5 * time.Minute) // a failure guard: the limit alone takes items/50 seconds
 	for len(seen) < items {
 		var line, who string
 		select {
@@ -81,28 +74,52 @@ func TestRateLimitAcrossProcesses(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		starts = append(starts, time.Unix(0, ns))
-		byProcess[who]++
+		r.starts = append(r.starts, time.Unix(0, ns))
+		r.byProcess[who]++
 	}
-	slices.SortFunc(starts, func(a, b time.Time) int { return a.Compare(b) })
-	most := maxInSpan(starts, time.Second)
-	observedBound := limit.Bound() + (limit.N+9)/10
-	if most > observedBound {
-		t.Errorf("%d starts within one second, bound %d", most, observedBound)
+	for _, h := range procs {
+		h.send(t, "stop")
 	}
+	slices.SortFunc(r.starts, func(a, b time.Time) int { return a.Compare(b) })
+	return r
+}
+
+// rate is the starts per second from the first to the nth.
+func (r rateRun) rate(n int) float64 { return float64(n-1) / r.starts[n-1].Sub(r.starts[0]).Seconds() }
+
+// TestRateLimitAcrossProcesses: three worker processes share a limit of
+// 50 starts a second on "deliver", over a backlog of 1,100 items.
+//   - The budget's rows, by the database's clock: no 10 consecutive
+//     windows (one second) granted more than 50 starts, and no window
+//     more than its 5; so no span of one second more than Limit.Bound
+//     (55: N + ceil(N/k), k = 10 windows a second).
+//   - Every item completes with one attempt (an item given back for lack
+//     of budget does not spend one), and none starts twice.
+//
+// Logged, not asserted (they depend on the machine): the busiest second
+// of starts by the handlers' clocks (a handler starts a moment after its
+// grant: N + 2 ceil(N/k) = 60 when the machine does not stall), and how
+// close the starts come to 50 a second, which
+// BenchmarkRateLimitAcrossProcesses measures: on a loaded machine (the
+// race detector, other packages' tests beside it) the processes cannot
+// keep up with the limit.
+func TestRateLimitAcrossProcesses(t *testing.T) {
+	f := newFixture(t, workqueue.Config{})
+	const items = 1100
+	r := runRateLimited(t, f.qu, f.dsn, items)
+	// By the handlers' clocks, logged: a handler starts a moment after its
+	// grant, longer on a stalled machine, so these spans are not the
+	// grants' (see the package comment of runtime/ratelimit).
+	most := maxInSpan(r.starts, time.Second)
+	observedBound := r.limit.Bound() + (r.limit.N+9)/10
 	var busiestWindow, busiestSecond int
 	if err := f.db.QueryRow(`SELECT COALESCE(MAX(granted), 0), COALESCE(MAX(per_second), 0) FROM (
 		SELECT granted, SUM(granted) OVER (ORDER BY window_index RANGE BETWEEN 9 PRECEDING AND CURRENT ROW) AS per_second
 		FROM rate_window WHERE scope_id = ? AND limit_name = 'deliver') w`, scope).Scan(&busiestWindow, &busiestSecond); err != nil {
 		t.Fatal(err)
 	}
-	if busiestWindow > 5 || busiestSecond > limit.N {
-		t.Errorf("the budget's rows granted %d in one window and %d in ten consecutive ones, want at most 5 and %d", busiestWindow, busiestSecond, limit.N)
-	}
-	elapsed := starts[999].Sub(starts[0])
-	rate := 999 / elapsed.Seconds()
-	if rate < 45 || rate > 55 {
-		t.Errorf("the first 1,000 starts took %s: %.1f a second, want within 10%% of 50", elapsed.Round(time.Millisecond), rate)
+	if busiestWindow > 5 || busiestSecond > r.limit.N {
+		t.Errorf("the budget's rows granted %d in one window and %d in ten consecutive ones, want at most 5 and %d", busiestWindow, busiestSecond, r.limit.N)
 	}
 	var unfinished, maxAttempts int
 	waitfor.Until(t, time.Minute, func() (bool, error) {
@@ -112,11 +129,29 @@ func TestRateLimitAcrossProcesses(t *testing.T) {
 	if maxAttempts != 1 {
 		t.Errorf("an item made %d attempts, want 1 each", maxAttempts)
 	}
-	for _, h := range procs {
-		h.send(t, "stop")
+	t.Logf("%d items: the busiest second started %d (grant bound %d, observed bound %d); ten consecutive windows granted at most %d; %.1f starts a second; by process %v",
+		items, most, r.limit.Bound(), observedBound, busiestSecond, r.rate(items), r.byProcess)
+}
+
+// BenchmarkRateLimitAcrossProcesses: the starts a second three worker
+// processes reach under a limit of 50 a second with a backlog (600 items
+// per iteration), and their ratio to the limit (1.0: the limit is the
+// only bound).
+func BenchmarkRateLimitAcrossProcesses(b *testing.B) {
+	var rates []float64
+	for b.Loop() {
+		b.StopTimer()
+		qu, _, dsn := queuetest.New(b, workqueue.Config{}, scope)
+		b.StartTimer()
+		r := runRateLimited(b, qu, dsn, 600)
+		rates = append(rates, r.rate(600))
 	}
-	t.Logf("%d items: the busiest second started %d (grant bound %d, observed bound %d); ten consecutive windows granted at most %d; first 1,000 starts at %.1f a second; by process %v",
-		items, most, limit.Bound(), observedBound, busiestSecond, rate, byProcess)
+	var sum float64
+	for _, v := range rates {
+		sum += v
+	}
+	b.ReportMetric(sum/float64(len(rates)), "starts/s")
+	b.ReportMetric(sum/float64(len(rates))/50, "vs-limit")
 }
 
 // A limited work type whose budget is spent leaves other work alone: with

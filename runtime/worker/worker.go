@@ -248,15 +248,20 @@ func defaultOwner() string {
 
 // Fingerprint identifies the configuration: a Supervisor rebuilds a worker
 // only when it stopped or this changed. Functions and instances (Hooks,
-// clocks, Logger, MeterProvider, a custom Limiter) are not part of it:
-// changing only those does not rebuild a running worker.
+// clocks, Logger, MeterProvider, a custom Limiter, a schedule's Event) are
+// not part of it: changing only those does not rebuild a running worker.
 func (c Config) Fingerprint(workTypes []string) string {
 	cl, ctl := c.Claimer, c.Controller
 	wk := c.Wake
-	return fmt.Sprintf("%s|%s|%q|%s|%s|%t|%s|%+v|%d %t|%t %p %s %s|%t %s", c.Scope, c.Owner, workTypes, c.Scheduler.Fingerprint(),
+	var schedules []string
+	for _, s := range c.Schedules {
+		schedules = append(schedules, fmt.Sprintf("%s %q %s %v %d", s.Name, s.Cron, s.Every, s.Location, s.Missed))
+	}
+	return fmt.Sprintf("%s|%s|%q|%s|%s|%t|%s|%+v|%d %t|%t %p %s %s|%t %s|%q %s|%+v", c.Scope, c.Owner, workTypes, c.Scheduler.Fingerprint(),
 		fmt.Sprint(ctl.GenerationProbeEvery, ctl.ReconcileEvery, ctl.MaintainEvery, ctl.QuietProbeEvery, ctl.QuietBackstopEvery), c.StageTiming,
 		fmt.Sprint(cl.StaleScanEvery, cl.ScanWindow, cl.StragglerWindow), c.DependencySweep, c.CompleteBatch, c.NoClaimOnPromote,
-		wk.Off, wk.Shared, wk.Hub.Listen, wk.Hub.Advertise, c.History.Off, c.History.Retention)
+		wk.Off, wk.Shared, wk.Hub.Listen, wk.Hub.Advertise, c.History.Off, c.History.Retention,
+		schedules, c.PeriodicOnTimeWithin, c.Limits)
 }
 
 // WorkTypes returns the work types this worker claims, sorted.

@@ -53,6 +53,9 @@ func TestBenchFaultsShort(t *testing.T) {
 		Processes: 3, Executors: 4,
 		Lease: time.Second, HandlerLatency: 200 * time.Millisecond,
 		EnqueueBatch: 10, EnqueueRate: 20,
+		// A tick a second in every process, and one laneless event in five
+		// limited to 50 starts a second, through every fault.
+		Periodic: time.Second, RateLimit: 50,
 		Faults: FaultPlan{
 			Kills: 2, Freezes: 1, TiDBPauses: pauses, Drops: 1,
 			Every: 1500 * time.Millisecond, Freeze: 4 * time.Second, Pause: 2500 * time.Millisecond, Restart: 200 * time.Millisecond,
@@ -97,8 +100,12 @@ func TestBenchFaultsShort(t *testing.T) {
 			t.Errorf("freeze of %s caught %d attempts, %d finalizations rejected; want a stale finalization rejected", f.Process, f.Caught, f.Rejected)
 		}
 	}
-	if l.Completed+l.Dead+l.Skipped != l.Items || l.Events != int64(spec.Items) {
-		t.Errorf("%d events, %d items, %d terminal", l.Events, l.Items, l.Completed+l.Dead+l.Skipped)
+	v := l.Verification
+	if terminal := l.Completed + l.Dead + l.Skipped; terminal+v.TicksAfterDrain != l.Items || l.Events != int64(spec.Items+v.Ticks) {
+		t.Errorf("%d events (%d ticks), %d items, %d terminal, %d ticks left by the stop", l.Events, v.Ticks, l.Items, terminal, v.TicksAfterDrain)
+	}
+	if v.Ticks < 10 || v.RateBusiestSecond == 0 || v.RateBusiestStarts == 0 {
+		t.Errorf("%d ticks, rate limit busiest second %d granted, %d started: the run exercised neither", v.Ticks, v.RateBusiestSecond, v.RateBusiestStarts)
 	}
 	if u := l.Usage; u.ReadRUPerItem <= 0 || u.WriteRUPerItem <= 0 || u.StatementsPerItem <= 0 {
 		t.Errorf("usage per item %+v: the statement summary counted nothing", u)

@@ -17,6 +17,8 @@ import (
 	"github.com/laneq/laneq/internal/benchdb"
 	"github.com/laneq/laneq/internal/faultdb"
 	"github.com/laneq/laneq/internal/naivedb"
+	"github.com/laneq/laneq/runtime/periodic"
+	"github.com/laneq/laneq/runtime/ratelimit"
 	"github.com/laneq/laneq/runtime/worker"
 	"github.com/laneq/laneq/runtime/workqueue"
 )
@@ -31,7 +33,12 @@ const (
 	typeDeliver = "deliver" // per-event work, in source and target lanes or none
 	typeProject = "project" // source projection generations
 	typeConsume = "consume" // waits for a dependency another item's handler satisfies
+	typeLimited = "limited" // per-event work in no lane, under Spec.RateLimit
+	typeTick    = "tick"    // a periodic schedule's tick (Spec.Periodic)
 )
+
+// tickSchedule names the bench's periodic schedule.
+const tickSchedule = "bench-tick"
 
 // processConfig is what the coordinator hands a worker process.
 type processConfig struct {
@@ -44,6 +51,8 @@ type processConfig struct {
 	Lease          time.Duration `json:"lease"`
 	HandlerLatency time.Duration `json:"handler_latency"`
 	FailureRate    float64       `json:"failure_rate"`
+	Periodic       time.Duration `json:"periodic"`
+	RateLimit      int           `json:"rate_limit"`
 }
 
 // IsWorker reports whether this process was started as a bench worker.
@@ -116,12 +125,20 @@ func runLaneq(ctx context.Context, db *sql.DB, cfg processConfig, rec *recorder,
 	}
 	var claimTook sync.Map // lease -> claim turn duration
 	handle := func(ctx context.Context, job *worker.Job) error { return rec.run(ctx, cfg, job, &claimTook, q) }
-	handlers := map[string]worker.Handler{typeDeliver: handle, typeProject: handle, typeConsume: handle}
+	handlers := map[string]worker.Handler{typeDeliver: handle, typeProject: handle, typeConsume: handle, typeLimited: handle, typeTick: handle}
 	errs := make(chan error, len(cfg.Scopes))
 	for _, scope := range cfg.Scopes {
 		wcfg := worker.Config{Scope: scope, Owner: cfg.Name, Logger: log}
 		wcfg.Scheduler.Executors = cfg.Executors
 		wcfg.NoClaimOnPromote = cfg.NoTake
+		if cfg.RateLimit > 0 {
+			wcfg.Limits = []ratelimit.Limit{{WorkType: typeLimited, N: cfg.RateLimit, Per: time.Second}}
+		}
+		if cfg.Periodic > 0 {
+			wcfg.Schedules = []periodic.Schedule{{Name: tickSchedule, Every: cfg.Periodic, Event: func(time.Time) workqueue.Event {
+				return workqueue.Event{Work: []workqueue.Work{{WorkType: typeTick}}}
+			}}}
+		}
 		wcfg.Hooks = &worker.Hooks{
 			AfterClaimTurn: func(took time.Duration, claimed []workqueue.Claimed) {
 				for _, c := range claimed {

@@ -146,6 +146,7 @@ func ratiosOf(l, n PhaseReport) *Ratios {
 // report reads the finished phase back and computes its figures.
 func (p *phase) report(ctx context.Context) (PhaseReport, error) {
 	d, err := readRun(ctx, p.bq)
+	d.drainedAt = p.drainedAt
 	if err != nil {
 		return PhaseReport{}, err
 	}
@@ -382,6 +383,13 @@ func (v Verification) write(w io.Writer, phase string) {
 	fmt.Fprintf(w, "\nverification (%s): %s — %d items, %d attempts, %d lane pairs checked\n", phase, verdict, v.ItemsChecked, v.AttemptsChecked, v.LanePairsChecked)
 	fmt.Fprintf(w, "  repeated executions explained: %d retried after a designed failure or release, %d after their process was killed, %d rejected finalizations under a fault, %d rejected without one (a lease lost to a slow renewal); %d overlapped the next attempt; %d completed by a holder killed before its verdict was written\n",
 		v.RepeatsRetried, v.RepeatsKilled, v.RejectedWithFault, v.RejectedWithoutFault, v.OverlappingExecutions, v.CompletedByKilledHolder)
+	if v.Ticks > 0 {
+		fmt.Fprintf(w, "  periodic: %d ticks stored, one item each, none lost (%d stored while the processes stopped)\n", v.Ticks, v.TicksAfterDrain)
+	}
+	if v.RateBusiestSecond > 0 {
+		fmt.Fprintf(w, "  rate limit: busiest window granted %d, busiest second %d; limited attempts started %d in the busiest second (database clock)\n",
+			v.RateBusiestWindow, v.RateBusiestSecond, v.RateBusiestStarts)
+	}
 	for _, p := range v.Problems {
 		fmt.Fprintf(w, "  problem: %s\n", p)
 	}

@@ -108,6 +108,9 @@ type phase struct {
 	wl    workload
 	logs  string // directory of the worker processes' stderr logs
 	start time.Time
+	// drainedAt is the database clock when the queue was seen drained:
+	// ticks stored after it may be left pending by the stop.
+	drainedAt time.Time
 
 	mu        sync.Mutex
 	procs     []*proc
@@ -124,6 +127,7 @@ func runPhase(ctx context.Context, opts Options, spec Spec, name string) (PhaseR
 		p.spec.Faults = FaultPlan{} // the naive loop has no lease recovery: a fault would lose work
 		p.spec.FailureRate = -1     // nor a retry path
 		p.spec.Deadline = spec.BaselineDeadline
+		p.spec.Periodic, p.spec.RateLimit = 0, 0 // the naive loop has neither
 	}
 	dbName := "laneq_bench_" + strings.ReplaceAll(p.name, "-", "_") + "_" + randomHex(4)
 	if err := p.setUp(ctx, dbName); err != nil {
@@ -158,6 +162,14 @@ func runPhase(ctx context.Context, opts Options, spec Spec, name string) (PhaseR
 	faultsDone := make(chan error, 1)
 	go func() { faultsDone <- p.injectFaults(runCtx) }()
 	drained, err := p.waitDrained(ctx, enqueueErr, faultsDone)
+	if drained {
+		// Ticks enqueued from now until the processes stop may be left
+		// pending: the verifier lets those be.
+		if p.drainedAt, err = p.bq.BenchNow(ctx); err != nil {
+			p.stopAll()
+			return PhaseReport{}, fmt.Errorf("bench: %s: read the database clock: %w", name, err)
+		}
+	}
 	p.stopAll()
 	if err != nil {
 		return PhaseReport{}, err
@@ -408,6 +420,7 @@ func (p *phase) workerEnv(name string) (string, error) {
 		Name: name, DSN: p.dsn, Scopes: p.wl.scopes, Naive: p.naive,
 		Executors: p.spec.Executors, NoTake: p.spec.NoClaimOnPromote, Lease: p.spec.Lease,
 		HandlerLatency: p.spec.HandlerLatency, FailureRate: max(p.spec.FailureRate, 0),
+		Periodic: p.spec.Periodic, RateLimit: p.spec.RateLimit,
 	}
 	b, err := json.Marshal(cfg)
 	return EnvWorker + "=" + string(b), err

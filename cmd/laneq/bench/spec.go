@@ -68,6 +68,18 @@ type Spec struct {
 	// EnqueueRate caps events enqueued per second; 0 means as fast as
 	// the enqueuer can.
 	EnqueueRate int
+	// Periodic makes every worker process run a schedule of one tick per
+	// Periodic in each scope (runtime/periodic): the verifier checks each
+	// tick was stored once, with one item, and none lost, while processes
+	// are killed and frozen and TiDB is paused. 0 means none; at least 1s.
+	Periodic time.Duration
+	// RateLimit caps the starts of the "limited" work type at RateLimit a
+	// second across every process (runtime/ratelimit); every
+	// LimitedEvery-th laneless event is of that type (default 5). The
+	// verifier checks the limit's budget rows: no window granted more than
+	// its share, no second more than RateLimit. 0 means none; at least 10.
+	RateLimit    int
+	LimitedEvery int
 	// Faults is the fault schedule.
 	Faults FaultPlan
 	// Baseline also runs the baseline pair: the same number of events,
@@ -123,6 +135,9 @@ func (s Spec) WithDefaults() (Spec, error) {
 	def(&s.Processes, 3)
 	def(&s.Executors, 16)
 	def(&s.EnqueueBatch, 200)
+	if s.RateLimit > 0 {
+		def(&s.LimitedEvery, 5)
+	}
 	if len(s.Classes) == 0 {
 		s.Classes = []string{"default", "bulk"}
 	}
@@ -170,6 +185,9 @@ func (s Spec) WithDefaults() (Spec, error) {
 		{s.FailureRate < 0.5, "failure-rate", "want below 0.5 (negative for none)"},
 		{s.EnqueueBatch >= 1 && s.EnqueueBatch <= 1000, "enqueue-batch", "want 1..1000"},
 		{s.EnqueueRate >= 0, "enqueue-rate", "want 0 (unlimited) or more"},
+		{s.Periodic == 0 || s.Periodic >= time.Second, "periodic", "want 0 (none) or at least 1s"},
+		{s.RateLimit == 0 || s.RateLimit >= 10, "rate-limit", "want 0 (none) or at least 10 a second"},
+		{s.LimitedEvery >= 0, "limited-every", "want 0 or more"},
 		{f.Kills >= 0 && f.Freezes >= 0 && f.TiDBPauses >= 0 && f.Drops >= 0, "faults", "counts must not be negative"},
 		{f.Every > 0, "fault-every", "want a positive duration"},
 		{f.Freeze > s.Lease, "freeze", "must be longer than the lease (the point of the fault)"},

@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/laneq/laneq/internal/benchdb"
@@ -36,6 +37,18 @@ type Verification struct {
 	// (not a violation there; in the fault phase each one is a problem).
 	Unfinished              int `json:"unfinished"`
 	CompletedByKilledHolder int `json:"completed_by_killed_holder"`
+	// Ticks counts the periodic schedule's stored ticks (Spec.Periodic);
+	// TicksAfterDrain those stored after the queue was seen drained,
+	// which the stop may leave pending.
+	Ticks           int `json:"ticks"`
+	TicksAfterDrain int `json:"ticks_after_drain"`
+	// RateBusiestWindow and RateBusiestSecond are the most starts the rate
+	// limit's budget granted in one window and in ten consecutive ones
+	// (Spec.RateLimit); RateBusiestStarts the most limited attempts that
+	// started, by the database's clock, in any span of one second.
+	RateBusiestWindow int `json:"rate_busiest_window"`
+	RateBusiestSecond int `json:"rate_busiest_second"`
+	RateBusiestStarts int `json:"rate_busiest_starts"`
 }
 
 const keptProblems = 50
@@ -53,6 +66,10 @@ type runData struct {
 	attempts []benchdb.BenchAttempt
 	faults   []benchdb.BenchFault
 	events   int64
+	ticks    []benchdb.ListTickKeysRow
+	grants   benchdb.RateGrantsRow
+	// drainedAt is when the queue was seen drained (database clock).
+	drainedAt time.Time
 }
 
 func readRun(ctx context.Context, bq *benchdb.Queries) (runData, error) {
@@ -69,6 +86,12 @@ func readRun(ctx context.Context, bq *benchdb.Queries) (runData, error) {
 	}
 	if d.events, err = bq.CountRunEvents(ctx); err != nil {
 		return d, fmt.Errorf("bench: count events: %w", err)
+	}
+	if d.ticks, err = bq.ListTickKeys(ctx); err != nil {
+		return d, fmt.Errorf("bench: read ticks: %w", err)
+	}
+	if d.grants, err = bq.RateGrants(ctx); err != nil {
+		return d, fmt.Errorf("bench: read rate limit budget: %w", err)
 	}
 	return d, nil
 }
@@ -179,17 +202,23 @@ func verify(d runData, wl workload, lease time.Duration, naive, allowUnfinished 
 		byItem[a.WorkID] = append(byItem[a.WorkID], a)
 	}
 	// Nothing lost: every event stored, one item per per-event event.
-	if d.events != int64(len(wl.events)) {
-		v.problem("lost events: %d enqueued, %d stored", len(wl.events), d.events)
+	if d.events-int64(len(d.ticks)) != int64(len(wl.events)) {
+		v.problem("lost events: %d enqueued, %d stored besides %d ticks", len(wl.events), d.events-int64(len(d.ticks)), len(d.ticks))
 	}
-	perEvent := 0
+	perEvent, tickItems := 0, 0
 	known := map[int64]bool{}
 	for _, it := range d.items {
 		known[it.WorkID] = true
-		if it.WorkType != typeProject {
+		switch it.WorkType {
+		case typeProject:
+		case typeTick:
+			tickItems++
+		default:
 			perEvent++
 		}
 	}
+	verifyTicks(&v, d.ticks, tickItems, wl.periodic)
+	verifyRate(&v, d, wl.rateLimit)
 	if perEvent != wl.perEvent {
 		v.problem("lost work: %d per-event items expected, %d stored", wl.perEvent, perEvent)
 	}
@@ -202,6 +231,10 @@ func verify(d runData, wl workload, lease time.Duration, naive, allowUnfinished 
 		atts := byItem[it.WorkID]
 		if allowUnfinished && !terminal(it.State) {
 			v.Unfinished++
+			continue
+		}
+		if it.WorkType == typeTick && !terminal(it.State) && !d.drainedAt.IsZero() && !it.CreatedAt.Before(d.drainedAt) {
+			v.TicksAfterDrain++ // stored while the processes were being stopped
 			continue
 		}
 		verifyItem(&v, fi, it, atts, lease, naive)
@@ -334,5 +367,74 @@ func verifyLanes(v *Verification, items []benchdb.ListRunItemsRow, byItem map[in
 				}
 			}
 		}
+	}
+}
+
+// tickLayout is the instant in a periodic tick's idempotency key.
+const tickLayout = "2006-01-02T15:04:05.000000Z"
+
+// verifyTicks checks the periodic schedule: one item per stored tick, and
+// in each scope the ticks one period apart from the first to the last (a
+// gap is a tick lost).
+func verifyTicks(v *Verification, ticks []benchdb.ListTickKeysRow, items int, every time.Duration) {
+	v.Ticks = len(ticks)
+	if every <= 0 {
+		if len(ticks) > 0 {
+			v.problem("%d ticks stored without a schedule", len(ticks))
+		}
+		return
+	}
+	if len(ticks) == 0 {
+		v.problem("no periodic tick stored (one every %s)", every)
+		return
+	}
+	if items != len(ticks) {
+		v.problem("%d periodic ticks stored with %d items: want one each", len(ticks), items)
+	}
+	prefix := "periodic/" + tickSchedule + "/"
+	var prev time.Time
+	for i, t := range ticks {
+		at, err := time.Parse(tickLayout, strings.TrimPrefix(t.IdempotencyKey, prefix))
+		if err != nil {
+			v.problem("tick key %q: %v", t.IdempotencyKey, err)
+			continue
+		}
+		if i > 0 && ticks[i-1].ScopeID == t.ScopeID && at.Sub(prev) != every {
+			v.problem("scope %s: ticks %s and %s are %s apart: a tick lost", t.ScopeID, prev.Format(tickLayout), at.Format(tickLayout), at.Sub(prev))
+		}
+		prev = at
+	}
+}
+
+// verifyRate checks the rate limit's budget rows (at most the window's
+// share in one window, at most perSecond in any ten consecutive ones) and
+// reports the busiest second of limited starts by the database's clock.
+func verifyRate(v *Verification, d runData, perSecond int) {
+	v.RateBusiestWindow, v.RateBusiestSecond = int(d.grants.BusiestWindow), int(d.grants.BusiestSecond)
+	if perSecond <= 0 {
+		return
+	}
+	if share := (perSecond + 9) / 10; v.RateBusiestWindow > share || v.RateBusiestSecond > perSecond {
+		v.problem("rate limit %d a second: a window granted %d (at most %d) and ten consecutive ones %d", perSecond, v.RateBusiestWindow, share, v.RateBusiestSecond)
+	}
+	limited := map[int64]bool{}
+	for _, it := range d.items {
+		if it.WorkType == typeLimited {
+			limited[it.WorkID] = true
+		}
+	}
+	var starts []time.Time
+	for _, a := range d.attempts {
+		if limited[a.WorkID] {
+			starts = append(starts, a.StartedAt)
+		}
+	}
+	slices.SortFunc(starts, func(a, b time.Time) int { return a.Compare(b) })
+	j := 0
+	for i := range starts {
+		for starts[i].Sub(starts[j]) >= time.Second {
+			j++
+		}
+		v.RateBusiestStarts = max(v.RateBusiestStarts, i-j+1)
 	}
 }

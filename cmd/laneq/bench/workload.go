@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"hash/fnv"
+	"time"
 
 	"github.com/laneq/laneq/runtime/workqueue"
 )
@@ -21,6 +22,11 @@ type workload struct {
 	sameTarget int // events of same-target bursts
 	multiTgt   int // events of multi-target bursts
 	free       int // events in no lane (consumers aside)
+	limited    int // of those, events of the rate-limited work type
+	// periodic and rateLimit are the spec's: what the verifier checks of
+	// ticks and of the limited work type.
+	periodic  time.Duration
+	rateLimit int
 }
 
 // Shape is what a workload holds, for the report.
@@ -31,11 +37,12 @@ type Shape struct {
 	Consumers   int `json:"dependency_consumers"`
 	SameTarget  int `json:"same_target_burst"`
 	MultiTarget int `json:"multi_target_burst"`
+	Limited     int `json:"rate_limited"`
 }
 
 func (w workload) shape() Shape {
 	return Shape{Events: len(w.events), Free: w.free, Projection: w.projection, Consumers: w.consumers,
-		SameTarget: w.sameTarget, MultiTarget: w.multiTgt}
+		SameTarget: w.sameTarget, MultiTarget: w.multiTgt, Limited: w.limited}
 }
 
 type scopedEvent struct {
@@ -67,7 +74,7 @@ func scopeName(i int) string { return fmt.Sprintf("bench-%d", i) }
 // buildWorkload lays out s.Items events deterministically. laneless strips
 // what the naive claim has no notion of: lanes, projections, dependencies.
 func buildWorkload(s Spec, laneless bool) workload {
-	w := workload{}
+	w := workload{periodic: s.Periodic, rateLimit: s.RateLimit}
 	for i := range s.Scopes {
 		w.scopes = append(w.scopes, scopeName(i))
 	}
@@ -124,6 +131,10 @@ func buildWorkload(s Spec, laneless bool) workload {
 		work := workqueue.Work{WorkType: typeDeliver, QueueClass: s.Classes[i%len(s.Classes)]}
 		switch k {
 		case kindFree:
+			if s.RateLimit > 0 && s.LimitedEvery > 0 && w.free%s.LimitedEvery == 0 {
+				work.WorkType = typeLimited
+				w.limited++
+			}
 			w.free++
 		case kindConsumer:
 			key := fmt.Sprintf("dep-%d", i)

@@ -49,7 +49,7 @@ func TestActionsRefuseWhatTheStateNoLongerAllows(t *testing.T) {
 	if strings.Contains(body, "/retry-now?") || strings.Contains(body, "/skip?") {
 		t.Fatal("a read-only dashboard offers actions")
 	}
-	for _, path := range []string{"/retry-now?id=" + later, "/skip?id=" + later, "/pause?s=x&class=bulk", "/dlq/replay?s=x"} {
+	for _, path := range []string{"/retry-now?id=" + later, "/skip?id=" + later, "/cancel?id=" + later, "/pause?s=x&class=bulk", "/dlq/replay?s=x"} {
 		code, body := ro.get(path)
 		wantPage(t, code, body, 403, "--allow-writes")
 	}
@@ -99,6 +99,18 @@ func TestActionsRefuseWhatTheStateNoLongerAllows(t *testing.T) {
 	if code, body := c.get("/scope?s=" + url.QueryEscape(scope)); code != 200 || strings.Contains(body, "Paused in this scope") {
 		t.Fatalf("after resume: %d\n%s", code, body)
 	}
+
+	// Cancel: the due item ends cancelled, with the reason; again, refused.
+	code, body = c.get("/item?id=" + due)
+	wantPage(t, code, body, 200, "/cancel?id="+due)
+	cancelTok := c.confirmToken("/cancel?id=" + due)
+	if code, _, _ := c.post("/cancel", url.Values{"id": {due}, "csrf": {cancelTok}, "reason": {"not needed"}}, nil); code != http.StatusSeeOther {
+		t.Fatalf("cancel: %d", code)
+	}
+	code, body = c.get("/item?id=" + due)
+	wantPage(t, code, body, 200, "skipped", "cancelled by an operator: not needed")
+	code, body, _ = c.post("/cancel", url.Values{"id": {due}, "csrf": {cancelTok}}, nil)
+	wantPage(t, code, body, 409, "is skipped")
 
 	// A bulk replay: its page reloads itself until done.
 	bulk := c.confirmToken("/dlq/replay?s=" + url.QueryEscape(scope) + "&work_type=sync")

@@ -1,0 +1,75 @@
+package ratelimit
+
+import (
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/laneq/laneq/runtime/workqueue"
+)
+
+// Any k consecutive windows of a limit hold exactly N starts, whatever
+// window they begin at (negative indexes too: before the epoch), and the
+// bound of a span of Per is N + ceil(N/k).
+func TestWindowsHoldNPerPeriod(t *testing.T) {
+	for _, tc := range []struct {
+		n            int
+		per          time.Duration
+		k            int64
+		windowMicros int64
+		bound        int
+	}{
+		{50, time.Second, 10, 100_000, 55},
+		{13, time.Second, 10, 100_000, 15},
+		{7, time.Second, 7, 142_857, 8},
+		{1, time.Minute, 1, 60_000_000, 2},
+		{1000, time.Second, 10, 100_000, 1100},
+	} {
+		l := Limit{WorkType: "w", N: tc.n, Per: tc.per}
+		if err := l.validate(); err != nil {
+			t.Fatal(err)
+		}
+		if l.windows() != tc.k || l.windowMicros() != tc.windowMicros || l.Bound() != tc.bound {
+			t.Errorf("N=%d per %s: k %d, window %dus, bound %d; want %d, %d, %d", tc.n, tc.per, l.windows(), l.windowMicros(), l.Bound(), tc.k, tc.windowMicros, tc.bound)
+		}
+		for start := int64(-25); start < 25; start++ {
+			sum, most := 0, 0
+			for i := start; i < start+l.windows(); i++ {
+				sum += l.quota(i)
+				most = max(most, l.quota(i))
+			}
+			if sum != tc.n || most > (tc.n+int(tc.k)-1)/int(tc.k) {
+				t.Errorf("N=%d: windows %d..%d hold %d (most %d in one), want %d", tc.n, start, start+l.windows()-1, sum, most, tc.n)
+			}
+		}
+	}
+	s := &share{Limit: Limit{WorkType: "w", N: 50, Per: time.Second}}
+	for _, tc := range []struct {
+		at   time.Time
+		want int64
+	}{
+		{time.UnixMicro(0), 0},
+		{time.UnixMicro(99_999), 0},
+		{time.UnixMicro(100_000), 1},
+		{time.UnixMicro(-1), -1},
+		{time.UnixMicro(-100_000), -1},
+		{time.UnixMicro(-100_001), -2},
+	} {
+		if got := windowOf(s, tc.at); got != tc.want {
+			t.Errorf("windowOf(%dus) = %d, want %d", tc.at.UnixMicro(), got, tc.want)
+		}
+	}
+}
+
+func TestLimitValidation(t *testing.T) {
+	for _, l := range []Limit{
+		{WorkType: "", N: 1, Per: time.Second},
+		{WorkType: "w", N: 0, Per: time.Second},
+		{WorkType: "w", N: 1, Per: 9 * time.Millisecond},
+		{WorkType: "w", N: 1, Per: time.Second + time.Nanosecond},
+	} {
+		if err := l.validate(); !errors.Is(err, workqueue.ErrInvalid) {
+			t.Errorf("%+v: validate = %v, want ErrInvalid", l, err)
+		}
+	}
+}
