@@ -162,22 +162,29 @@ func TestUsageAgreesWithExplainAnalyze(t *testing.T) {
 		"SELECT id, v FROM t WHERE k = 3",
 		"UPDATE t SET v = v + 1 WHERE k = 4",
 	} {
-		// A statement's first executions on a table cost more (an index
-		// lookup's first run read 1.64 RU, the next ones 0.98): both
-		// measures are taken warm.
-		const warmUp, runs = 3, 10
+		// A statement's first executions on a new table cost more, for a
+		// while and by either measure (an index lookup's first run read
+		// 1.64 RU and the next ones 0.98; beside two CPU hogs a first
+		// EXPLAIN ANALYZE read 2.64, and a point get read 0.95 for a time
+		// where it reads 0.47). Extra cost only ever adds: each measure is
+		// the least of three, the summary's over windows of ten runs, the
+		// explain's over single runs, taken alternately.
+		const warmUp, runs, rounds = 3, 10, 3
 		run(t, db, stmt, warmUp)
-		before, err := serverusage.Read(ctx, db)
-		if err != nil {
-			t.Fatal(err)
+		summary, explained := math.Inf(1), math.Inf(1)
+		for range rounds {
+			before, err := serverusage.Read(ctx, db)
+			if err != nil {
+				t.Fatal(err)
+			}
+			run(t, db, stmt, runs)
+			after, err := serverusage.Read(ctx, db)
+			if err != nil {
+				t.Fatal(err)
+			}
+			summary = math.Min(summary, after.Sub(before).RU()/runs)
+			explained = math.Min(explained, explainRU(t, db, stmt))
 		}
-		run(t, db, stmt, runs)
-		after, err := serverusage.Read(ctx, db)
-		if err != nil {
-			t.Fatal(err)
-		}
-		summary := after.Sub(before).RU() / runs
-		explained := explainRU(t, db, stmt)
 		t.Logf("%-40s summary %.2f RU per execution, EXPLAIN ANALYZE %.2f RU", stmt, summary, explained)
 		if summary <= 0 || explained <= 0 || math.Abs(summary-explained) > 0.25*explained {
 			t.Errorf("%s: the statement summary counts %.2f RU per execution, EXPLAIN ANALYZE %.2f: more than 25%% apart", stmt, summary, explained)
