@@ -100,11 +100,12 @@ type Limiter struct {
 	scope string
 	clk   clock.Clock
 
-	mu     sync.Mutex
-	byType map[string]*share
-	offset time.Duration // the database's clock minus clk, as last measured
-	synced bool          // offset measured at least once
-	takes  uint64
+	mu      sync.Mutex
+	byType  map[string]*share
+	offset  time.Duration // the database's clock minus clk, as last measured
+	synced  bool          // offset measured at least once
+	takes   uint64
+	resyncs uint64 // offset measurements
 }
 
 // New checks limits and returns a Limiter of scope; clk is the worker's
@@ -183,16 +184,28 @@ func (l *Limiter) Claimed(workType string, n int) {
 	l.mu.Unlock()
 }
 
-// sync measures the database clock's offset once.
+// sync measures the database clock's offset once (resync measures it
+// again).
 func (l *Limiter) sync(ctx context.Context) error {
 	if l.synced {
 		return nil
 	}
+	return l.resync(ctx)
+}
+
+// resync measures the database clock's offset from the middle of one
+// read of it: a read that took long (a paused server, a dropped
+// connection) is off by up to half its time, which the next window's
+// check (TakeRateShare's NotCurrent) finds and sends here again.
+func (l *Limiter) resync(ctx context.Context) error {
+	before := l.clk.Now()
 	now, err := l.qu.DatabaseNow(ctx)
 	if err != nil {
 		return fmt.Errorf("ratelimit: %w", err)
 	}
-	l.offset, l.synced = now.Sub(l.clk.Now()), true
+	after := l.clk.Now()
+	l.offset, l.synced = now.Sub(before.Add(after.Sub(before)/2)), true
+	l.resyncs++
 	return nil
 }
 
@@ -205,12 +218,25 @@ func (l *Limiter) topUp(ctx context.Context, s *share) (left int, nextOpen time.
 	if w != s.window {
 		s.window, s.left, s.spent = w, 0, false // a past window's share is worthless
 	}
-	if s.left == 0 && !s.spent {
-		got, err := l.qu.TakeRateShare(ctx, l.scope, s.WorkType, w, max(s.waiting, 1), s.quota(w))
+	for try := 0; s.left == 0 && !s.spent; try++ {
+		got, err := l.qu.TakeRateShare(ctx, l.scope, s.WorkType, w, s.windowMicros(), max(s.waiting, 1), s.quota(w))
 		if err != nil {
 			return 0, time.Time{}, fmt.Errorf("ratelimit: %w", err)
 		}
-		l.offset = got.DBNow.Sub(l.clk.Now())
+		if got.NotCurrent {
+			// This process's estimate of the database's clock is off: measure
+			// it again and ask for the window it is in, once; failing that,
+			// the item waits for the next window.
+			if try > 0 {
+				return 0, l.nextOpen(s, w), nil
+			}
+			if err := l.resync(ctx); err != nil {
+				return 0, time.Time{}, err
+			}
+			w = windowOf(s, l.now())
+			s.window, s.left, s.spent = w, 0, false
+			continue
+		}
 		s.left, s.spent = got.Granted, got.Used >= s.quota(w)
 		l.takes++
 		if l.takes%256 == 0 {

@@ -15,11 +15,14 @@ import (
 type backend struct{ w *Worker }
 
 // Claim serves a scheduler turn with one ClaimMany: one scope read, and
-// one claim for the shapes whose eligible work is the same.
+// one claim for the shapes whose eligible work is the same. With rate
+// limits, the unlimited work types are claimed first, then each limited
+// type whose window is not spent, by its own Claimer, into the places
+// left.
 func (b backend) Claim(ctx context.Context, reqs []scheduler.Request) []scheduler.ClaimResult[*workqueue.Claimed] {
 	w := b.w
 	out := make([]scheduler.ClaimResult[*workqueue.Claimed], len(reqs))
-	types := w.types
+	var limited []string
 	if w.limiter != nil {
 		admitted, retryAt, err := w.limiter.Admit(ctx, w.types)
 		if err != nil {
@@ -31,39 +34,76 @@ func (b backend) Claim(ctx context.Context, reqs []scheduler.Request) []schedule
 		if !retryAt.IsZero() {
 			w.ctrl.NotifyDue(retryAt) // a limited type's next window: claim it then
 		}
-		if len(admitted) == 0 {
-			return out
-		}
-		types = admitted
-	}
-	creqs := make([]workqueue.ClaimRequest, len(reqs))
-	for i, req := range reqs {
-		creqs[i] = workqueue.ClaimRequest{
-			QueueClasses: req.QueueClasses, Preferred: req.Preferred, WorkTypes: types,
-			Max: req.Max, StaleOnly: req.StaleOnly, StaleClasses: w.classes,
-		}
-	}
-	start := time.Now()
-	results := w.claimer.ClaimMany(ctx, creqs)
-	took := time.Since(start)
-	for i, r := range results {
-		if w.limiter != nil {
-			for _, c := range r.Items {
-				w.limiter.Claimed(c.WorkType, 1) // each asks Take once as it starts
+		for _, t := range admitted {
+			if w.limited[t] != nil {
+				limited = append(limited, t)
 			}
 		}
-		w.metrics.claimed(ctx, reqs[i], r.Items, r.Stats, took)
-		if h := w.cfg.Hooks; h != nil && h.AfterClaimTurn != nil && len(r.Items) > 0 {
-			h.AfterClaimTurn(took, r.Items)
+	}
+	left := make([]int, len(reqs))
+	for i, req := range reqs {
+		left[i] = req.Max
+	}
+	claim := func(c *workqueue.Claimer, types []string) {
+		var creqs []workqueue.ClaimRequest
+		var idx []int
+		for i, req := range reqs {
+			if left[i] > 0 || req.Max == 0 {
+				creqs = append(creqs, workqueue.ClaimRequest{
+					QueueClasses: req.QueueClasses, Preferred: req.Preferred, WorkTypes: types,
+					Max: left[i], StaleOnly: req.StaleOnly, StaleClasses: w.classes,
+				})
+				idx = append(idx, i)
+			}
 		}
-		items := w.handOver(r.Items)
-		err := w.claimError(len(items), r.Err)
-		if err == nil && r.Contended {
-			err = scheduler.ErrContended // keep claiming: there is work
+		if len(creqs) == 0 {
+			return
 		}
-		out[i] = scheduler.ClaimResult[*workqueue.Claimed]{Items: items, Err: err}
+		start := time.Now()
+		results := c.ClaimMany(ctx, creqs)
+		took := time.Since(start)
+		for k, r := range results {
+			i := idx[k]
+			w.metrics.claimed(ctx, reqs[i], r.Items, r.Stats, took)
+			if h := w.cfg.Hooks; h != nil && h.AfterClaimTurn != nil && len(r.Items) > 0 {
+				h.AfterClaimTurn(took, r.Items)
+			}
+			if w.limiter != nil {
+				for _, it := range r.Items {
+					w.limiter.Claimed(it.WorkType, 1) // each asks Take once as it starts
+				}
+			}
+			items := w.handOver(r.Items)
+			left[i] -= len(items)
+			out[i].Items = append(out[i].Items, items...)
+			err := w.claimError(len(items), r.Err)
+			if err == nil && r.Contended {
+				err = scheduler.ErrContended // keep claiming: there is work
+			}
+			if out[i].Err == nil || errors.Is(out[i].Err, scheduler.ErrContended) {
+				out[i].Err = cmpErr(out[i].Err, err)
+			}
+		}
+	}
+	if len(w.unlimited) > 0 {
+		claim(w.claimer, w.unlimited)
+	}
+	for _, t := range limited {
+		claim(w.limited[t], []string{t})
 	}
 	return out
+}
+
+// cmpErr keeps the more telling of two claim errors: a failure over
+// ErrContended, ErrContended over none.
+func cmpErr(prev, next error) error {
+	switch {
+	case next == nil:
+		return prev
+	case prev == nil, errors.Is(prev, scheduler.ErrContended):
+		return next
+	}
+	return prev
 }
 
 // handOver records items this process just claimed (a claim turn's, or

@@ -459,7 +459,7 @@ func (g *Group) wake(scope string, lookFar, rewind, fromPeer bool) {
 		w.ctrl.SetQuiet(true) // a peer's wake arrived: the path works again (as a Worker's own endpoint says)
 	}
 	if rewind {
-		w.claimer.Rewind()
+		w.rewind()
 	}
 	if lookFar {
 		w.ctrl.WakeLookFar()

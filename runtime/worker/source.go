@@ -25,7 +25,7 @@ func (s source) Ready(ctx context.Context) error {
 // reports work kinds no executor shape serves. It writes nothing. (Ingress
 // receipt routing will hook in here when it lands.)
 func (s source) Reconcile(ctx context.Context) error {
-	s.w.claimer.Rewind()
+	s.w.rewind()
 	if err := s.w.checkWorkKinds(ctx); err != nil {
 		// A report, not a repair: a failed read changes nothing durable.
 		return fmt.Errorf("%w: %w", controller.ErrSourceOperationNotCommitted, err)
@@ -40,6 +40,9 @@ func (s source) Claim(ctx context.Context, turn controller.Turn) (controller.Cla
 	s.w.claimBegan = time.Now() // real time: the lookup measures it against the database's
 	if turn.DueFired {
 		s.w.claimer.NoteDue()
+		for _, c := range s.w.limited {
+			c.NoteDue()
+		}
 	}
 	return s.w.sched.ClaimTurn(ctx, turn)
 }

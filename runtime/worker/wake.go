@@ -53,7 +53,7 @@ func (w *Worker) startWakes(ctx context.Context) (stop func(), err error) {
 				w.ctrl.SetQuiet(true) // a wake arrived: the path works again
 			}
 		},
-		Rewind:   w.claimer.Rewind,
+		Rewind:   w.rewind,
 		Health:   w.ctrl.SetQuiet,
 		Describe: w.describe,
 	})

@@ -113,9 +113,16 @@ type Worker struct {
 	handlers       map[string]Handler
 	periodic       *periodic.Runner   // nil without Config.Schedules
 	limiter        *ratelimit.Limiter // nil without Config.Limits
-	types          []string           // handlers' work types, sorted
-	classes        []string           // queue classes the executor shapes serve, sorted
-	sweep          *workqueue.DependencySweep
+	// limited holds a Claimer per rate-limited work type, and unlimited
+	// the other work types, which claimer claims (Config.Limits): a
+	// Claimer's scan floors are only valid for the one set of work types
+	// it always scans, and a limited type is left out of claims while its
+	// window is spent.
+	limited   map[string]*workqueue.Claimer
+	unlimited []string
+	types     []string // handlers' work types, sorted
+	classes   []string // queue classes the executor shapes serve, sorted
+	sweep     *workqueue.DependencySweep
 	// laneCursor is where the next lane recovery page starts; only the
 	// controller's maintenance touches it, one at a time.
 	laneCursor workqueue.LaneCursor
@@ -221,9 +228,20 @@ func New(q *workqueue.Queue, cfg Config, handlers map[string]Handler) (*Worker, 
 	if w.history, err = newHistory(cfg.History, cfg.Owner); err != nil {
 		return nil, err
 	}
+	w.unlimited = w.types
 	if len(cfg.Limits) > 0 {
 		if w.limiter, err = ratelimit.New(q, cfg.Scope, cfg.Controller.Clock, cfg.Limits); err != nil {
 			return nil, &ConfigError{"Limits", "", err.Error()}
+		}
+		w.unlimited, w.limited = nil, map[string]*workqueue.Claimer{}
+		for _, t := range w.types {
+			if !w.limiter.Limited(t) {
+				w.unlimited = append(w.unlimited, t)
+				continue
+			}
+			if w.limited[t], err = q.NewClaimer(cfg.Scope, cfg.Owner, cfg.Claimer); err != nil {
+				return nil, err
+			}
 		}
 	}
 	if len(cfg.Schedules) > 0 {
@@ -342,7 +360,7 @@ func (w *Worker) Run(ctx context.Context) error {
 	// timer for it.
 	stopListening := w.q.OnAnnounce(func(n workqueue.Announcement) {
 		if n.Scope == w.cfg.Scope && n.Rewind {
-			w.claimer.Rewind() // a late commit's rows may lie behind the floors
+			w.rewind() // a late commit's rows may lie behind the floors
 		}
 		switch {
 		case n.Scope != w.cfg.Scope:
@@ -457,3 +475,12 @@ func (w *Worker) Stats() Stats {
 // Settle waits until the controller handled every signal sent so far (for
 // tests and tools).
 func (w *Worker) Settle(ctx context.Context) error { return w.ctrl.Settle(ctx) }
+
+// rewind makes every claimer of the worker scan from the front of its
+// ranges on its next claim (Claimer.Rewind).
+func (w *Worker) rewind() {
+	w.claimer.Rewind()
+	for _, c := range w.limited {
+		c.Rewind()
+	}
+}

@@ -13,16 +13,23 @@ type RateShare struct {
 	Granted int       // starts granted to the caller in the window (0 when it was spent)
 	Used    int       // the window's starts granted to everyone, this share included
 	DBNow   time.Time // the database's clock during the grant
+	// NotCurrent: by the database's clock the window is not the current
+	// one (the caller's estimate of that clock is off); nothing was
+	// granted.
+	NotCurrent bool
 }
 
-// TakeRateShare takes up to want starts of window windowIndex of the
-// rate limit name in scope, whose budget is quota starts: one READ
-// COMMITTED transaction that creates the window's row if needed, locks it,
-// and adds the share (queries/ratelimit.sql). Takers of one window
-// serialize on its row; the sum granted never passes quota.
-func (qu *Queue) TakeRateShare(ctx context.Context, scope, name string, windowIndex int64, want, quota int) (RateShare, error) {
-	if want < 1 || quota < 1 {
-		return RateShare{}, invalidf("rate share: want %d and quota %d must be positive", want, quota)
+// TakeRateShare takes up to want starts of window windowIndex (windows of
+// windowMicros since the epoch) of the rate limit name in scope, whose
+// budget is quota starts: one READ COMMITTED transaction that creates the
+// window's row if needed, locks it, and adds the share
+// (queries/ratelimit.sql). Takers of one window serialize on its row; the
+// sum granted never passes quota. A window that is not the current one by
+// the database's clock, read under the lock, grants nothing (NotCurrent):
+// starts are only ever granted in the window they fall in.
+func (qu *Queue) TakeRateShare(ctx context.Context, scope, name string, windowIndex, windowMicros int64, want, quota int) (RateShare, error) {
+	if want < 1 || quota < 1 || windowMicros < 1 {
+		return RateShare{}, invalidf("rate share: want %d, quota %d and window %dus must be positive", want, quota, windowMicros)
 	}
 	var out RateShare
 	key := gen.EnsureRateWindowParams{ScopeID: scope, LimitName: name, WindowIndex: windowIndex}
@@ -36,6 +43,10 @@ func (qu *Queue) TakeRateShare(ctx context.Context, scope, name string, windowIn
 			return fmt.Errorf("lock window: %w", err)
 		}
 		out.DBNow = time.UnixMicro(row.NowMicros).UTC()
+		if floorDiv(row.NowMicros, windowMicros) != windowIndex {
+			out.NotCurrent = true
+			return nil
+		}
 		out.Granted = min(want, quota-int(row.Granted))
 		out.Used = int(row.Granted)
 		if out.Granted <= 0 {
@@ -70,4 +81,13 @@ func (qu *Queue) Defer(ctx context.Context, l Lease, delay time.Duration) error 
 		qu.announceLease(ctx, l, true, began) // due later: others arm their due timers
 	}
 	return err
+}
+
+// floorDiv is a / b rounded down (b > 0), also for a < 0.
+func floorDiv(a, b int64) int64 {
+	q := a / b
+	if a%b != 0 && a < 0 {
+		q--
+	}
+	return q
 }
