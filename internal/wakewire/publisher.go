@@ -58,7 +58,7 @@ type PublisherStats struct {
 	Sent           uint64 // datagrams sent
 	SendErrors     uint64 // datagrams the socket refused (unreachable, bad address)
 	Dropped        uint64 // datagrams PublisherConfig.Drop dropped
-	EndpointReads  uint64 // endpoint list reads
+	EndpointReads  uint64 // endpoint list reads done (the list is cached by then)
 	EndpointErrors uint64 // failed endpoint list reads (that burst was not announced)
 	// Scopes is how many scopes the publisher keeps state for (marked,
 	// recently sent or cached): it follows the scopes announced lately,
@@ -322,8 +322,8 @@ func (p *Publisher) endpoints(scope string, now time.Time) ([]resolvedEndpoint, 
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), listTimeout)
 	defer cancel()
-	p.endpointReads.Add(1)
 	list, err := p.cfg.List(ctx, scope)
+	p.endpointReads.Add(1) // counted once done: a reader of the stats knows the list it saw is cached
 	if err != nil {
 		p.endpointErrors.Add(1)
 		p.cfg.Logger.Warn("wake: could not read the scope's endpoints; this burst is not announced", "scope", scope, "err", err)
