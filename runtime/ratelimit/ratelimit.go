@@ -100,12 +100,11 @@ type Limiter struct {
 	scope string
 	clk   clock.Clock
 
-	mu      sync.Mutex
-	byType  map[string]*share
-	offset  time.Duration // the database's clock minus clk, as last measured
-	synced  bool          // offset measured at least once
-	takes   uint64
-	resyncs uint64 // offset measurements
+	mu     sync.Mutex
+	byType map[string]*share
+	offset time.Duration // the database's clock minus clk, as last measured
+	synced bool          // offset measured at least once
+	takes  uint64
 }
 
 // New checks limits and returns a Limiter of scope; clk is the worker's
@@ -205,7 +204,6 @@ func (l *Limiter) resync(ctx context.Context) error {
 	}
 	after := l.clk.Now()
 	l.offset, l.synced = now.Sub(before.Add(after.Sub(before)/2)), true
-	l.resyncs++
 	return nil
 }
 
@@ -271,11 +269,4 @@ func (l *Limiter) Take(ctx context.Context, workType string) (ok bool, retryAt t
 	}
 	s.left--
 	return true, time.Time{}, nil
-}
-
-// Takes counts the shares taken from the database.
-func (l *Limiter) Takes() uint64 {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.takes
 }
