@@ -465,22 +465,19 @@ func (s *classSource) setAhead(full bool) {
 // on the database clock and placed on the controller's by its delay, no
 // further ahead than the probe, which looks again.
 //
-// For leases it also looks back to when the last turn began (at most
-// workqueue.MaxLookBack), as the worker's lookup does: a dead router's
+// For leases it also looks back to when the last turn began, with a slack
+// (workqueue.LookBackSince), as the worker's lookup does: a dead router's
 // lease that ran out after that turn's scan is claimable now, yet no
 // lookup that sees only the future and no announcement would report it,
 // so it would wait for a probe (20 minutes in quiet mode). It is reported
-// as now, once: it lies before the turn it causes, where the next lookup
-// starts.
+// as now. The turn it causes takes it (the lookup and the scan read the
+// same class's expired leases), so the next lookup does not see it again.
 func (s *classSource) NextWorkAt(ctx context.Context) (time.Time, bool, error) {
 	within := s.r.cfg.Backstop
 	if s.ctrl.Quiet() {
 		within = s.r.cfg.QuietBackstop
 	}
-	var lookBack time.Duration
-	if !s.turnBegan.IsZero() {
-		lookBack = min(time.Since(s.turnBegan), workqueue.MaxLookBack)
-	}
+	lookBack := workqueue.LookBackSince(s.turnBegan)
 	heads, err := s.r.q.NextReceiptDue(ctx, gen.NextReceiptDueParams{
 		ScopeID: s.r.cfg.Scope, RouteClass: s.class, WithinMicros: within.Microseconds(),
 		LeaseFromMicros: -lookBack.Microseconds(),

@@ -16,6 +16,7 @@ import (
 
 	"github.com/laneq/laneq/internal/faultdb"
 	"github.com/laneq/laneq/internal/sqlcount"
+	"github.com/laneq/laneq/internal/waitfor"
 	"github.com/laneq/laneq/runtime/clock"
 	"github.com/laneq/laneq/runtime/ingress"
 	"github.com/laneq/laneq/runtime/workqueue"
@@ -65,6 +66,64 @@ func TestStaleRouterCannotMark(t *testing.T) {
 				t.Fatalf("%d events (%d recorded), want 2", n, len(got.EventIDs))
 			}
 		})
+	}
+}
+
+// TestLeaseExpiringBeforeTheLookupRunsIsReclaimed: router A holds a
+// receipt and stalls; router B's first turn reads A's lease live. B's
+// next-work lookup measures its look-back on its own clock, but the
+// database subtracts it from the NOW(6) it reads when the statement
+// arrives: here the lease runs out just after B measured, and the
+// statement reaches the database 300ms later (a busy machine's delay,
+// made certain by the hook). The lookup's slack still sees the expiry, so
+// B's exact timer takes the receipt over; with the backstop at an hour
+// nothing else would. (Fresh-clone CI beside two CPU hogs caught
+// TestStaleRouterCannotMark waiting in that gap.)
+func TestLeaseExpiringBeforeTheLookupRunsIsReclaimed(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	acc := f.accept(delivery("expires-in-flight", "", "e1"))
+	entered, resume := make(chan struct{}), make(chan struct{})
+	a := f.router(ingress.RouterConfig{Owner: "a", Lease: time.Hour, Route: func(ctx context.Context, c ingress.Claimed) ([]workqueue.Event, error) {
+		close(entered)
+		<-resume
+		return routeFacts(ctx, c)
+	}})
+	turnErr := make(chan error, 1)
+	go func() { _, err := a.Turn(f.ctx, ingress.DefaultClass); turnErr <- err }()
+	<-entered
+
+	in, faults := f.faultyInbox()
+	faults.Add(faultdb.Rule{Statement: "NextReceiptDue", Before: func(ctx context.Context) {
+		if _, err := f.db.ExecContext(ctx, "UPDATE ingress_receipt SET lease_until = NOW(6), next_attempt_at = NOW(6) WHERE receipt_id = ?", acc.Receipt.ID); err != nil {
+			t.Error(err)
+			return
+		}
+		waitfor.Poll(time.Minute, func() (bool, bool) {
+			var late bool
+			if err := f.db.QueryRowContext(ctx, "SELECT NOW(6) >= DATE_ADD(next_attempt_at, INTERVAL 300000 MICROSECOND) FROM ingress_receipt WHERE receipt_id = ?", acc.Receipt.ID).Scan(&late); err != nil {
+				t.Error(err)
+				return false, true
+			}
+			return late, false
+		})
+	}})
+	b := f.routerOn(in, f.qu, ingress.RouterConfig{Owner: "b", Backstop: time.Hour})
+	stopB := f.run(b)
+	f.waitStatus(acc.Receipt.ID, ingress.StatusMaterialized)
+	stopB() // its counters move after the commit the row shows
+	close(resume)
+	if err := <-turnErr; err != nil {
+		t.Fatalf("stale router's turn: %v", err)
+	}
+	if n := faults.Fired("NextReceiptDue"); n != 1 {
+		t.Fatalf("the delayed lookup ran %d times, want 1", n)
+	}
+	if after := f.receipt(acc.Receipt.ID); after.ClaimOwner != "b/default" || after.Attempts != 2 {
+		t.Fatalf("receipt %+v, want taken over by b on its second attempt", after)
+	}
+	if st := b.Stats(); st.Reclaimed != 1 || st.Materialized != 1 {
+		t.Fatalf("router b stats %+v", st)
 	}
 }
 

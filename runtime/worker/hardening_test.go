@@ -204,6 +204,143 @@ func TestLeaseExpiringDuringAClaimTurnIsReclaimed(t *testing.T) {
 	}
 }
 
+// faultyQueue is a Queue on its own pool of the fixture's database whose
+// statements the returned injector can fault.
+func (f *fixture) faultyQueue(cfg workqueue.Config) (*workqueue.Queue, *faultdb.Injector) {
+	f.t.Helper()
+	db, in, err := faultdb.Open(f.dsn)
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	f.t.Cleanup(func() { db.Close() })
+	qu, err := workqueue.New(db, cfg)
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	return qu, in
+}
+
+// expireLeaseBeforeLookup makes the first next-work lookup the lease of
+// workID run out just before the statement leaves (the lookup's look-back
+// is measured by then) and reach the database after, by delay of the
+// database's clock: a busy machine's delay between the two, made certain.
+// It returns when the lease ran out, by the database's clock, once known.
+func (f *fixture) expireLeaseBeforeLookup(in *faultdb.Injector, workID int64, delay time.Duration) <-chan time.Time {
+	expired := make(chan time.Time, 1)
+	in.Add(faultdb.Rule{Statement: "NextWorkAt", Before: func(ctx context.Context) {
+		var at time.Time
+		if err := f.db.QueryRowContext(ctx, "SELECT NOW(6)").Scan(&at); err != nil {
+			f.t.Error(err)
+			return
+		}
+		if _, err := f.db.ExecContext(ctx, "UPDATE work_item SET run_after = ? WHERE work_id = ? AND state = 'processing'", at, workID); err != nil {
+			f.t.Error(err)
+			return
+		}
+		expired <- at
+		waitfor.Poll(time.Minute, func() (bool, bool) {
+			var late bool
+			if err := f.db.QueryRowContext(ctx, "SELECT NOW(6) >= DATE_ADD(?, INTERVAL ? MICROSECOND)", at, delay.Microseconds()).Scan(&late); err != nil {
+				f.t.Error(err)
+				return false, true
+			}
+			return late, false
+		})
+	}})
+	return expired
+}
+
+// TestLeaseExpiringBeforeTheLookupRunsIsReclaimed: the worker's
+// next-work lookup measures its look-back on its own clock, but the
+// database subtracts it from the NOW(6) it reads when the statement
+// arrives. Here a dead process's lease runs out just after the worker
+// measured, and the statement arrives 300ms later: the lookup's slack
+// (workqueue.LookBackSlack) still sees the expiry, so the due timer
+// reclaims the item; with the probe and the backstop off nothing else
+// would. (Fresh-clone CI beside two CPU hogs caught the router's lookup,
+// which works the same way, in that gap.)
+func TestLeaseExpiringBeforeTheLookupRunsIsReclaimed(t *testing.T) {
+	f := newFixture(t, workqueue.Config{Lease: time.Hour})
+	f.enqueue(1, 0, "deliver")
+	deadQueue := f.otherQueue(workqueue.Config{Lease: time.Hour, Announce: workqueue.AnnounceConfig{Off: true}})
+	dead, err := deadQueue.NewClaimer(scope, "dead-process", workqueue.ClaimerConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	held, _, err := dead.Claim(f.ctx, workqueue.ClaimRequest{QueueClasses: []string{"default"}, WorkTypes: []string{"deliver"}, Max: 1})
+	if err != nil || len(held) != 1 {
+		t.Fatalf("the process that dies claimed %d: %v", len(held), err)
+	}
+	f.enqueue(1, 0, "deliver") // the worker's first turn takes this one
+	qu, in := f.faultyQueue(workqueue.Config{Lease: time.Hour})
+	f.expireLeaseBeforeLookup(in, held[0].WorkID, 300*time.Millisecond)
+	c := newCollector(nil)
+	w, err := worker.New(qu, quietCfg(2), map[string]worker.Handler{"deliver": c.handle})
+	if err != nil {
+		t.Fatal(err)
+	}
+	run(t, w)
+	c.wait(t, 2)
+	settled(t, f, w, map[string]int{"completed": 2})
+	if n := c.attempts[held[0].WorkID]; n != 1 {
+		t.Fatalf("the dead process's item ran %d times here, want 1", n)
+	}
+	if st := w.Stats().Controller; st.GenerationProbes != 0 || st.DueTimerFires < 1 {
+		t.Fatalf("recovery did not come from the due timer: %+v", st)
+	}
+}
+
+// TestExpiredLeaseOfUnservedWorkCostsOneMoreTurn: a lease the worker
+// cannot take (a work type it has no handler for) runs out just before its
+// lookup. The look-back reports it as now, the turn it causes cannot take
+// it, and the next lookup's window, which reaches LookBackSlack before
+// that turn, shows it again: the worker arms that repeat for when it
+// leaves the window instead of turning at once until it has, so the
+// expiry costs two turns, not a second of them.
+func TestExpiredLeaseOfUnservedWorkCostsOneMoreTurn(t *testing.T) {
+	f := newFixture(t, workqueue.Config{Lease: time.Hour})
+	f.enqueue(1, 0, "report")
+	other := f.otherQueue(workqueue.Config{Lease: time.Hour, Announce: workqueue.AnnounceConfig{Off: true}})
+	dead, err := other.NewClaimer(scope, "dead-process", workqueue.ClaimerConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	held, _, err := dead.Claim(f.ctx, workqueue.ClaimRequest{QueueClasses: []string{"default"}, WorkTypes: []string{"report"}, Max: 1})
+	if err != nil || len(held) != 1 {
+		t.Fatalf("the process that dies claimed %d: %v", len(held), err)
+	}
+	f.enqueue(1, 0, "deliver")
+	qu, in := f.faultyQueue(workqueue.Config{Lease: time.Hour})
+	expired := f.expireLeaseBeforeLookup(in, held[0].WorkID, 0)
+	c := newCollector(nil)
+	w, err := worker.New(qu, quietCfg(2), map[string]worker.Handler{"deliver": c.handle})
+	if err != nil {
+		t.Fatal(err)
+	}
+	run(t, w)
+	c.wait(t, 1)
+	at := <-expired
+	// Until the expiry is out of every window (the slack, and a second
+	// for the lookups' own delay), by the database's clock.
+	waitfor.Until(t, time.Minute, func() (bool, error) {
+		var past bool
+		err := f.db.QueryRow("SELECT NOW(6) >= DATE_ADD(?, INTERVAL ? MICROSECOND)", at, (workqueue.LookBackSlack + time.Second).Microseconds()).Scan(&past)
+		return past, err
+	}, func() string { return "the database's clock did not pass the window" })
+	if err := w.Settle(f.ctx); err != nil {
+		t.Fatal(err)
+	}
+	st := w.Stats().Controller
+	// The first turn, the one the expiry causes and the repeat's (one more
+	// of slack); turning until the expiry left the window would be dozens.
+	if st.Claims > 4 || st.DueTimerFires < 2 || st.DueTimerFires > 3 {
+		t.Fatalf("%d claim turns and %d due fires for one expiry of unserved work, want 3 and 2: %+v", st.Claims, st.DueTimerFires, st)
+	}
+	if got := f.item(held[0].WorkID); got.State != "processing" {
+		t.Fatalf("the unserved item is %s", got.State)
+	}
+}
+
 // TestReleaseByAnotherProcessIsFoundByTheProbe: another process releases
 // items at its shutdown, behind everything this worker consumed and without
 // an enqueue. The worker's probe sees them, with the backstop off.

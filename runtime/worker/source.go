@@ -53,22 +53,30 @@ func (s source) Claim(ctx context.Context, turn controller.Turn) (controller.Cla
 // a future time look overdue. It looks no further than the longest
 // reconciliation backstop (controller.LookAhead), which looks again.
 //
-// For leases it also looks back to when the last claim turn began (at most
-// workqueue.MaxLookBack): a dead process's lease that expired after that
-// turn's reads is claimable now, yet no later lookup (they see only the
-// future) and no announcement would report it, so it would wait for a
-// probe — 20 minutes in quiet mode. Such an expiry is reported as now,
-// once: it lies before the turn it causes, where the next lookup starts.
+// For leases it also looks back to when the last claim turn began, with a
+// slack (workqueue.LookBackSince): a dead process's lease that expired
+// after that turn's reads is claimable now, yet no later lookup (they see
+// only the future) and no announcement would report it, so it would wait
+// for a probe — 20 minutes in quiet mode. Such an expiry is reported as
+// now. The turn it causes takes it, unless its class is one this worker
+// does not serve: then the next lookup, whose window reaches the slack
+// before that turn, can show it again. A repeat is armed for when it
+// leaves the window instead, so it costs one more turn at most (which also
+// finds any expiry the repeat hid behind it).
 func (s source) NextWorkAt(ctx context.Context) (time.Time, bool, error) {
-	var lookBack time.Duration
-	if !s.w.claimBegan.IsZero() {
-		lookBack = min(time.Since(s.w.claimBegan), workqueue.MaxLookBack)
-	}
-	next, ok, err := s.w.q.NextWorkSince(ctx, s.w.cfg.Scope, lookBack, s.w.ctrl.LookAhead())
+	next, ok, err := s.w.q.NextWorkSince(ctx, s.w.cfg.Scope, workqueue.LookBackSince(s.w.claimBegan), s.w.ctrl.LookAhead())
 	if err != nil || !ok {
 		return time.Time{}, false, err
 	}
-	return s.w.clock.Now().Add(max(next.In, 0)), true, nil
+	now := s.w.clock.Now()
+	if next.In > 0 {
+		return now.Add(next.In), true, nil
+	}
+	if next.At.Equal(s.w.lookedBack) {
+		return now.Add(max(workqueue.LookBackSlack+next.In, time.Millisecond)), true, nil
+	}
+	s.w.lookedBack = next.At
+	return now, true, nil
 }
 
 // Generation is the claimer's probe, in both modes: the scope's admission

@@ -138,6 +138,9 @@ type Worker struct {
 	// claimBegan is when the last claim turn began (real time); only the
 	// controller's loop reads and writes it.
 	claimBegan time.Time
+	// lookedBack is the last lease expiry the lookup reported as past (see
+	// source.NextWorkAt); only the controller's loop touches it.
+	lookedBack time.Time
 
 	restarts atomic.Uint64
 	running  atomic.Bool

@@ -375,6 +375,32 @@ func (qu *Queue) NextWorkWithin(ctx context.Context, scope string, horizon time.
 // most that much of what came due, whatever lies behind it.
 const MaxLookBack = 5 * time.Second
 
+// LookBackSlack widens a claimer's look-back (LookBackSince). The look-back
+// is measured on the host just before the lookup is sent, but the lookup
+// subtracts it from the NOW(6) the database reads when the statement runs:
+// later by however long the statement took to get there (a pool
+// connection, a busy machine, a slow network: hundreds of milliseconds
+// beside two CPU hogs). A lease that ran out in that gap, after the turn's
+// scan read it live, would fall before the window and be reported by no
+// lookup (fresh-clone CI caught a router waiting an hour-long backstop for
+// one). The slack is far more than such a delay and far less than
+// MaxLookBack.
+const LookBackSlack = time.Second
+
+// LookBackSince is the lookBack a claimer whose last claim turn began at
+// began (real time; zero: none yet) passes to its next-work lookup: the
+// time since then plus LookBackSlack, at most MaxLookBack. A lease expiry
+// it reports may lie up to the slack before the turn began; a claimer that
+// does not take every expired lease it is shown (a worker serving some
+// classes) reports such a repeat once more at most (see the worker's
+// NextWorkAt).
+func LookBackSince(began time.Time) time.Duration {
+	if began.IsZero() {
+		return 0
+	}
+	return min(time.Since(began)+LookBackSlack, MaxLookBack)
+}
+
 // NextWorkSince is NextWorkWithin that also reports a lease that expired
 // up to lookBack (at most MaxLookBack) before the database's now, with
 // In <= 0: a claimer passes the time since its last claim turn began, so a
