@@ -67,9 +67,35 @@ func TestLimitValidation(t *testing.T) {
 		{WorkType: "w", N: 0, Per: time.Second},
 		{WorkType: "w", N: 1, Per: 9 * time.Millisecond},
 		{WorkType: "w", N: 1, Per: time.Second + time.Nanosecond},
+		{WorkType: "w ", N: 1, Per: time.Second},
+		{WorkType: "wé", N: 1, Per: time.Second},
+		{Key: "crm", N: 1, Per: time.Second},
+		{Key: "crm", WorkType: "w", WorkTypes: []string{"a"}, N: 1, Per: time.Second},
+		{WorkTypes: []string{"a", "b"}, N: 1, Per: time.Second},
+		{Key: "crm", WorkTypes: []string{"a", ""}, N: 1, Per: time.Second},
 	} {
 		if err := l.validate(); !errors.Is(err, workqueue.ErrInvalid) {
 			t.Errorf("%+v: validate = %v, want ErrInvalid", l, err)
+		}
+	}
+}
+
+func TestLimitsSharingAKey(t *testing.T) {
+	crm := Limit{Key: "crm", WorkTypes: []string{"contact", "deal"}, N: 5, Per: time.Second}
+	l, err := New(nil, "s", nil, []Limit{crm, {WorkType: "mail", N: 1, Per: time.Second}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if l.byType["contact"] != l.byType["deal"] || l.byType["contact"] == l.byType["mail"] || l.Limited("other") {
+		t.Fatalf("shares by type: %v", l.byType)
+	}
+	for _, limits := range [][]Limit{
+		{crm, {WorkType: "deal", N: 1, Per: time.Second}},
+		{crm, {WorkType: "crm", N: 1, Per: time.Second}},
+		{crm, {Key: "crm", WorkTypes: []string{"other"}, N: 1, Per: time.Second}},
+	} {
+		if _, err := New(nil, "s", nil, limits); !errors.Is(err, workqueue.ErrInvalid) {
+			t.Errorf("%+v: New = %v, want ErrInvalid", limits, err)
 		}
 	}
 }

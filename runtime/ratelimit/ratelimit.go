@@ -1,6 +1,7 @@
 // Package ratelimit holds the rate limits of a scope's work types across
 // every process: at most N starts per Per, counted by the database's clock,
-// with no row that every claim writes.
+// with no row that every claim writes. A limit is one work type's, or a
+// named budget (Key) that several work types share.
 //
 // A limit's period is cut into k = min(N, 10) windows, and window i of the
 // epoch (by the database's clock) may start N/k items, one more for the
@@ -30,6 +31,7 @@ package ratelimit
 import (
 	"context"
 	"fmt"
+	"strings"
 	"sync"
 	"time"
 
@@ -37,13 +39,36 @@ import (
 	"github.com/laneq/laneq/runtime/workqueue"
 )
 
-// Limit caps the starts of one work type of a scope across all processes.
-// Every process serving the work type must configure the same limit: the
-// windows' rows count starts, the quota is each taker's.
+// Limit caps the starts of one work type of a scope across all processes,
+// or (Key) the starts of several work types together: a budget named Key
+// shared by WorkTypes, such as one upstream API that several kinds of work
+// call. Set WorkType, or Key and WorkTypes. Every process serving a limited
+// work type must configure the same limit: the windows' rows (named by
+// the limit's name, Key or WorkType) count starts, the quota is each
+// taker's.
 type Limit struct {
-	WorkType string        // the limited work type
-	N        int           // starts allowed per Per (at least 1)
-	Per      time.Duration // at least 10ms, in whole microseconds
+	WorkType  string        // the limited work type, for a limit of its own
+	Key       string        // a budget's name, 1..64 ASCII bytes, shared by WorkTypes
+	WorkTypes []string      // the work types spending Key's budget
+	N         int           // starts allowed per Per (at least 1)
+	Per       time.Duration // at least 10ms, in whole microseconds
+}
+
+// Name is what the limit's windows are counted under: Key, or WorkType.
+// A Key and a work type with a limit of its own must not share a name.
+func (l Limit) Name() string {
+	if l.Key != "" {
+		return l.Key
+	}
+	return l.WorkType
+}
+
+// Types are the work types spending the limit's budget.
+func (l Limit) Types() []string {
+	if l.Key != "" {
+		return l.WorkTypes
+	}
+	return []string{l.WorkType}
 }
 
 // windows is k, the windows of one period.
@@ -71,14 +96,38 @@ func (l Limit) Bound() int {
 
 func (l Limit) validate() error {
 	switch {
-	case len(l.WorkType) < 1 || len(l.WorkType) > 64:
-		return fmt.Errorf("%w: rate limit work type must be 1..64 bytes, got %d", workqueue.ErrInvalid, len(l.WorkType))
+	case l.Key != "" && l.WorkType != "":
+		return fmt.Errorf("%w: rate limit %q: set Key (with WorkTypes) or WorkType, not both", workqueue.ErrInvalid, l.Key)
+	case l.Key == "" && len(l.WorkTypes) > 0:
+		return fmt.Errorf("%w: rate limit of %q: WorkTypes share a Key's budget: set Key", workqueue.ErrInvalid, l.WorkTypes)
+	case l.Key != "" && len(l.WorkTypes) == 0:
+		return fmt.Errorf("%w: rate limit %q: Key needs the WorkTypes that share it", workqueue.ErrInvalid, l.Key)
+	case len(l.Name()) < 1 || len(l.Name()) > 64:
+		return fmt.Errorf("%w: rate limit name (Key or WorkType) must be 1..64 bytes, got %d", workqueue.ErrInvalid, len(l.Name()))
+	case !ascii(l.Name()) || strings.TrimRight(l.Name(), " ") != l.Name():
+		// The rows' limit_name is ascii_bin, which pads with spaces: "crm"
+		// and "crm " would count in one budget.
+		return fmt.Errorf("%w: rate limit name %q must be ASCII without trailing spaces", workqueue.ErrInvalid, l.Name())
 	case l.N < 1:
-		return fmt.Errorf("%w: rate limit of %q: N must be at least 1, got %d", workqueue.ErrInvalid, l.WorkType, l.N)
+		return fmt.Errorf("%w: rate limit %q: N must be at least 1, got %d", workqueue.ErrInvalid, l.Name(), l.N)
 	case l.Per < 10*time.Millisecond || l.Per%time.Microsecond != 0:
-		return fmt.Errorf("%w: rate limit of %q: Per must be at least 10ms in whole microseconds, got %s", workqueue.ErrInvalid, l.WorkType, l.Per)
+		return fmt.Errorf("%w: rate limit %q: Per must be at least 10ms in whole microseconds, got %s", workqueue.ErrInvalid, l.Name(), l.Per)
+	}
+	for _, t := range l.WorkTypes {
+		if t == "" {
+			return fmt.Errorf("%w: rate limit %q: a work type is empty", workqueue.ErrInvalid, l.Key)
+		}
 	}
 	return nil
+}
+
+func ascii(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if s[i] >= 0x80 {
+			return false
+		}
+	}
+	return true
 }
 
 // share is a process's share of one window of one limit.
@@ -114,14 +163,22 @@ func New(qu *workqueue.Queue, scope string, clk clock.Clock, limits []Limit) (*L
 		clk = clock.Real()
 	}
 	l := &Limiter{qu: qu, scope: scope, clk: clk, byType: map[string]*share{}}
+	names := map[string]bool{}
 	for _, lim := range limits {
 		if err := lim.validate(); err != nil {
 			return nil, err
 		}
-		if l.byType[lim.WorkType] != nil {
-			return nil, fmt.Errorf("%w: work type %q has two rate limits", workqueue.ErrInvalid, lim.WorkType)
+		if names[lim.Name()] {
+			return nil, fmt.Errorf("%w: two rate limits are named %q (a Key and a work type limited alone share a name)", workqueue.ErrInvalid, lim.Name())
 		}
-		l.byType[lim.WorkType] = &share{Limit: lim, window: -1}
+		names[lim.Name()] = true
+		s := &share{Limit: lim, window: -1}
+		for _, t := range lim.Types() {
+			if l.byType[t] != nil {
+				return nil, fmt.Errorf("%w: work type %q has two rate limits", workqueue.ErrInvalid, t)
+			}
+			l.byType[t] = s
+		}
 	}
 	return l, nil
 }
@@ -217,7 +274,7 @@ func (l *Limiter) topUp(ctx context.Context, s *share) (left int, nextOpen time.
 		s.window, s.left, s.spent = w, 0, false // a past window's share is worthless
 	}
 	for try := 0; s.left == 0 && !s.spent; try++ {
-		got, err := l.qu.TakeRateShare(ctx, l.scope, s.WorkType, w, s.windowMicros(), max(s.waiting, 1), s.quota(w))
+		got, err := l.qu.TakeRateShare(ctx, l.scope, s.Name(), w, s.windowMicros(), max(s.waiting, 1), s.quota(w))
 		if err != nil {
 			return 0, time.Time{}, fmt.Errorf("ratelimit: %w", err)
 		}
@@ -239,7 +296,7 @@ func (l *Limiter) topUp(ctx context.Context, s *share) (left int, nextOpen time.
 		l.takes++
 		if l.takes%256 == 0 {
 			// Now and then: windows older than two periods are worthless.
-			_, _ = l.qu.PruneRateWindows(ctx, l.scope, s.WorkType, w-2*s.windows())
+			_, _ = l.qu.PruneRateWindows(ctx, l.scope, s.Name(), w-2*s.windows())
 		}
 	}
 	return s.left, l.nextOpen(s, w), nil

@@ -115,7 +115,8 @@ type Config struct {
 	// PeriodicOnTimeWithin is periodic.Config.OnTimeWithin (default 1m).
 	PeriodicOnTimeWithin time.Duration
 	// Limits cap the starts of work types of the scope across every
-	// process (runtime/ratelimit; each process must set the same limits).
+	// process (runtime/ratelimit; each process must set the same limits):
+	// one work type's, or a Key's budget shared by several work types.
 	// With limits, claim on promote is off (NoClaimOnPromote): a follower
 	// taken by a finish would start outside its limit.
 	Limits []ratelimit.Limit

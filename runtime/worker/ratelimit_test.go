@@ -155,7 +155,8 @@ func BenchmarkRateLimitAcrossProcesses(b *testing.B) {
 }
 
 // A limited work type whose budget is spent leaves other work alone: with
-// one "slow" start a minute, one slow item starts, the other nine stay
+// one "slow" start a day (a window no run of the test straddles), one slow
+// item starts, the other nine stay
 // pending with no attempt spent, and every "fast" item completes.
 func TestRateLimitLeavesOtherWorkAlone(t *testing.T) {
 	f := newFixture(t, workqueue.Config{})
@@ -172,7 +173,7 @@ func TestRateLimitLeavesOtherWorkAlone(t *testing.T) {
 		}
 	}
 	cfg := quietCfg(4)
-	cfg.Limits = []ratelimit.Limit{{WorkType: "slow", N: 1, Per: time.Minute}}
+	cfg.Limits = []ratelimit.Limit{{WorkType: "slow", N: 1, Per: 24 * time.Hour}}
 	w, err := worker.New(f.qu, cfg, map[string]worker.Handler{"slow": h("slow"), "fast": h("fast")})
 	if err != nil {
 		t.Fatal(err)
@@ -190,6 +191,53 @@ func TestRateLimitLeavesOtherWorkAlone(t *testing.T) {
 	}
 }
 
+// A Key's budget is shared by its work types: with one start a day for
+// "contact" and "deal" together, one of their ten items starts, the other
+// nine stay pending with no attempt spent, unlimited "mail" completes, and
+// the budget's one row is counted under the key.
+func TestRateLimitKeySharedByWorkTypes(t *testing.T) {
+	f := newFixture(t, workqueue.Config{})
+	f.enqueue(5, 0, "contact")
+	f.enqueue(5, 0, "deal")
+	f.enqueue(20, 0, "mail")
+	var mu sync.Mutex
+	ran := map[string]int{}
+	h := func(ctx context.Context, job *worker.Job) error {
+		mu.Lock()
+		ran[job.Item.WorkType]++
+		mu.Unlock()
+		return nil
+	}
+	cfg := quietCfg(4)
+	cfg.Limits = []ratelimit.Limit{{Key: "crm", WorkTypes: []string{"contact", "deal"}, N: 1, Per: 24 * time.Hour}}
+	w, err := worker.New(f.qu, cfg, map[string]worker.Handler{"contact": h, "deal": h, "mail": h})
+	if err != nil {
+		t.Fatal(err)
+	}
+	run(t, w)
+	settled(t, f, w, map[string]int{workqueue.StateCompleted: 21, workqueue.StatePending: 9})
+	var attempts int
+	if err := f.db.QueryRow("SELECT COALESCE(SUM(attempt_count), -1) FROM work_item WHERE scope_id = ? AND state = 'pending'", scope).Scan(&attempts); err != nil {
+		t.Fatal(err)
+	}
+	var rows, granted int
+	if err := f.db.QueryRow("SELECT COUNT(*), COALESCE(SUM(granted), 0) FROM rate_window WHERE scope_id = ? AND limit_name = 'crm'", scope).Scan(&rows, &granted); err != nil {
+		t.Fatal(err)
+	}
+	var others int
+	if err := f.db.QueryRow("SELECT COUNT(*) FROM rate_window WHERE scope_id = ? AND limit_name <> 'crm'", scope).Scan(&others); err != nil {
+		t.Fatal(err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if ran["contact"]+ran["deal"] != 1 || ran["mail"] != 20 || attempts != 0 {
+		t.Fatalf("ran %v, pending items' attempts %d; want 1 contact or deal, 20 mail, 0", ran, attempts)
+	}
+	if rows != 1 || granted != 1 || others != 0 {
+		t.Fatalf("budget rows: %d under the key granting %d, %d under other names; want 1, 1, 0", rows, granted, others)
+	}
+}
+
 // Limits are checked when the worker is built.
 func TestRateLimitValidation(t *testing.T) {
 	f := newFixture(t, workqueue.Config{})
@@ -198,6 +246,9 @@ func TestRateLimitValidation(t *testing.T) {
 		{{WorkType: "deliver", N: 5, Per: time.Millisecond}},
 		{{WorkType: "", N: 5, Per: time.Second}},
 		{{WorkType: "deliver", N: 5, Per: time.Second}, {WorkType: "deliver", N: 6, Per: time.Second}},
+		{{Key: "api", WorkTypes: []string{"deliver"}, N: 5, Per: time.Second}, {WorkType: "deliver", N: 6, Per: time.Second}},
+		{{Key: "api", N: 5, Per: time.Second}},
+		{{WorkType: "deliver ", N: 5, Per: time.Second}},
 	} {
 		cfg := quietCfg(1)
 		cfg.Limits = lim
