@@ -70,6 +70,13 @@ func WithUniqueKey(key string) EnqueueOption {
 	return func(o *enqueueOptions) { o.work.UniqueKey = key }
 }
 
+// WithRateKey sets the key a rate limit per key (ratelimit.Limit.PerKey)
+// counts the item's start under: a customer, an account
+// (workqueue.Work.RateKey).
+func WithRateKey(key string) EnqueueOption {
+	return func(o *enqueueOptions) { o.work.RateKey = key }
+}
+
 // WithPriority stores a priority for operators (claim order does not use it
 // yet: lane ordinal, then due time).
 func WithPriority(p int32) EnqueueOption {

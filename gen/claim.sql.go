@@ -162,7 +162,7 @@ func (q *Queries) ClaimCandidates(ctx context.Context, arg ClaimCandidatesParams
 const claimedByRef = `-- name: ClaimedByRef :many
 SELECT /*+ INL_JOIN(s, e) */ w.work_id, w.event_id, w.work_type, w.queue_class, w.lease_token, w.lane_ordinal,
        w.attempt_count, w.safe_retry_count, w.generation, w.source_lane_key, w.target_lane_key,
-       w.run_after, w.dependency_wake_key, w.dependency_keys, w.projection_key,
+       w.run_after, w.dependency_wake_key, w.dependency_keys, w.projection_key, w.rate_key,
        s.active_generation, s.paused_classes, e.event_id, e.receipt_id, e.scope_id, e.generation, e.route_id, e.route_version, e.event_kind, e.source_kind, e.source_id, e.delivery_sequence, e.enqueue_ordinal, e.idempotency_key, e.payload_hash, e.payload, e.created_at, e.projection_key
 FROM work_item w
 JOIN scope s ON s.scope_id = w.scope_id
@@ -194,6 +194,7 @@ type ClaimedByRefRow struct {
 	DependencyWakeKey sql.NullString
 	DependencyKeys    []byte
 	ProjectionKey     sql.NullString
+	RateKey           sql.NullString
 	ActiveGeneration  int64
 	PausedClasses     []byte
 	Event             Event
@@ -250,6 +251,7 @@ func (q *Queries) ClaimedByRef(ctx context.Context, arg ClaimedByRefParams) ([]C
 			&i.DependencyWakeKey,
 			&i.DependencyKeys,
 			&i.ProjectionKey,
+			&i.RateKey,
 			&i.ActiveGeneration,
 			&i.PausedClasses,
 			&i.Event.EventID,

@@ -12,7 +12,7 @@ import (
 )
 
 const getWorkItem = `-- name: GetWorkItem :one
-SELECT work_id, event_id, scope_id, generation, work_type, queue_class, state, run_after, priority, attempt_count, safe_retry_count, lease_owner, lease_token, source_lane_key, target_lane_key, lane_ordinal, projection_key, projection_active_key, terminal_at, replay_of_work_id, replayed_at, failure_class, failure_summary, dependency_wake_key, dependency_probe_after, created_at, updated_at, dependency_keys, replay_depth, projection_queued_key, unique_live_key, cancel_reason
+SELECT work_id, event_id, scope_id, generation, work_type, queue_class, state, run_after, priority, attempt_count, safe_retry_count, lease_owner, lease_token, source_lane_key, target_lane_key, lane_ordinal, projection_key, projection_active_key, terminal_at, replay_of_work_id, replayed_at, failure_class, failure_summary, dependency_wake_key, dependency_probe_after, created_at, updated_at, dependency_keys, replay_depth, projection_queued_key, unique_live_key, cancel_reason, rate_key
 FROM work_item
 WHERE work_id = ?
 `
@@ -54,12 +54,13 @@ func (q *Queries) GetWorkItem(ctx context.Context, workID int64) (WorkItem, erro
 		&i.ProjectionQueuedKey,
 		&i.UniqueLiveKey,
 		&i.CancelReason,
+		&i.RateKey,
 	)
 	return i, err
 }
 
 const getWorkItemByEventAndType = `-- name: GetWorkItemByEventAndType :one
-SELECT work_id, event_id, scope_id, generation, work_type, queue_class, state, run_after, priority, attempt_count, safe_retry_count, lease_owner, lease_token, source_lane_key, target_lane_key, lane_ordinal, projection_key, projection_active_key, terminal_at, replay_of_work_id, replayed_at, failure_class, failure_summary, dependency_wake_key, dependency_probe_after, created_at, updated_at, dependency_keys, replay_depth, projection_queued_key, unique_live_key, cancel_reason
+SELECT work_id, event_id, scope_id, generation, work_type, queue_class, state, run_after, priority, attempt_count, safe_retry_count, lease_owner, lease_token, source_lane_key, target_lane_key, lane_ordinal, projection_key, projection_active_key, terminal_at, replay_of_work_id, replayed_at, failure_class, failure_summary, dependency_wake_key, dependency_probe_after, created_at, updated_at, dependency_keys, replay_depth, projection_queued_key, unique_live_key, cancel_reason, rate_key
 FROM work_item
 WHERE event_id = ?
   AND work_type = ?
@@ -110,6 +111,7 @@ func (q *Queries) GetWorkItemByEventAndType(ctx context.Context, arg GetWorkItem
 		&i.ProjectionQueuedKey,
 		&i.UniqueLiveKey,
 		&i.CancelReason,
+		&i.RateKey,
 	)
 	return i, err
 }
@@ -119,7 +121,7 @@ INSERT INTO work_item (
     event_id, scope_id, generation, work_type, queue_class, state, run_after,
     priority, source_lane_key, target_lane_key, lane_ordinal,
     projection_key, projection_active_key, projection_queued_key,
-    dependency_wake_key, dependency_keys, unique_live_key, created_at, updated_at
+    dependency_wake_key, dependency_keys, unique_live_key, rate_key, created_at, updated_at
 ) VALUES (
     ?, ?, ?,
     ?, ?, ?,
@@ -128,7 +130,7 @@ INSERT INTO work_item (
     ?, ?,
     ?, ?,
     ?, ?, ?,
-    ?, NOW(6), NOW(6)
+    ?, ?, NOW(6), NOW(6)
 )
 `
 
@@ -150,6 +152,7 @@ type InsertWorkItemParams struct {
 	DependencyWakeKey   sql.NullString
 	DependencyKeys      []byte
 	UniqueLiveKey       sql.NullString
+	RateKey             sql.NullString
 }
 
 // work_id is AUTO_RANDOM; the driver returns the generated id. run_after is
@@ -177,6 +180,7 @@ func (q *Queries) InsertWorkItem(ctx context.Context, arg InsertWorkItemParams) 
 		arg.DependencyWakeKey,
 		arg.DependencyKeys,
 		arg.UniqueLiveKey,
+		arg.RateKey,
 	)
 	if err != nil {
 		return 0, err

@@ -72,7 +72,7 @@ WHERE w.work_id IN (sqlc.slice(work_ids))
 -- rows read); the hint keeps the reviewed plan stable.
 SELECT /*+ INL_JOIN(s, e) */ w.work_id, w.event_id, w.work_type, w.queue_class, w.lease_token, w.lane_ordinal,
        w.attempt_count, w.safe_retry_count, w.generation, w.source_lane_key, w.target_lane_key,
-       w.run_after, w.dependency_wake_key, w.dependency_keys, w.projection_key,
+       w.run_after, w.dependency_wake_key, w.dependency_keys, w.projection_key, w.rate_key,
        s.active_generation, s.paused_classes, sqlc.embed(e)
 FROM work_item w
 JOIN scope s ON s.scope_id = w.scope_id

@@ -9,7 +9,7 @@ INSERT INTO work_item (
     event_id, scope_id, generation, work_type, queue_class, state, run_after,
     priority, source_lane_key, target_lane_key, lane_ordinal,
     projection_key, projection_active_key, projection_queued_key,
-    dependency_wake_key, dependency_keys, unique_live_key, created_at, updated_at
+    dependency_wake_key, dependency_keys, unique_live_key, rate_key, created_at, updated_at
 ) VALUES (
     sqlc.arg(event_id), sqlc.arg(scope_id), sqlc.arg(generation),
     sqlc.arg(work_type), sqlc.arg(queue_class), sqlc.arg(state),
@@ -18,7 +18,7 @@ INSERT INTO work_item (
     sqlc.narg(target_lane_key), sqlc.arg(lane_ordinal),
     sqlc.narg(projection_key), sqlc.narg(projection_active_key),
     sqlc.narg(projection_queued_key), sqlc.narg(dependency_wake_key), sqlc.narg(dependency_keys),
-    sqlc.narg(unique_live_key), NOW(6), NOW(6)
+    sqlc.narg(unique_live_key), sqlc.narg(rate_key), NOW(6), NOW(6)
 );
 
 -- name: GetWorkItem :one

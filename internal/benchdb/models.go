@@ -167,4 +167,5 @@ type WorkItem struct {
 	ProjectionQueuedKey  sql.NullString
 	UniqueLiveKey        sql.NullString
 	CancelReason         sql.NullString
+	RateKey              sql.NullString
 }

@@ -142,4 +142,5 @@ type WorkItem struct {
 	ProjectionQueuedKey  sql.NullString
 	UniqueLiveKey        sql.NullString
 	CancelReason         sql.NullString
+	RateKey              sql.NullString
 }

@@ -14,7 +14,7 @@ LINES TERMINATED BY '\n'
 (event_id, scope_id, generation, work_type, queue_class, state, priority,
  source_lane_key, target_lane_key, lane_ordinal, projection_key,
  projection_active_key, projection_queued_key, dependency_wake_key,
- dependency_keys, unique_live_key, @delay_micros)
+ dependency_keys, unique_live_key, rate_key, @delay_micros)
 SET run_after = DATE_ADD(NOW(6), INTERVAL @delay_micros MICROSECOND),
     created_at = NOW(6),
     updated_at = NOW(6);

@@ -2,6 +2,8 @@ package ratelimit
 
 import (
 	"errors"
+	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -73,6 +75,8 @@ func TestLimitValidation(t *testing.T) {
 		{Key: "crm", WorkType: "w", WorkTypes: []string{"a"}, N: 1, Per: time.Second},
 		{WorkTypes: []string{"a", "b"}, N: 1, Per: time.Second},
 		{Key: "crm", WorkTypes: []string{"a", ""}, N: 1, Per: time.Second},
+		{WorkType: "#w", N: 1, Per: time.Second},
+		{Key: "#crm", WorkTypes: []string{"a"}, N: 1, Per: time.Second, PerKey: true},
 	} {
 		if err := l.validate(); !errors.Is(err, workqueue.ErrInvalid) {
 			t.Errorf("%+v: validate = %v, want ErrInvalid", l, err)
@@ -97,5 +101,32 @@ func TestLimitsSharingAKey(t *testing.T) {
 		if _, err := New(nil, "s", nil, limits); !errors.Is(err, workqueue.ErrInvalid) {
 			t.Errorf("%+v: New = %v, want ErrInvalid", limits, err)
 		}
+	}
+}
+
+// Per-key budgets are counted under names that fit limit_name, differ by
+// limit and by key (also where a plain concatenation would not), and
+// cannot be a limit's own name.
+func TestBudgetNames(t *testing.T) {
+	names := map[string]string{}
+	for _, c := range [][2]string{{"a", "bc"}, {"ab", "c"}, {"a", ""}, {"b", ""}, {"a", strings.Repeat("k", 128)}, {"a", "b c"}} {
+		n := BudgetName(c[0], c[1])
+		if len(n) > 64 || !strings.HasPrefix(n, keyedPrefix) || !ascii(n) {
+			t.Errorf("BudgetName(%q, %q) = %q", c[0], c[1], n)
+		}
+		if prev, ok := names[n]; ok {
+			t.Errorf("BudgetName(%q, %q) = %q, as for %s", c[0], c[1], n, prev)
+		}
+		names[n] = fmt.Sprint(c)
+	}
+	l, err := New(nil, "s", nil, []Limit{{WorkType: "sync", N: 1, Per: time.Second, PerKey: true}, {WorkType: "mail", N: 1, Per: time.Second}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if l.GatesClaims("sync") || !l.GatesClaims("mail") || !l.Limited("sync") || l.GatesClaims("other") {
+		t.Fatal("a limit per key gates claims, or one per type does not")
+	}
+	if a, b := l.byType["sync"].budget("k1"), l.byType["sync"].budget("k2"); a == b || a != l.byType["sync"].budget("k1") || a.name != BudgetName("sync", "k1") {
+		t.Fatal("keys share a budget, or a key has two")
 	}
 }

@@ -1,7 +1,9 @@
 // Package ratelimit holds the rate limits of a scope's work types across
 // every process: at most N starts per Per, counted by the database's clock,
 // with no row that every claim writes. A limit is one work type's, or a
-// named budget (Key) that several work types share.
+// named budget (Key) that several work types share; with PerKey, every
+// rate key of its items (workqueue.Work.RateKey: a customer, an account)
+// has a budget of its own.
 //
 // A limit's period is cut into k = min(N, 10) windows, and window i of the
 // epoch (by the database's clock) may start N/k items, one more for the
@@ -24,12 +26,25 @@
 // pending, due, attempts untouched, and other work is claimed as usual),
 // and the worker's controller is told to claim again when the next window
 // opens. An item that finds no start left when its executor takes it (a
-// claim returns up to its Max) is given back unrun until the next window
-// (workqueue.Queue.Defer: its attempt is not counted).
+// claim returns up to its Max) is given back unrun until a later window
+// (workqueue.Queue.Defer: its attempt is not counted): the first quota of
+// a window's refusals to the next window, the next quota to the one after,
+// and so on, so a backlog of one key is spread over the windows it needs
+// instead of all coming due together again.
+//
+// A limit per key cannot leave a spent key out of a claim (the claim
+// index does not hold the key, and a scan that skipped a hot key's
+// backlog would read through all of it): its items are claimed as other
+// work is, and refused ones are spread as above. So a key's backlog costs
+// each of its items one claim and release more, once, and delays other
+// work of the type while it is being spread; it never blocks it, and the
+// budget holds for every key.
 package ratelimit
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"fmt"
 	"strings"
 	"sync"
@@ -52,6 +67,12 @@ type Limit struct {
 	WorkTypes []string      // the work types spending Key's budget
 	N         int           // starts allowed per Per (at least 1)
 	Per       time.Duration // at least 10ms, in whole microseconds
+	// PerKey gives every rate key of the limit's items (Work.RateKey; the
+	// items without one share the empty key's) a budget of its own of N
+	// per Per, instead of one budget for all: N calls a second per
+	// customer, say. Its windows' rows are named by a hash of the limit's
+	// name and the key (BudgetName).
+	PerKey bool
 }
 
 // Name is what the limit's windows are counted under: Key, or WorkType.
@@ -104,10 +125,11 @@ func (l Limit) validate() error {
 		return fmt.Errorf("%w: rate limit %q: Key needs the WorkTypes that share it", workqueue.ErrInvalid, l.Key)
 	case len(l.Name()) < 1 || len(l.Name()) > 64:
 		return fmt.Errorf("%w: rate limit name (Key or WorkType) must be 1..64 bytes, got %d", workqueue.ErrInvalid, len(l.Name()))
-	case !ascii(l.Name()) || strings.TrimRight(l.Name(), " ") != l.Name():
+	case !ascii(l.Name()) || strings.TrimRight(l.Name(), " ") != l.Name() || strings.HasPrefix(l.Name(), keyedPrefix):
 		// The rows' limit_name is ascii_bin, which pads with spaces: "crm"
-		// and "crm " would count in one budget.
-		return fmt.Errorf("%w: rate limit name %q must be ASCII without trailing spaces", workqueue.ErrInvalid, l.Name())
+		// and "crm " would count in one budget. Names beginning with the
+		// prefix are the per-key budgets'.
+		return fmt.Errorf("%w: rate limit name %q must be ASCII, without trailing spaces, not beginning with %q", workqueue.ErrInvalid, l.Name(), keyedPrefix)
 	case l.N < 1:
 		return fmt.Errorf("%w: rate limit %q: N must be at least 1, got %d", workqueue.ErrInvalid, l.Name(), l.N)
 	case l.Per < 10*time.Millisecond || l.Per%time.Microsecond != 0:
@@ -130,16 +152,54 @@ func ascii(s string) bool {
 	return true
 }
 
-// share is a process's share of one window of one limit.
+// keyedPrefix begins the names of per-key budgets' rows; no limit's own
+// name may.
+const keyedPrefix = "#"
+
+// BudgetName is the limit_name of the rate_window rows of rateKey's
+// budget under a PerKey limit named limitName (Limit.Name): "#" and a hash
+// of the two, so any key (up to 128 bytes) fits the column's 64, and no
+// two limits or keys share rows (128 bits). Operators find a key's rows
+// with it.
+func BudgetName(limitName, rateKey string) string {
+	sum := sha256.Sum256([]byte(limitName + "\x00" + rateKey))
+	return keyedPrefix + hex.EncodeToString(sum[:16])
+}
+
+// limit is a Limit and its budgets in this process.
+type limit struct {
+	Limit
+	whole *share            // the limit's one budget (not PerKey)
+	keyed map[string]*share // PerKey: a budget per rate key, made as items of it are claimed
+}
+
+// budget is the share that counts starts of rateKey.
+func (m *limit) budget(rateKey string) *share {
+	if !m.PerKey {
+		return m.whole
+	}
+	s := m.keyed[rateKey]
+	if s == nil {
+		s = &share{Limit: m.Limit, name: BudgetName(m.Name(), rateKey), window: -1}
+		m.keyed[rateKey] = s
+	}
+	return s
+}
+
+// share is a process's share of one window of one budget.
 type share struct {
 	Limit
-	window int64 // the window the share is of
-	left   int   // starts of the share not spent yet
-	spent  bool  // the window had nothing left to grant
+	name   string // the budget's rows' limit_name
+	window int64  // the window the share is of
+	left   int    // starts of the share not spent yet
+	spent  bool   // the window had nothing left to grant
 	// waiting counts items claimed (Claimed) that have not asked Take
 	// yet: the size of the next share, so a process takes what it will
 	// start, not what it could.
 	waiting int
+	// refused counts the window's refusals, which spread the refused
+	// items over the windows after it.
+	refused int
 }
 
 // Limiter is one process's view of a scope's limits. Safe for concurrent
@@ -149,11 +209,12 @@ type Limiter struct {
 	scope string
 	clk   clock.Clock
 
-	mu     sync.Mutex
-	byType map[string]*share
-	offset time.Duration // the database's clock minus clk, as last measured
-	synced bool          // offset measured at least once
-	takes  uint64
+	mu        sync.Mutex
+	byType    map[string]*limit
+	offset    time.Duration // the database's clock minus clk, as last measured
+	synced    bool          // offset measured at least once
+	takes     uint64
+	nextSweep time.Time // when Take next forgets idle keys (sweepIdle)
 }
 
 // New checks limits and returns a Limiter of scope; clk is the worker's
@@ -162,7 +223,7 @@ func New(qu *workqueue.Queue, scope string, clk clock.Clock, limits []Limit) (*L
 	if clk == nil {
 		clk = clock.Real()
 	}
-	l := &Limiter{qu: qu, scope: scope, clk: clk, byType: map[string]*share{}}
+	l := &Limiter{qu: qu, scope: scope, clk: clk, byType: map[string]*limit{}}
 	names := map[string]bool{}
 	for _, lim := range limits {
 		if err := lim.validate(); err != nil {
@@ -172,12 +233,17 @@ func New(qu *workqueue.Queue, scope string, clk clock.Clock, limits []Limit) (*L
 			return nil, fmt.Errorf("%w: two rate limits are named %q (a Key and a work type limited alone share a name)", workqueue.ErrInvalid, lim.Name())
 		}
 		names[lim.Name()] = true
-		s := &share{Limit: lim, window: -1}
+		m := &limit{Limit: lim}
+		if lim.PerKey {
+			m.keyed = map[string]*share{}
+		} else {
+			m.whole = &share{Limit: lim, name: lim.Name(), window: -1}
+		}
 		for _, t := range lim.Types() {
 			if l.byType[t] != nil {
 				return nil, fmt.Errorf("%w: work type %q has two rate limits", workqueue.ErrInvalid, t)
 			}
-			l.byType[t] = s
+			l.byType[t] = m
 		}
 	}
 	return l, nil
@@ -185,6 +251,15 @@ func New(qu *workqueue.Queue, scope string, clk clock.Clock, limits []Limit) (*L
 
 // Limited reports whether workType has a limit.
 func (l *Limiter) Limited(workType string) bool { return l.byType[workType] != nil }
+
+// GatesClaims reports whether workType's claims are left out while its
+// budget is spent (Admit): a limit of one budget. A limit per key cannot
+// be (see the package comment), so its work types are claimed as
+// unlimited ones are, and only Take limits them.
+func (l *Limiter) GatesClaims(workType string) bool {
+	m := l.byType[workType]
+	return m != nil && !m.PerKey
+}
 
 // now is the database's clock as this process estimates it.
 func (l *Limiter) now() time.Time { return l.clk.Now().Add(l.offset) }
@@ -213,11 +288,12 @@ func (l *Limiter) Admit(ctx context.Context, types []string) (admitted []string,
 		return nil, time.Time{}, err
 	}
 	for _, t := range types {
-		s := l.byType[t]
-		if s == nil {
+		m := l.byType[t]
+		if m == nil || m.PerKey {
 			admitted = append(admitted, t)
 			continue
 		}
+		s := m.whole
 		w := windowOf(s, l.now())
 		if s.window != w || s.left > 0 || !s.spent {
 			admitted = append(admitted, t)
@@ -228,15 +304,15 @@ func (l *Limiter) Admit(ctx context.Context, types []string) (admitted []string,
 	return admitted, retryAt, nil
 }
 
-// Claimed records n claimed items of workType that will ask Take to
-// start: the size of the next share.
-func (l *Limiter) Claimed(workType string, n int) {
-	s := l.byType[workType]
-	if s == nil || n <= 0 {
+// Claimed records n claimed items of workType (and rateKey, for a limit
+// per key) that will ask Take to start: the size of the next share.
+func (l *Limiter) Claimed(workType, rateKey string, n int) {
+	m := l.byType[workType]
+	if m == nil || n <= 0 {
 		return
 	}
 	l.mu.Lock()
-	s.waiting += n
+	m.budget(rateKey).waiting += n
 	l.mu.Unlock()
 }
 
@@ -271,10 +347,10 @@ func (l *Limiter) resync(ctx context.Context) error {
 func (l *Limiter) topUp(ctx context.Context, s *share) (left int, nextOpen time.Time, err error) {
 	w := windowOf(s, l.now())
 	if w != s.window {
-		s.window, s.left, s.spent = w, 0, false // a past window's share is worthless
+		s.window, s.left, s.spent, s.refused = w, 0, false, 0 // a past window's share is worthless
 	}
 	for try := 0; s.left == 0 && !s.spent; try++ {
-		got, err := l.qu.TakeRateShare(ctx, l.scope, s.Name(), w, s.windowMicros(), max(s.waiting, 1), s.quota(w))
+		got, err := l.qu.TakeRateShare(ctx, l.scope, s.name, w, s.windowMicros(), max(s.waiting, 1), s.quota(w))
 		if err != nil {
 			return 0, time.Time{}, fmt.Errorf("ratelimit: %w", err)
 		}
@@ -289,29 +365,32 @@ func (l *Limiter) topUp(ctx context.Context, s *share) (left int, nextOpen time.
 				return 0, time.Time{}, err
 			}
 			w = windowOf(s, l.now())
-			s.window, s.left, s.spent = w, 0, false
+			s.window, s.left, s.spent, s.refused = w, 0, false, 0
 			continue
 		}
 		s.left, s.spent = got.Granted, got.Used >= s.quota(w)
 		l.takes++
 		if l.takes%256 == 0 {
 			// Now and then: windows older than two periods are worthless.
-			_, _ = l.qu.PruneRateWindows(ctx, l.scope, s.Name(), w-2*s.windows())
+			_, _ = l.qu.PruneRateWindows(ctx, l.scope, s.name, w-2*s.windows())
 		}
 	}
 	return s.left, l.nextOpen(s, w), nil
 }
 
-// Take spends one start of workType, just before its handler starts: from
-// this process's share of the current window, topped up from the window's
-// budget when spent. It reports false, with when the next window opens (on
-// the Limiter's clock), when the window has nothing left: the caller gives
-// the item back until then, unrun. Starts are counted when they happen, so
-// an item claimed in one window that waits for an executor into the next
-// spends the next window's budget. An unlimited work type always starts.
-func (l *Limiter) Take(ctx context.Context, workType string) (ok bool, retryAt time.Time, err error) {
-	s := l.byType[workType]
-	if s == nil {
+// Take spends one start of workType (counted under rateKey for a limit
+// per key), just before its handler starts: from this process's share of
+// the current window, topped up from the window's budget when spent. It
+// reports false, with when the item may ask again (on the Limiter's
+// clock), when the window has nothing left: the caller gives the item
+// back unrun until then. The window's refusals are spread over the
+// windows after it, a quota each, so a backlog does not come due again
+// all at once. Starts are counted when they happen, so an item claimed in
+// one window that waits for an executor into the next spends the next
+// window's budget. An unlimited work type always starts.
+func (l *Limiter) Take(ctx context.Context, workType, rateKey string) (ok bool, retryAt time.Time, err error) {
+	m := l.byType[workType]
+	if m == nil {
 		return true, time.Time{}, nil
 	}
 	l.mu.Lock()
@@ -319,11 +398,59 @@ func (l *Limiter) Take(ctx context.Context, workType string) (ok bool, retryAt t
 	if err := l.sync(ctx); err != nil {
 		return false, time.Time{}, err
 	}
+	if m.PerKey {
+		l.sweepIdle(ctx)
+	}
+	s := m.budget(rateKey)
 	s.waiting = max(s.waiting-1, 0) // this item asks once: it starts or is given back
 	left, at, err := l.topUp(ctx, s)
-	if err != nil || left == 0 {
-		return false, at, err
+	if err != nil {
+		return false, time.Time{}, err
+	}
+	if left == 0 {
+		// The first quota of refusals goes to the next window, the next
+		// quota to the one after, and so on.
+		later := int64(s.refused / max(s.quota(s.window+1), 1))
+		s.refused++
+		return false, at.Add(time.Duration(later*s.windowMicros()) * time.Microsecond), nil
 	}
 	s.left--
 	return true, time.Time{}, nil
+}
+
+// sweepEvery is how often Take forgets the idle keys of limits per key,
+// and sweepMost how many it forgets at a time.
+const (
+	sweepEvery = 10 * time.Second
+	sweepMost  = 64
+)
+
+// sweepIdle forgets, now and then, the budgets of keys with no item
+// waiting to start and no share of the current window, and deletes their
+// rows of past windows (worthless: grants go only to the database's
+// current window), so a process's memory and the table follow the keys in
+// use, not every key ever seen. A key's row of its last window stays when
+// no process forgets the key (every process stopped first). Under l.mu.
+func (l *Limiter) sweepIdle(ctx context.Context) {
+	now := l.clk.Now()
+	if now.Before(l.nextSweep) {
+		return
+	}
+	l.nextSweep = now.Add(sweepEvery)
+	swept := 0
+	for _, m := range l.byType {
+		for key, s := range m.keyed {
+			if swept == sweepMost {
+				return
+			}
+			if s.waiting > 0 || s.window >= windowOf(s, l.now()) {
+				continue
+			}
+			delete(m.keyed, key)
+			swept++
+			if s.window >= 0 {
+				_, _ = l.qu.PruneRateWindows(ctx, l.scope, s.name, s.window+1)
+			}
+		}
+	}
 }

@@ -70,7 +70,7 @@ func (b backend) Claim(ctx context.Context, reqs []scheduler.Request) []schedule
 			}
 			if w.limiter != nil {
 				for _, it := range r.Items {
-					w.limiter.Claimed(it.WorkType, 1) // each asks Take once as it starts
+					w.limiter.Claimed(it.WorkType, it.RateKey, 1) // each asks Take once as it starts
 				}
 			}
 			items := w.handOver(r.Items)
@@ -177,7 +177,7 @@ func (b backend) Handle(ctx context.Context, c *workqueue.Claimed) error {
 	if w.limiter != nil {
 		// Counted as it starts: a start its window has no budget for is
 		// given back unrun until the next window (Finish).
-		ok, retryAt, err := w.limiter.Take(ctx, c.WorkType)
+		ok, retryAt, err := w.limiter.Take(ctx, c.WorkType, c.RateKey)
 		if err != nil {
 			return &rateDeferred{until: w.clock.Now().Add(time.Second), err: err}
 		}

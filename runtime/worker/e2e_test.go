@@ -50,7 +50,8 @@ const (
 	// the worker's clock off by this much (clock.Skewed).
 	helperPeriodicEnv  = "LANEQ_WORKER_HELPER_PERIODIC"
 	helperClockSkewEnv = "LANEQ_WORKER_HELPER_CLOCK_SKEW"
-	// helperRateEnv limits "deliver" to N starts per period: "N/PERIOD".
+	// helperRateEnv limits "deliver" to N starts per period: "N/PERIOD",
+	// or per rate key of the items: "N/PERIOD/key".
 	helperRateEnv = "LANEQ_WORKER_HELPER_RATE"
 	// helperClockScaleEnv runs the worker's timers on clock.Scaled(N);
 	// helperDefaultsEnv keeps every period at its default (otherwise the
@@ -138,11 +139,12 @@ func runHelperProcess() int {
 		cfg.Controller.Clock = clock.Skewed(d)
 	}
 	if v := os.Getenv(helperRateEnv); v != "" {
+		v, perKey := strings.CutSuffix(v, "/key")
 		n, per, ok := strings.Cut(v, "/")
 		if !ok {
-			return fail(fmt.Errorf("%s=%q: want N/PERIOD", helperRateEnv, v))
+			return fail(fmt.Errorf("%s=%q: want N/PERIOD or N/PERIOD/key", helperRateEnv, v))
 		}
-		lim := ratelimit.Limit{WorkType: "deliver"}
+		lim := ratelimit.Limit{WorkType: "deliver", PerKey: perKey}
 		if lim.N, err = strconv.Atoi(n); err != nil {
 			return fail(err)
 		}

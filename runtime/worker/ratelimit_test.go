@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/go-cmp/cmp"
+
 	"github.com/laneq/laneq/internal/queuetest"
 	"github.com/laneq/laneq/internal/scanfloor"
 	"github.com/laneq/laneq/internal/waitfor"
@@ -30,21 +32,26 @@ func maxInSpan(starts []time.Time, span time.Duration) int {
 	return most
 }
 
-// rateRun is one run of three worker processes sharing a limit of 50
-// starts a second on "deliver" over a backlog of items: every start, by
-// the handlers' own clocks, in order.
+// rateRun is one run of three worker processes sharing a rate limit on
+// "deliver" over a backlog of items: every start, by the handlers' own
+// clocks, in order.
 type rateRun struct {
-	limit     ratelimit.Limit
 	starts    []time.Time
 	byProcess map[string]int
 }
 
 func runRateLimited(t testing.TB, qu *workqueue.Queue, dsn string, items int) rateRun {
 	enqueueTo(t, qu, scope, "rated", items)
-	r := rateRun{limit: ratelimit.Limit{WorkType: "deliver", N: 50, Per: time.Second}, byProcess: map[string]int{}}
+	return runLimitedProcesses(t, dsn, items, "50/1s")
+}
+
+// runLimitedProcesses runs three worker processes with the limit rate
+// (helperRateEnv) until items items started.
+func runLimitedProcesses(t testing.TB, dsn string, items int, rate string) rateRun {
+	r := rateRun{byProcess: map[string]int{}}
 	var procs []*helperProc
 	for _, name := range []string{"rate-a", "rate-b", "rate-c"} {
-		procs = append(procs, startHelper(t, name, dsn, helperRateEnv+"=50/1s", helperStampEnv+"=1"))
+		procs = append(procs, startHelper(t, name, dsn, helperRateEnv+"="+rate, helperStampEnv+"=1"))
 	}
 	for _, h := range procs {
 		h.send(t, "go")
@@ -108,19 +115,20 @@ func TestRateLimitAcrossProcesses(t *testing.T) {
 	f := newFixture(t, workqueue.Config{})
 	const items = 1100
 	r := runRateLimited(t, f.qu, f.dsn, items)
+	limit := ratelimit.Limit{WorkType: "deliver", N: 50, Per: time.Second}
 	// By the handlers' clocks, logged: a handler starts a moment after its
 	// grant, longer on a stalled machine, so these spans are not the
 	// grants' (see the package comment of runtime/ratelimit).
 	most := maxInSpan(r.starts, time.Second)
-	observedBound := r.limit.Bound() + (r.limit.N+9)/10
+	observedBound := limit.Bound() + (limit.N+9)/10
 	var busiestWindow, busiestSecond int
 	if err := f.db.QueryRow(`SELECT COALESCE(MAX(granted), 0), COALESCE(MAX(per_second), 0) FROM (
 		SELECT granted, SUM(granted) OVER (ORDER BY window_index RANGE BETWEEN 9 PRECEDING AND CURRENT ROW) AS per_second
 		FROM rate_window WHERE scope_id = ? AND limit_name = 'deliver') w`, scope).Scan(&busiestWindow, &busiestSecond); err != nil {
 		t.Fatal(err)
 	}
-	if busiestWindow > 5 || busiestSecond > r.limit.N {
-		t.Errorf("the budget's rows granted %d in one window and %d in ten consecutive ones, want at most 5 and %d", busiestWindow, busiestSecond, r.limit.N)
+	if busiestWindow > 5 || busiestSecond > limit.N {
+		t.Errorf("the budget's rows granted %d in one window and %d in ten consecutive ones, want at most 5 and %d", busiestWindow, busiestSecond, limit.N)
 	}
 	var unfinished, maxAttempts int
 	waitfor.Until(t, time.Minute, func() (bool, error) {
@@ -131,7 +139,7 @@ func TestRateLimitAcrossProcesses(t *testing.T) {
 		t.Errorf("an item made %d attempts, want 1 each", maxAttempts)
 	}
 	t.Logf("%d items: the busiest second started %d (grant bound %d, observed bound %d); ten consecutive windows granted at most %d; %.1f starts a second; by process %v",
-		items, most, r.limit.Bound(), observedBound, busiestSecond, r.rate(items), r.byProcess)
+		items, most, limit.Bound(), observedBound, busiestSecond, r.rate(items), r.byProcess)
 }
 
 // BenchmarkRateLimitAcrossProcesses: the starts a second three worker
@@ -296,6 +304,136 @@ func TestRateLimitKeySharedByWorkTypes(t *testing.T) {
 	if rows != 1 || granted != 1 || others != 0 {
 		t.Fatalf("budget rows: %d under the key granting %d, %d under other names; want 1, 1, 0", rows, granted, others)
 	}
+}
+
+// enqueueRated enqueues n items of workType counted under rateKey.
+func (f *fixture) enqueueRated(n int, workType, rateKey string) {
+	f.t.Helper()
+	var evs []workqueue.Event
+	for range n {
+		f.seq++
+		evs = append(evs, workqueue.Event{
+			IdempotencyKey: fmt.Sprintf("ev-%d", f.seq), RouteID: "r", RouteVersion: 1, EventKind: "k",
+			SourceKind: "s", SourceID: fmt.Sprint(f.seq), Payload: []byte("{}"),
+			Work: []workqueue.Work{{WorkType: workType, RateKey: rateKey}},
+		})
+	}
+	if _, err := f.qu.Enqueue(f.ctx, scope, evs); err != nil {
+		f.t.Fatalf("enqueue: %v", err)
+	}
+}
+
+// budgetRows is, per budget name of scope's rate_window rows, the most
+// granted in one window and in ten consecutive ones.
+func (f *fixture) budgetRows() map[string][2]int {
+	f.t.Helper()
+	rows, err := f.db.Query(`SELECT limit_name, MAX(granted), MAX(per_ten) FROM (
+		SELECT limit_name, granted, SUM(granted) OVER (PARTITION BY limit_name ORDER BY window_index RANGE BETWEEN 9 PRECEDING AND CURRENT ROW) AS per_ten
+		FROM rate_window WHERE scope_id = ?) w GROUP BY limit_name`, scope)
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	defer rows.Close()
+	out := map[string][2]int{}
+	for rows.Next() {
+		var name string
+		var most [2]int
+		if err := rows.Scan(&name, &most[0], &most[1]); err != nil {
+			f.t.Fatal(err)
+		}
+		out[name] = most
+	}
+	if err := rows.Err(); err != nil {
+		f.t.Fatal(err)
+	}
+	return out
+}
+
+// A limit per key gives every key a budget of its own: at one start a day
+// per key, one item of each key starts (the items without a key share the
+// empty key's budget), a hot key's 200 items do not hold back the others,
+// and unlimited work completes. The hot key's refused items are given back
+// without spending attempts, spread over the windows after (a quota each),
+// not all due again at the next window.
+func TestRateLimitPerKey(t *testing.T) {
+	f := newFixture(t, workqueue.Config{})
+	f.enqueueRated(200, "sync", "hot")
+	f.enqueueRated(4, "sync", "a")
+	f.enqueueRated(4, "sync", "b")
+	f.enqueueRated(2, "sync", "")
+	f.enqueue(10, 0, "mail")
+	var mu sync.Mutex
+	ran := map[string]int{}
+	h := func(_ context.Context, job *worker.Job) error {
+		mu.Lock()
+		ran[job.Item.WorkType+"/"+job.Item.RateKey]++
+		mu.Unlock()
+		return nil
+	}
+	cfg := quietCfg(4)
+	cfg.Limits = []ratelimit.Limit{{WorkType: "sync", N: 1, Per: 24 * time.Hour, PerKey: true}}
+	w, err := worker.New(f.qu, cfg, map[string]worker.Handler{"sync": h, "mail": h})
+	if err != nil {
+		t.Fatal(err)
+	}
+	run(t, w)
+	settled(t, f, w, map[string]int{workqueue.StateCompleted: 14, workqueue.StatePending: 206})
+	var attempts, spread int
+	if err := f.db.QueryRow("SELECT COALESCE(SUM(attempt_count), -1), COUNT(DISTINCT DATE(run_after)) FROM work_item WHERE scope_id = ? AND state = 'pending' AND rate_key = 'hot'", scope).Scan(&attempts, &spread); err != nil {
+		t.Fatal(err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	want := map[string]int{"sync/hot": 1, "sync/a": 1, "sync/b": 1, "sync/": 1, "mail/": 10}
+	if diff := cmp.Diff(want, ran); diff != "" || attempts != 0 {
+		t.Fatalf("starts by type/key (-want +got):\n%s\npending hot items' attempts %d, want 0", diff, attempts)
+	}
+	if spread < 150 {
+		t.Fatalf("the hot key's 199 refused items are due on %d days, want them spread a day's quota each", spread)
+	}
+	budgets := f.budgetRows()
+	for _, key := range []string{"hot", "a", "b", ""} {
+		if got := budgets[ratelimit.BudgetName("sync", key)]; got != [2]int{1, 1} {
+			t.Errorf("key %q: most granted in a window, in ten: %v, want [1 1]", key, got)
+		}
+	}
+	if len(budgets) != 4 {
+		t.Errorf("%d budgets, want one per key: %v", len(budgets), budgets)
+	}
+}
+
+// TestRateLimitPerKeyAcrossProcesses: three worker processes share a
+// limit of 10 starts a second per key on "deliver", over 100 items of each
+// of three keys. Each key's budget rows, by the database's clock: no
+// window granted more than its 1, no ten consecutive windows (one second)
+// more than 10. Every item completes with one attempt; none starts twice.
+// Logged: the starts a second of all keys together (30 at most).
+func TestRateLimitPerKeyAcrossProcesses(t *testing.T) {
+	f := newFixture(t, workqueue.Config{})
+	keys := []string{"customer-1", "customer-2", "customer-3"}
+	for _, k := range keys {
+		f.enqueueRated(100, "deliver", k)
+	}
+	r := runLimitedProcesses(t, f.dsn, 300, "10/1s/key")
+	budgets := f.budgetRows()
+	for _, k := range keys {
+		if got := budgets[ratelimit.BudgetName("deliver", k)]; got[0] > 1 || got[1] > 10 || got[1] == 0 {
+			t.Errorf("key %q: most granted in a window, in ten: %v, want at most 1 and 10", k, got)
+		}
+	}
+	if len(budgets) != len(keys) {
+		t.Errorf("%d budgets, want one per key: %v", len(budgets), budgets)
+	}
+	var unfinished, maxAttempts int
+	waitfor.Until(t, time.Minute, func() (bool, error) {
+		err := f.db.QueryRow("SELECT COUNT(*) - SUM(state = 'completed'), MAX(attempt_count) FROM work_item WHERE scope_id = ?", scope).Scan(&unfinished, &maxAttempts)
+		return unfinished == 0, err
+	}, func() string { return fmt.Sprintf("%d items not completed", unfinished) })
+	if maxAttempts != 1 {
+		t.Errorf("an item made %d attempts, want 1 each", maxAttempts)
+	}
+	t.Logf("300 items of 3 keys at 10 a second per key: %.1f starts a second together, the busiest second %d; by process %v; budgets %v",
+		r.rate(300), maxInSpan(r.starts, time.Second), r.byProcess, budgets)
 }
 
 // Limits are checked when the worker is built.

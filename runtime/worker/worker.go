@@ -238,7 +238,7 @@ func New(q *workqueue.Queue, cfg Config, handlers map[string]Handler) (*Worker, 
 		}
 		w.unlimited, w.limited = nil, map[string]*workqueue.Claimer{}
 		for _, t := range w.types {
-			if !w.limiter.Limited(t) {
+			if !w.limiter.GatesClaims(t) {
 				w.unlimited = append(w.unlimited, t)
 				continue
 			}

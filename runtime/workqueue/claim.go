@@ -41,6 +41,9 @@ type Claimed struct {
 	// Work.Projection); empty for per-event work. A projection generation's
 	// input is ProjectionInput, not only Event.
 	ProjectionKey string
+	// RateKey is Work.RateKey: what a rate limit per key counts the item's
+	// start under (empty: none).
+	RateKey string
 	// Event is the item's event, read with the claim (nil when a claim
 	// path did not read it: LoadEvent then).
 	Event *StoredEvent
@@ -894,6 +897,7 @@ func (c *Claimer) readBack(ctx context.Context, ref sql.NullString, ids []int64,
 			TargetLaneKey: r.TargetLaneKey, RunAfter: r.RunAfter, ProjectionKey: r.ProjectionKey,
 		}, reclaimed)
 		claimed.Dependency = dependencyFrom(r.DependencyWakeKey, r.DependencyKeys)
+		claimed.RateKey = r.RateKey.String
 		ev := storedEvent(r.Event)
 		claimed.Event = &ev
 		if r.Generation != r.ActiveGeneration || pausedNow(r.PausedClasses, r.QueueClass) {

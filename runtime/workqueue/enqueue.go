@@ -76,6 +76,12 @@ type Work struct {
 	// Not with a Projection, which already keeps one live generation. A
 	// replay's child (Queue.Replay) holds no key.
 	UniqueKey string
+	// RateKey (printable ASCII without spaces, at most 128 bytes; empty for
+	// none) is the key the item's starts are counted under by a rate limit
+	// per key (ratelimit.Limit.PerKey): a customer or an account whose
+	// upstream takes N calls per period, whatever the other keys do.
+	// Without such a limit it is stored and ignored.
+	RateKey string
 }
 
 // EnqueuedEvent reports what Enqueue did for one input event.
@@ -366,6 +372,7 @@ func enqueueTx(ctx context.Context, q *gen.Queries, raw *sql.Tx, scope string, e
 				ProjectionActiveKey: activeKey,
 				ProjectionQueuedKey: queuedKey,
 				UniqueLiveKey:       uniqueKey,
+				RateKey:             store.NullString(work.RateKey),
 			}})
 			res.Work = append(res.Work, EnqueuedWork{WorkType: work.WorkType, State: state, Created: true, Projection: outcome})
 			made++
@@ -436,6 +443,9 @@ func enqueueTx(ctx context.Context, q *gen.Queries, raw *sql.Tx, scope string, e
 
 // MaxUniqueKey bounds Work.UniqueKey.
 const MaxUniqueKey = 128
+
+// MaxRateKey bounds Work.RateKey (work_item.rate_key).
+const MaxRateKey = 128
 
 // uniqueHolder is the live item holding a unique key: an existing one
 // (planned -1), or the planned item of this batch at works[planned].
@@ -555,6 +565,9 @@ func (qu *Queue) validateEnqueue(scope string, events []Event) error {
 				}
 			}
 			if err := checkASCII(i, j, "UniqueKey", w.UniqueKey, 0, MaxUniqueKey); err != nil {
+				return err
+			}
+			if err := checkASCII(i, j, "RateKey", w.RateKey, 0, MaxRateKey); err != nil {
 				return err
 			}
 			if w.Projection && w.SourceLane != "" {
