@@ -2,6 +2,7 @@ package worker_test
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"fmt"
 	"strconv"
@@ -449,6 +450,12 @@ func (f *fixture) otherQueue(cfg workqueue.Config) *workqueue.Queue {
 	if err != nil {
 		f.t.Fatal(err)
 	}
+	return f.queueOn(db, cfg)
+}
+
+// queueOn is a Queue on db, both closed when the test ends.
+func (f *fixture) queueOn(db *sql.DB, cfg workqueue.Config) *workqueue.Queue {
+	f.t.Helper()
 	f.t.Cleanup(func() { db.Close() })
 	qu, err := workqueue.New(db, cfg)
 	if err != nil {

@@ -150,6 +150,22 @@ func TestDeadProcessItemsAreReclaimedWithinALease(t *testing.T) {
 	t.Logf("six expired leases across three classes recovered %s after the claims (lease %s, heartbeat %s)", recovered.Round(time.Millisecond), lease, lease/3)
 }
 
+// claimAsDeadProcess claims one item of workType through another pool,
+// with leases of lease, as a process that dies holding it.
+func (f *fixture) claimAsDeadProcess(lease time.Duration, workType string) workqueue.Claimed {
+	f.t.Helper()
+	deadQueue := f.otherQueue(workqueue.Config{Lease: lease, Announce: workqueue.AnnounceConfig{Off: true}})
+	dead, err := deadQueue.NewClaimer(scope, "dead-process", workqueue.ClaimerConfig{})
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	held, _, err := dead.Claim(f.ctx, workqueue.ClaimRequest{QueueClasses: []string{"default"}, WorkTypes: []string{workType}, Max: 1})
+	if err != nil || len(held) != 1 {
+		f.t.Fatalf("the process that dies claimed %d: %v", len(held), err)
+	}
+	return held[0]
+}
+
 // TestLeaseExpiringDuringAClaimTurnIsReclaimed: a dead process's lease
 // that expires after a claim turn read it live, and before that turn's
 // next-work lookup, is already past for the lookup, and nobody announces a
@@ -164,15 +180,7 @@ func TestLeaseExpiringDuringAClaimTurnIsReclaimed(t *testing.T) {
 	// the turn is an hour away, so only the dead lease can bring a turn.
 	f := newFixture(t, workqueue.Config{Lease: time.Hour})
 	f.enqueue(1, 0, "deliver")
-	deadQueue := f.otherQueue(workqueue.Config{Lease: 3 * time.Second, Announce: workqueue.AnnounceConfig{Off: true}})
-	dead, err := deadQueue.NewClaimer(scope, "dead-process", workqueue.ClaimerConfig{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	held, _, err := dead.Claim(f.ctx, workqueue.ClaimRequest{QueueClasses: []string{"default"}, WorkTypes: []string{"deliver"}, Max: 1})
-	if err != nil || len(held) != 1 {
-		t.Fatalf("the process that dies claimed %d: %v", len(held), err)
-	}
+	held := f.claimAsDeadProcess(3*time.Second, "deliver")
 	f.enqueue(1, 0, "deliver") // the worker's first turn takes this one
 	cfg := quietCfg(2)
 	var first sync.Once
@@ -180,7 +188,7 @@ func TestLeaseExpiringDuringAClaimTurnIsReclaimed(t *testing.T) {
 		first.Do(func() {
 			waitfor.Poll(2*time.Minute, func() (bool, bool) {
 				var expired bool
-				if err := f.db.QueryRow("SELECT run_after < NOW(6) FROM work_item WHERE work_id = ?", held[0].WorkID).Scan(&expired); err != nil {
+				if err := f.db.QueryRow("SELECT run_after < NOW(6) FROM work_item WHERE work_id = ?", held.WorkID).Scan(&expired); err != nil {
 					t.Error(err)
 					return false, true
 				}
@@ -196,7 +204,7 @@ func TestLeaseExpiringDuringAClaimTurnIsReclaimed(t *testing.T) {
 	run(t, w)
 	c.wait(t, 2)
 	settled(t, f, w, map[string]int{"completed": 2})
-	if n := c.attempts[held[0].WorkID]; n != 1 {
+	if n := c.attempts[held.WorkID]; n != 1 {
 		t.Fatalf("the dead process's item ran %d times here, want 1", n)
 	}
 	if st := w.Stats().Controller; st.GenerationProbes != 0 || st.DueTimerFires < 1 {
@@ -212,12 +220,7 @@ func (f *fixture) faultyQueue(cfg workqueue.Config) (*workqueue.Queue, *faultdb.
 	if err != nil {
 		f.t.Fatal(err)
 	}
-	f.t.Cleanup(func() { db.Close() })
-	qu, err := workqueue.New(db, cfg)
-	if err != nil {
-		f.t.Fatal(err)
-	}
-	return qu, in
+	return f.queueOn(db, cfg), in
 }
 
 // expireLeaseBeforeLookup makes the first next-work lookup the lease of
@@ -262,18 +265,10 @@ func (f *fixture) expireLeaseBeforeLookup(in *faultdb.Injector, workID int64, de
 func TestLeaseExpiringBeforeTheLookupRunsIsReclaimed(t *testing.T) {
 	f := newFixture(t, workqueue.Config{Lease: time.Hour})
 	f.enqueue(1, 0, "deliver")
-	deadQueue := f.otherQueue(workqueue.Config{Lease: time.Hour, Announce: workqueue.AnnounceConfig{Off: true}})
-	dead, err := deadQueue.NewClaimer(scope, "dead-process", workqueue.ClaimerConfig{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	held, _, err := dead.Claim(f.ctx, workqueue.ClaimRequest{QueueClasses: []string{"default"}, WorkTypes: []string{"deliver"}, Max: 1})
-	if err != nil || len(held) != 1 {
-		t.Fatalf("the process that dies claimed %d: %v", len(held), err)
-	}
+	held := f.claimAsDeadProcess(time.Hour, "deliver")
 	f.enqueue(1, 0, "deliver") // the worker's first turn takes this one
 	qu, in := f.faultyQueue(workqueue.Config{Lease: time.Hour})
-	f.expireLeaseBeforeLookup(in, held[0].WorkID, 300*time.Millisecond)
+	f.expireLeaseBeforeLookup(in, held.WorkID, 300*time.Millisecond)
 	c := newCollector(nil)
 	w, err := worker.New(qu, quietCfg(2), map[string]worker.Handler{"deliver": c.handle})
 	if err != nil {
@@ -282,7 +277,7 @@ func TestLeaseExpiringBeforeTheLookupRunsIsReclaimed(t *testing.T) {
 	run(t, w)
 	c.wait(t, 2)
 	settled(t, f, w, map[string]int{"completed": 2})
-	if n := c.attempts[held[0].WorkID]; n != 1 {
+	if n := c.attempts[held.WorkID]; n != 1 {
 		t.Fatalf("the dead process's item ran %d times here, want 1", n)
 	}
 	if st := w.Stats().Controller; st.GenerationProbes != 0 || st.DueTimerFires < 1 {
@@ -300,18 +295,10 @@ func TestLeaseExpiringBeforeTheLookupRunsIsReclaimed(t *testing.T) {
 func TestExpiredLeaseOfUnservedWorkCostsOneMoreTurn(t *testing.T) {
 	f := newFixture(t, workqueue.Config{Lease: time.Hour})
 	f.enqueue(1, 0, "report")
-	other := f.otherQueue(workqueue.Config{Lease: time.Hour, Announce: workqueue.AnnounceConfig{Off: true}})
-	dead, err := other.NewClaimer(scope, "dead-process", workqueue.ClaimerConfig{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	held, _, err := dead.Claim(f.ctx, workqueue.ClaimRequest{QueueClasses: []string{"default"}, WorkTypes: []string{"report"}, Max: 1})
-	if err != nil || len(held) != 1 {
-		t.Fatalf("the process that dies claimed %d: %v", len(held), err)
-	}
+	held := f.claimAsDeadProcess(time.Hour, "report")
 	f.enqueue(1, 0, "deliver")
 	qu, in := f.faultyQueue(workqueue.Config{Lease: time.Hour})
-	expired := f.expireLeaseBeforeLookup(in, held[0].WorkID, 0)
+	expired := f.expireLeaseBeforeLookup(in, held.WorkID, 0)
 	c := newCollector(nil)
 	w, err := worker.New(qu, quietCfg(2), map[string]worker.Handler{"deliver": c.handle})
 	if err != nil {
@@ -336,7 +323,7 @@ func TestExpiredLeaseOfUnservedWorkCostsOneMoreTurn(t *testing.T) {
 	if st.Claims > 4 || st.DueTimerFires < 2 || st.DueTimerFires > 3 {
 		t.Fatalf("%d claim turns and %d due fires for one expiry of unserved work, want 3 and 2: %+v", st.Claims, st.DueTimerFires, st)
 	}
-	if got := f.item(held[0].WorkID); got.State != "processing" {
+	if got := f.item(held.WorkID); got.State != "processing" {
 		t.Fatalf("the unserved item is %s", got.State)
 	}
 }

@@ -95,6 +95,21 @@ func runLimitedProcesses(t testing.TB, dsn string, items int, rate string) rateR
 // rate is the starts per second from the first to the nth.
 func (r rateRun) rate(n int) float64 { return float64(n-1) / r.starts[n-1].Sub(r.starts[0]).Seconds() }
 
+// allCompletedOnce waits until every item of the scope completed (their
+// finishes commit after the handlers returned) and checks each made one
+// attempt: an item given back for lack of budget does not spend one.
+func (f *fixture) allCompletedOnce() {
+	f.t.Helper()
+	var unfinished, maxAttempts int
+	waitfor.Until(f.t, time.Minute, func() (bool, error) {
+		err := f.db.QueryRow("SELECT COUNT(*) - SUM(state = 'completed'), MAX(attempt_count) FROM work_item WHERE scope_id = ?", scope).Scan(&unfinished, &maxAttempts)
+		return unfinished == 0, err
+	}, func() string { return fmt.Sprintf("%d items not completed", unfinished) })
+	if maxAttempts != 1 {
+		f.t.Errorf("an item made %d attempts, want 1 each", maxAttempts)
+	}
+}
+
 // TestRateLimitAcrossProcesses: three worker processes share a limit of
 // 50 starts a second on "deliver", over a backlog of 1,100 items.
 //   - The budget's rows, by the database's clock: no 10 consecutive
@@ -130,14 +145,7 @@ func TestRateLimitAcrossProcesses(t *testing.T) {
 	if busiestWindow > 5 || busiestSecond > limit.N {
 		t.Errorf("the budget's rows granted %d in one window and %d in ten consecutive ones, want at most 5 and %d", busiestWindow, busiestSecond, limit.N)
 	}
-	var unfinished, maxAttempts int
-	waitfor.Until(t, time.Minute, func() (bool, error) {
-		err := f.db.QueryRow("SELECT COUNT(*) - SUM(state = 'completed'), MAX(attempt_count) FROM work_item WHERE scope_id = ?", scope).Scan(&unfinished, &maxAttempts)
-		return unfinished == 0, err
-	}, func() string { return fmt.Sprintf("%d items not completed", unfinished) })
-	if maxAttempts != 1 {
-		t.Errorf("an item made %d attempts, want 1 each", maxAttempts)
-	}
+	f.allCompletedOnce()
 	t.Logf("%d items: the busiest second started %d (grant bound %d, observed bound %d); ten consecutive windows granted at most %d; %.1f starts a second; by process %v",
 		items, most, limit.Bound(), observedBound, busiestSecond, r.rate(items), r.byProcess)
 }
@@ -424,14 +432,7 @@ func TestRateLimitPerKeyAcrossProcesses(t *testing.T) {
 	if len(budgets) != len(keys) {
 		t.Errorf("%d budgets, want one per key: %v", len(budgets), budgets)
 	}
-	var unfinished, maxAttempts int
-	waitfor.Until(t, time.Minute, func() (bool, error) {
-		err := f.db.QueryRow("SELECT COUNT(*) - SUM(state = 'completed'), MAX(attempt_count) FROM work_item WHERE scope_id = ?", scope).Scan(&unfinished, &maxAttempts)
-		return unfinished == 0, err
-	}, func() string { return fmt.Sprintf("%d items not completed", unfinished) })
-	if maxAttempts != 1 {
-		t.Errorf("an item made %d attempts, want 1 each", maxAttempts)
-	}
+	f.allCompletedOnce()
 	t.Logf("300 items of 3 keys at 10 a second per key: %.1f starts a second together, the busiest second %d; by process %v; budgets %v",
 		r.rate(300), maxInSpan(r.starts, time.Second), r.byProcess, budgets)
 }
