@@ -41,6 +41,7 @@ func runBench(c *cli, args []string) error {
 	fs.DurationVar(&s.Periodic, "periodic", 0, "every worker process runs a schedule of one tick per this in each scope; each tick verified stored once, none lost (0: none; at least 1s)")
 	fs.IntVar(&s.RateLimit, "rate-limit", 0, "starts a second of the rate-limited work type across every process; its budget verified (0: none; at least 10)")
 	fs.IntVar(&s.LimitedEvery, "limited-every", 0, "with --rate-limit, every Nth laneless event is rate-limited (default 5)")
+	fs.IntVar(&s.RateKeys, "rate-keys", 0, "with --rate-limit, limit per rate key: the limited items take this many keys in turn, each with the whole limit")
 	fs.IntVar(&f.Kills, "kills", 3, "kill -9 of a worker process mid-execution, each restarted")
 	fs.IntVar(&f.Freezes, "freezes", 1, "worker processes frozen (SIGSTOP) past their lease")
 	fs.IntVar(&f.TiDBPauses, "tidb-pauses", 1, "TiDB paused past the lease (embedded or Docker TiDB only)")

@@ -53,6 +53,7 @@ type processConfig struct {
 	FailureRate    float64       `json:"failure_rate"`
 	Periodic       time.Duration `json:"periodic"`
 	RateLimit      int           `json:"rate_limit"`
+	RateKeys       int           `json:"rate_keys"`
 }
 
 // IsWorker reports whether this process was started as a bench worker.
@@ -132,7 +133,7 @@ func runLaneq(ctx context.Context, db *sql.DB, cfg processConfig, rec *recorder,
 		wcfg.Scheduler.Executors = cfg.Executors
 		wcfg.NoClaimOnPromote = cfg.NoTake
 		if cfg.RateLimit > 0 {
-			wcfg.Limits = []ratelimit.Limit{{WorkType: typeLimited, N: cfg.RateLimit, Per: time.Second}}
+			wcfg.Limits = []ratelimit.Limit{{WorkType: typeLimited, N: cfg.RateLimit, Per: time.Second, PerKey: cfg.RateKeys > 0}}
 		}
 		if cfg.Periodic > 0 {
 			wcfg.Schedules = []periodic.Schedule{{Name: tickSchedule, Every: cfg.Periodic, Event: func(time.Time) workqueue.Event {

@@ -127,7 +127,7 @@ func runPhase(ctx context.Context, opts Options, spec Spec, name string) (PhaseR
 		p.spec.Faults = FaultPlan{} // the naive loop has no lease recovery: a fault would lose work
 		p.spec.FailureRate = -1     // nor a retry path
 		p.spec.Deadline = spec.BaselineDeadline
-		p.spec.Periodic, p.spec.RateLimit = 0, 0 // the naive loop has neither
+		p.spec.Periodic, p.spec.RateLimit, p.spec.RateKeys = 0, 0, 0 // the naive loop has neither
 	}
 	dbName := "laneq_bench_" + strings.ReplaceAll(p.name, "-", "_") + "_" + randomHex(4)
 	if err := p.setUp(ctx, dbName); err != nil {
@@ -420,7 +420,7 @@ func (p *phase) workerEnv(name string) (string, error) {
 		Name: name, DSN: p.dsn, Scopes: p.wl.scopes, Naive: p.naive,
 		Executors: p.spec.Executors, NoTake: p.spec.NoClaimOnPromote, Lease: p.spec.Lease,
 		HandlerLatency: p.spec.HandlerLatency, FailureRate: max(p.spec.FailureRate, 0),
-		Periodic: p.spec.Periodic, RateLimit: p.spec.RateLimit,
+		Periodic: p.spec.Periodic, RateLimit: p.spec.RateLimit, RateKeys: p.spec.RateKeys,
 	}
 	b, err := json.Marshal(cfg)
 	return EnvWorker + "=" + string(b), err

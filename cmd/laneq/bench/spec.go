@@ -78,8 +78,12 @@ type Spec struct {
 	// LimitedEvery-th laneless event is of that type (default 5). The
 	// verifier checks the limit's budget rows: no window granted more than
 	// its share, no second more than RateLimit. 0 means none; at least 10.
+	// With RateKeys, the limit is per key (ratelimit.Limit.PerKey): the
+	// limited items take RateKeys rate keys in turn, each with a budget of
+	// RateLimit a second, and the verifier checks every key's rows.
 	RateLimit    int
 	LimitedEvery int
+	RateKeys     int
 	// Faults is the fault schedule.
 	Faults FaultPlan
 	// Baseline also runs the baseline pair: the same number of events,
@@ -188,6 +192,7 @@ func (s Spec) WithDefaults() (Spec, error) {
 		{s.Periodic == 0 || s.Periodic >= time.Second, "periodic", "want 0 (none) or at least 1s"},
 		{s.RateLimit == 0 || s.RateLimit >= 10, "rate-limit", "want 0 (none) or at least 10 a second"},
 		{s.LimitedEvery >= 0, "limited-every", "want 0 or more"},
+		{s.RateKeys >= 0 && (s.RateKeys == 0 || s.RateLimit > 0), "rate-keys", "want 0 (one budget), or more with --rate-limit"},
 		{f.Kills >= 0 && f.Freezes >= 0 && f.TiDBPauses >= 0 && f.Drops >= 0, "faults", "counts must not be negative"},
 		{f.Every > 0, "fault-every", "want a positive duration"},
 		{f.Freeze > s.Lease, "freeze", "must be longer than the lease (the point of the fault)"},

@@ -133,6 +133,9 @@ func buildWorkload(s Spec, laneless bool) workload {
 		case kindFree:
 			if s.RateLimit > 0 && s.LimitedEvery > 0 && w.free%s.LimitedEvery == 0 {
 				work.WorkType = typeLimited
+				if s.RateKeys > 0 {
+					work.RateKey = fmt.Sprintf("key-%d", w.limited%s.RateKeys)
+				}
 				w.limited++
 			}
 			w.free++

@@ -70,3 +70,29 @@ func TestFaultSchedule(t *testing.T) {
 		t.Fatal("a freeze shorter than the lease was accepted")
 	}
 }
+
+// With --rate-keys, the limited events take the keys in turn (so every
+// key's budget is exercised) and no other event carries a rate key; the
+// keys need a limit to mean anything.
+func TestWorkloadRateKeys(t *testing.T) {
+	spec, err := Spec{Items: 600, FreeEvery: 2, LimitedEvery: 1, RateLimit: 20, RateKeys: 3}.WithDefaults()
+	if err != nil {
+		t.Fatal(err)
+	}
+	perKey := map[string]int{}
+	for _, se := range buildWorkload(spec, false).events {
+		wk := se.event.Work[0]
+		if (wk.WorkType == typeLimited) != (wk.RateKey != "") {
+			t.Fatalf("work type %q with rate key %q", wk.WorkType, wk.RateKey)
+		}
+		if wk.RateKey != "" {
+			perKey[wk.RateKey]++
+		}
+	}
+	if len(perKey) != 3 || perKey["key-0"]-perKey["key-2"] > 1 || perKey["key-0"] < 50 {
+		t.Fatalf("limited events per key %v, want 3 keys taken in turn", perKey)
+	}
+	if _, err := (Spec{RateKeys: 3}).WithDefaults(); err == nil {
+		t.Fatal("rate keys without a rate limit were accepted")
+	}
+}
