@@ -202,9 +202,17 @@ func TestLeaseExpiringDuringAClaimTurnIsReclaimed(t *testing.T) {
 		t.Fatal(err)
 	}
 	run(t, w)
+	reclaimedByTheDueTimer(t, f, w, c, held.WorkID)
+}
+
+// reclaimedByTheDueTimer waits for both items of the test to complete and
+// checks that the dead process's item ran here once, recovered by the due
+// timer (the probe and the backstop are off).
+func reclaimedByTheDueTimer(t *testing.T, f *fixture, w *worker.Worker, c *collector, workID int64) {
+	t.Helper()
 	c.wait(t, 2)
 	settled(t, f, w, map[string]int{"completed": 2})
-	if n := c.attempts[held.WorkID]; n != 1 {
+	if n := c.attempts[workID]; n != 1 {
 		t.Fatalf("the dead process's item ran %d times here, want 1", n)
 	}
 	if st := w.Stats().Controller; st.GenerationProbes != 0 || st.DueTimerFires < 1 {
@@ -253,6 +261,22 @@ func (f *fixture) expireLeaseBeforeLookup(in *faultdb.Injector, workID int64, de
 	return expired
 }
 
+// deliverBesideExpiringLease runs a quiet worker with a "deliver" handler
+// on a queue whose first next-work lookup sees workID's lease run out
+// (expireLeaseBeforeLookup).
+func (f *fixture) deliverBesideExpiringLease(workID int64, delay time.Duration) (*worker.Worker, *collector, <-chan time.Time) {
+	f.t.Helper()
+	qu, in := f.faultyQueue(workqueue.Config{Lease: time.Hour})
+	expired := f.expireLeaseBeforeLookup(in, workID, delay)
+	c := newCollector(nil)
+	w, err := worker.New(qu, quietCfg(2), map[string]worker.Handler{"deliver": c.handle})
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	run(f.t, w)
+	return w, c, expired
+}
+
 // TestLeaseExpiringBeforeTheLookupRunsIsReclaimed: the worker's
 // next-work lookup measures its look-back on its own clock, but the
 // database subtracts it from the NOW(6) it reads when the statement
@@ -267,22 +291,8 @@ func TestLeaseExpiringBeforeTheLookupRunsIsReclaimed(t *testing.T) {
 	f.enqueue(1, 0, "deliver")
 	held := f.claimAsDeadProcess(time.Hour, "deliver")
 	f.enqueue(1, 0, "deliver") // the worker's first turn takes this one
-	qu, in := f.faultyQueue(workqueue.Config{Lease: time.Hour})
-	f.expireLeaseBeforeLookup(in, held.WorkID, 300*time.Millisecond)
-	c := newCollector(nil)
-	w, err := worker.New(qu, quietCfg(2), map[string]worker.Handler{"deliver": c.handle})
-	if err != nil {
-		t.Fatal(err)
-	}
-	run(t, w)
-	c.wait(t, 2)
-	settled(t, f, w, map[string]int{"completed": 2})
-	if n := c.attempts[held.WorkID]; n != 1 {
-		t.Fatalf("the dead process's item ran %d times here, want 1", n)
-	}
-	if st := w.Stats().Controller; st.GenerationProbes != 0 || st.DueTimerFires < 1 {
-		t.Fatalf("recovery did not come from the due timer: %+v", st)
-	}
+	w, c, _ := f.deliverBesideExpiringLease(held.WorkID, 300*time.Millisecond)
+	reclaimedByTheDueTimer(t, f, w, c, held.WorkID)
 }
 
 // TestExpiredLeaseOfUnservedWorkCostsOneMoreTurn: a lease the worker
@@ -297,14 +307,7 @@ func TestExpiredLeaseOfUnservedWorkCostsOneMoreTurn(t *testing.T) {
 	f.enqueue(1, 0, "report")
 	held := f.claimAsDeadProcess(time.Hour, "report")
 	f.enqueue(1, 0, "deliver")
-	qu, in := f.faultyQueue(workqueue.Config{Lease: time.Hour})
-	expired := f.expireLeaseBeforeLookup(in, held.WorkID, 0)
-	c := newCollector(nil)
-	w, err := worker.New(qu, quietCfg(2), map[string]worker.Handler{"deliver": c.handle})
-	if err != nil {
-		t.Fatal(err)
-	}
-	run(t, w)
+	w, c, expired := f.deliverBesideExpiringLease(held.WorkID, 0)
 	c.wait(t, 1)
 	at := <-expired
 	// Until the expiry is out of every window (the slack, and a second

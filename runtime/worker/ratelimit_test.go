@@ -197,10 +197,7 @@ func TestRateLimitLeavesOtherWorkAlone(t *testing.T) {
 	}
 	run(t, w)
 	settled(t, f, w, map[string]int{workqueue.StateCompleted: 51, workqueue.StatePending: 9})
-	var attempts int
-	if err := f.db.QueryRow("SELECT COALESCE(SUM(attempt_count), -1) FROM work_item WHERE scope_id = ? AND state = 'pending'", scope).Scan(&attempts); err != nil {
-		t.Fatal(err)
-	}
+	attempts := pendingAttempts(t, f, scope)
 	mu.Lock()
 	defer mu.Unlock()
 	if ran["slow"] != 1 || ran["fast"] != 50 || attempts != 0 {
@@ -292,10 +289,7 @@ func TestRateLimitKeySharedByWorkTypes(t *testing.T) {
 	}
 	run(t, w)
 	settled(t, f, w, map[string]int{workqueue.StateCompleted: 21, workqueue.StatePending: 9})
-	var attempts int
-	if err := f.db.QueryRow("SELECT COALESCE(SUM(attempt_count), -1) FROM work_item WHERE scope_id = ? AND state = 'pending'", scope).Scan(&attempts); err != nil {
-		t.Fatal(err)
-	}
+	attempts := pendingAttempts(t, f, scope)
 	var rows, granted int
 	if err := f.db.QueryRow("SELECT COUNT(*), COALESCE(SUM(granted), 0) FROM rate_window WHERE scope_id = ? AND limit_name = 'crm'", scope).Scan(&rows, &granted); err != nil {
 		t.Fatal(err)
@@ -455,4 +449,15 @@ func TestRateLimitValidation(t *testing.T) {
 			t.Errorf("limits %+v accepted", lim)
 		}
 	}
+}
+
+// pendingAttempts is the attempts the scope's pending items have spent: a
+// limited item that waits for its window spends none.
+func pendingAttempts(t *testing.T, f *fixture, scope string) int {
+	t.Helper()
+	var attempts int
+	if err := f.db.QueryRow("SELECT COALESCE(SUM(attempt_count), -1) FROM work_item WHERE scope_id = ? AND state = 'pending'", scope).Scan(&attempts); err != nil {
+		t.Fatal(err)
+	}
+	return attempts
 }
