@@ -3,10 +3,12 @@ package ratelimit
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/laneq/laneq/runtime/clock"
 	"github.com/laneq/laneq/runtime/workqueue"
 )
 
@@ -77,6 +79,12 @@ func TestLimitValidation(t *testing.T) {
 		{Key: "crm", WorkTypes: []string{"a", ""}, N: 1, Per: time.Second},
 		{WorkType: "#w", N: 1, Per: time.Second},
 		{Key: "#crm", WorkTypes: []string{"a"}, N: 1, Per: time.Second, PerKey: true},
+		{WorkType: " w", N: 1, Per: time.Second},
+		{Key: "c rm", WorkTypes: []string{"a"}, N: 1, Per: time.Second},
+		{Key: "crm\t", WorkTypes: []string{"a"}, N: 1, Per: time.Second},
+		{Key: "crm", WorkTypes: []string{"a", "a"}, N: 1, Per: time.Second},
+		{Key: "crm", WorkTypes: []string{"a b"}, N: 1, Per: time.Second},
+		{Key: "crm", WorkTypes: []string{strings.Repeat("a", 65)}, N: 1, Per: time.Second},
 	} {
 		if err := l.validate(); !errors.Is(err, workqueue.ErrInvalid) {
 			t.Errorf("%+v: validate = %v, want ErrInvalid", l, err)
@@ -111,7 +119,7 @@ func TestBudgetNames(t *testing.T) {
 	names := map[string]string{}
 	for _, c := range [][2]string{{"a", "bc"}, {"ab", "c"}, {"a", ""}, {"b", ""}, {"a", strings.Repeat("k", 128)}, {"a", "b c"}} {
 		n := BudgetName(c[0], c[1])
-		if len(n) > 64 || !strings.HasPrefix(n, keyedPrefix) || !ascii(n) {
+		if len(n) > 64 || !strings.HasPrefix(n, keyedPrefix) || !printable(n) {
 			t.Errorf("BudgetName(%q, %q) = %q", c[0], c[1], n)
 		}
 		if prev, ok := names[n]; ok {
@@ -128,5 +136,73 @@ func TestBudgetNames(t *testing.T) {
 	}
 	if a, b := l.byType["sync"].budget("k1"), l.byType["sync"].budget("k2"); a == b || a != l.byType["sync"].budget("k1") || a.name != BudgetName("sync", "k1") {
 		t.Fatal("keys share a budget, or a key has two")
+	}
+}
+
+// Refused items are sent to the windows after the current one, a quota
+// each, and the windows stay booked from one window's refusals to the
+// next's: a backlog refused again in the next window goes behind the
+// items already sent on, not into the same windows again. Quotas differ by
+// window (15 a second: 2 and 1), and each window is sent its own.
+func TestRefusalsFillLaterWindowsOnce(t *testing.T) {
+	clk := clock.NewFake(time.UnixMicro(0))
+	l := &Limiter{clk: clk}
+	s := &share{Limit: Limit{WorkType: "w", N: 15, Per: time.Second}}
+	sent := map[int64]int{}
+	for window := int64(100); window < 103; window++ {
+		s.window = window
+		for range 20 {
+			at := l.spread(s)
+			to := windowOf(s, at)
+			if to <= window || at.UnixMicro() != to*s.windowMicros() {
+				t.Fatalf("a refusal in window %d sent to %s (window %d)", window, at, to)
+			}
+			sent[to]++
+		}
+	}
+	for w := int64(101); w <= 101+int64(len(sent))-1; w++ {
+		if sent[w] != s.quota(w) {
+			t.Fatalf("window %d sent %d refused items, its quota is %d: %v", w, sent[w], s.quota(w), sent)
+		}
+	}
+}
+
+// Idle keys are forgotten, with their rows before the end of their last
+// window, only once that window ended a while ago by the database's clock;
+// keys with an item waiting to start, items sent to a later window, or a
+// share of a window that may still be current are kept.
+func TestSweepForgetsOnlyIdleKeys(t *testing.T) {
+	start := time.Unix(1_000_000, 0)
+	clk := clock.NewFake(start)
+	l, err := New(nil, "s", clk, []Limit{{WorkType: "sync", N: 10, Per: time.Second, PerKey: true}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := l.byType["sync"]
+	now := windowOf(m.budget(""), start)
+	set := func(key string, window int64, waiting int, spreadTo int64) {
+		s := m.budget(key)
+		s.window, s.waiting, s.spreadTo = window, waiting, spreadTo
+	}
+	set("idle", now-20, 0, now-19)
+	set("never-took", -1, 0, 0)
+	set("waiting", now-20, 1, 0)
+	set("spread", now-20, 0, now+3)
+	set("current", now, 0, 0)
+	set("just-ended", now-1, 0, 0)
+	idle := l.sweepIdle()
+	if want := []pastRows{{BudgetName("sync", "idle"), now - 19}}; !slices.Equal(idle, want) {
+		t.Fatalf("rows to delete %v, want %v", idle, want)
+	}
+	var kept []string
+	for key := range m.keyed {
+		kept = append(kept, key)
+	}
+	slices.Sort(kept)
+	if want := []string{"current", "just-ended", "spread", "waiting"}; !slices.Equal(kept, want) {
+		t.Fatalf("kept %v, want %v", kept, want)
+	}
+	if again := l.sweepIdle(); again != nil {
+		t.Fatalf("swept again at once: %v", again)
 	}
 }

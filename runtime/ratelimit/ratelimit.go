@@ -27,16 +27,20 @@
 // and the worker's controller is told to claim again when the next window
 // opens. An item that finds no start left when its executor takes it (a
 // claim returns up to its Max) is given back unrun until a later window
-// (workqueue.Queue.Defer: its attempt is not counted): the first quota of
-// a window's refusals to the next window, the next quota to the one after,
-// and so on, so a backlog of one key is spread over the windows it needs
-// instead of all coming due together again.
+// (workqueue.Queue.Defer: its attempt is not counted). Refusals fill the
+// windows after the current one a quota each, and that booking carries
+// from window to window, so a backlog of one key is spread over the
+// windows it needs once, instead of coming due together again. Each
+// process books its own refusals: with P processes refusing one key, a
+// window may find up to P quotas due, and the items beyond its quota are
+// refused and sent on again.
 //
 // A limit per key cannot leave a spent key out of a claim (the claim
 // index does not hold the key, and a scan that skipped a hot key's
 // backlog would read through all of it): its items are claimed as other
 // work is, and refused ones are spread as above. So a key's backlog costs
-// each of its items one claim and release more, once, and delays other
+// each of its items one claim and release more (a few more with several
+// processes), and delays other
 // work of the type while it is being spread; it never blocks it, and the
 // budget holds for every key.
 package ratelimit
@@ -125,27 +129,33 @@ func (l Limit) validate() error {
 		return fmt.Errorf("%w: rate limit %q: Key needs the WorkTypes that share it", workqueue.ErrInvalid, l.Key)
 	case len(l.Name()) < 1 || len(l.Name()) > 64:
 		return fmt.Errorf("%w: rate limit name (Key or WorkType) must be 1..64 bytes, got %d", workqueue.ErrInvalid, len(l.Name()))
-	case !ascii(l.Name()) || strings.TrimRight(l.Name(), " ") != l.Name() || strings.HasPrefix(l.Name(), keyedPrefix):
-		// The rows' limit_name is ascii_bin, which pads with spaces: "crm"
-		// and "crm " would count in one budget. Names beginning with the
-		// prefix are the per-key budgets'.
-		return fmt.Errorf("%w: rate limit name %q must be ASCII, without trailing spaces, not beginning with %q", workqueue.ErrInvalid, l.Name(), keyedPrefix)
+	case !printable(l.Name()) || strings.HasPrefix(l.Name(), keyedPrefix):
+		// A work type's rule: the rows' limit_name is ascii_bin, which pads
+		// with spaces, so "crm" and "crm " would count in one budget. Names
+		// beginning with the prefix are the per-key budgets'.
+		return fmt.Errorf("%w: rate limit name %q must be printable ASCII without spaces, not beginning with %q", workqueue.ErrInvalid, l.Name(), keyedPrefix)
 	case l.N < 1:
 		return fmt.Errorf("%w: rate limit %q: N must be at least 1, got %d", workqueue.ErrInvalid, l.Name(), l.N)
 	case l.Per < 10*time.Millisecond || l.Per%time.Microsecond != 0:
 		return fmt.Errorf("%w: rate limit %q: Per must be at least 10ms in whole microseconds, got %s", workqueue.ErrInvalid, l.Name(), l.Per)
 	}
+	seen := map[string]bool{}
 	for _, t := range l.WorkTypes {
-		if t == "" {
-			return fmt.Errorf("%w: rate limit %q: a work type is empty", workqueue.ErrInvalid, l.Key)
+		if err := workqueue.ValidWorkType(t); err != nil {
+			return fmt.Errorf("rate limit %q: %w", l.Key, err)
 		}
+		if seen[t] {
+			return fmt.Errorf("%w: rate limit %q lists work type %q twice", workqueue.ErrInvalid, l.Key, t)
+		}
+		seen[t] = true
 	}
 	return nil
 }
 
-func ascii(s string) bool {
+// printable reports whether s is printable ASCII without spaces.
+func printable(s string) bool {
 	for i := 0; i < len(s); i++ {
-		if s[i] >= 0x80 {
+		if s[i] < 0x21 || s[i] > 0x7e {
 			return false
 		}
 	}
@@ -197,9 +207,12 @@ type share struct {
 	// yet: the size of the next share, so a process takes what it will
 	// start, not what it could.
 	waiting int
-	// refused counts the window's refusals, which spread the refused
-	// items over the windows after it.
-	refused int
+	// spreadTo is the latest window refused items were sent to, and
+	// spreadUsed how many were: refusals fill the windows after the
+	// current one a quota each, carried from window to window, so a
+	// backlog is sent on once, not again with every window's refusals.
+	spreadTo   int64
+	spreadUsed int
 }
 
 // Limiter is one process's view of a scope's limits. Safe for concurrent
@@ -347,7 +360,7 @@ func (l *Limiter) resync(ctx context.Context) error {
 func (l *Limiter) topUp(ctx context.Context, s *share) (left int, nextOpen time.Time, err error) {
 	w := windowOf(s, l.now())
 	if w != s.window {
-		s.window, s.left, s.spent, s.refused = w, 0, false, 0 // a past window's share is worthless
+		s.window, s.left, s.spent = w, 0, false // a past window's share is worthless
 	}
 	for try := 0; s.left == 0 && !s.spent; try++ {
 		got, err := l.qu.TakeRateShare(ctx, l.scope, s.name, w, s.windowMicros(), max(s.waiting, 1), s.quota(w))
@@ -365,7 +378,7 @@ func (l *Limiter) topUp(ctx context.Context, s *share) (left int, nextOpen time.
 				return 0, time.Time{}, err
 			}
 			w = windowOf(s, l.now())
-			s.window, s.left, s.spent, s.refused = w, 0, false, 0
+			s.window, s.left, s.spent = w, 0, false
 			continue
 		}
 		s.left, s.spent = got.Granted, got.Used >= s.quota(w)
@@ -393,64 +406,128 @@ func (l *Limiter) Take(ctx context.Context, workType, rateKey string) (ok bool, 
 	if m == nil {
 		return true, time.Time{}, nil
 	}
+	ok, retryAt, idle, err := l.take(ctx, m, rateKey)
+	l.prune(ctx, idle)
+	return ok, retryAt, err
+}
+
+// take is Take under l.mu; it returns the rows of forgotten keys for Take
+// to delete once the lock is released.
+func (l *Limiter) take(ctx context.Context, m *limit, rateKey string) (ok bool, retryAt time.Time, idle []pastRows, err error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if err := l.sync(ctx); err != nil {
-		return false, time.Time{}, err
+		return false, time.Time{}, nil, err
 	}
 	if m.PerKey {
-		l.sweepIdle(ctx)
+		idle = l.sweepIdle()
 	}
 	s := m.budget(rateKey)
 	s.waiting = max(s.waiting-1, 0) // this item asks once: it starts or is given back
-	left, at, err := l.topUp(ctx, s)
+	left, _, err := l.topUp(ctx, s)
 	if err != nil {
-		return false, time.Time{}, err
+		return false, time.Time{}, idle, err
 	}
 	if left == 0 {
-		// The first quota of refusals goes to the next window, the next
-		// quota to the one after, and so on.
-		later := int64(s.refused / max(s.quota(s.window+1), 1))
-		s.refused++
-		return false, at.Add(time.Duration(later*s.windowMicros()) * time.Microsecond), nil
+		return false, l.spread(s), idle, nil
 	}
 	s.left--
-	return true, time.Time{}, nil
+	return true, time.Time{}, idle, nil
+}
+
+// spread sends a refused item of s to the first window after the current
+// one that this process has not sent a quota of refusals to yet, and
+// returns when it opens (on the Limiter's clock). Under l.mu.
+func (l *Limiter) spread(s *share) time.Time {
+	if s.spreadTo <= s.window {
+		s.spreadTo, s.spreadUsed = s.window+1, 0
+	}
+	for s.spreadUsed >= s.quota(s.spreadTo) {
+		s.spreadTo, s.spreadUsed = s.spreadTo+1, 0
+	}
+	s.spreadUsed++
+	return l.nextOpen(s, s.spreadTo-1)
+}
+
+// Unclaimed takes back one Claimed item of workType (and rateKey) that is
+// given back without asking Take (an item claimed ahead that could not
+// renew its lease), so its key's next share is not sized for it and the
+// key can be forgotten when idle.
+func (l *Limiter) Unclaimed(workType, rateKey string) {
+	m := l.byType[workType]
+	if m == nil {
+		return
+	}
+	l.mu.Lock()
+	s := m.budget(rateKey)
+	s.waiting = max(s.waiting-1, 0)
+	l.mu.Unlock()
 }
 
 // sweepEvery is how often Take forgets the idle keys of limits per key,
-// and sweepMost how many it forgets at a time.
+// sweepMost how many it forgets at a time, sweepSoon when it goes on
+// after forgetting that many, and sweepAfter how long after the end of a
+// key's last window (by this process's estimate of the database's clock)
+// the key can be forgotten: far more than the estimate can be ahead, so
+// the database is past that window and no process can be granted in it.
 const (
 	sweepEvery = 10 * time.Second
 	sweepMost  = 64
+	sweepSoon  = time.Second
+	sweepAfter = time.Second
 )
 
+// pastRows are a forgotten key's rate_window rows: the budget's windows
+// before before.
+type pastRows struct {
+	name   string
+	before int64
+}
+
 // sweepIdle forgets, now and then, the budgets of keys with no item
-// waiting to start and no share of the current window, and deletes their
-// rows of past windows (worthless: grants go only to the database's
-// current window), so a process's memory and the table follow the keys in
-// use, not every key ever seen. A key's row of its last window stays when
-// no process forgets the key (every process stopped first). Under l.mu.
-func (l *Limiter) sweepIdle(ctx context.Context) {
+// waiting to start, none sent to a later window (spread) and no share of
+// a window that may still be current, and returns their rows to delete
+// (worthless: grants go only to the database's current window), so a
+// process's memory and the table follow the keys in use, not every key
+// ever seen. With more idle keys than it forgets at a time, it goes on a
+// second later. A key's rows stay when no process forgets the key: the
+// processes that used it stopped first (its next use prunes them). Under
+// l.mu.
+func (l *Limiter) sweepIdle() []pastRows {
 	now := l.clk.Now()
 	if now.Before(l.nextSweep) {
-		return
+		return nil
 	}
 	l.nextSweep = now.Add(sweepEvery)
-	swept := 0
+	var idle []pastRows
 	for _, m := range l.byType {
 		for key, s := range m.keyed {
-			if swept == sweepMost {
-				return
+			if len(idle) == sweepMost {
+				l.nextSweep = now.Add(sweepSoon)
+				return idle
 			}
-			if s.waiting > 0 || s.window >= windowOf(s, l.now()) {
+			if s.waiting > 0 || s.spreadTo > windowOf(s, l.now()) || s.window >= windowOf(s, l.now().Add(-sweepAfter)) {
 				continue
 			}
 			delete(m.keyed, key)
-			swept++
 			if s.window >= 0 {
-				_, _ = l.qu.PruneRateWindows(ctx, l.scope, s.name, s.window+1)
+				idle = append(idle, pastRows{s.name, s.window + 1})
 			}
 		}
+	}
+	return idle
+}
+
+// prune deletes forgotten keys' rows, outside l.mu (a statement each), on
+// a context of its own: the item's may end first, and the rows would
+// stay.
+func (l *Limiter) prune(ctx context.Context, idle []pastRows) {
+	if len(idle) == 0 {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	defer cancel()
+	for _, p := range idle {
+		_, _ = l.qu.PruneRateWindows(ctx, l.scope, p.name, p.before)
 	}
 }

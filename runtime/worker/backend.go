@@ -260,6 +260,9 @@ func (b backend) Finish(ctx context.Context, cp *workqueue.Claimed, outcome erro
 		_, err = w.q.Skip(ctx, c.Lease)
 	case errors.Is(outcome, scheduler.ErrShutdown) || errors.Is(outcome, scheduler.ErrNotStarted):
 		kind = OutcomeReleased
+		if w.limiter != nil && errors.Is(outcome, scheduler.ErrNotStarted) {
+			w.limiter.Unclaimed(c.WorkType, c.RateKey) // it never asked Take
+		}
 		err = w.q.Release(ctx, c.Lease)
 	default:
 		var out workqueue.FailOutcome
