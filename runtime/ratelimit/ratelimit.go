@@ -213,7 +213,13 @@ type share struct {
 	// backlog is sent on once, not again with every window's refusals.
 	spreadTo   int64
 	spreadUsed int
+	// prunedTo is the window of the budget's last prune here (0: none).
+	prunedTo int64
 }
+
+// pruneEvery is how many periods a budget in use goes between deletes of
+// its rows of passed windows.
+const pruneEvery = 4
 
 // Limiter is one process's view of a scope's limits. Safe for concurrent
 // use.
@@ -226,8 +232,7 @@ type Limiter struct {
 	byType    map[string]*limit
 	offset    time.Duration // the database's clock minus clk, as last measured
 	synced    bool          // offset measured at least once
-	takes     uint64
-	nextSweep time.Time // when Take next forgets idle keys (sweepIdle)
+	nextSweep time.Time     // when Take next forgets idle keys (sweepIdle)
 }
 
 // New checks limits and returns a Limiter of scope; clk is the worker's
@@ -382,10 +387,15 @@ func (l *Limiter) topUp(ctx context.Context, s *share) (left int, nextOpen time.
 			continue
 		}
 		s.left, s.spent = got.Granted, got.Used >= s.quota(w)
-		l.takes++
-		if l.takes%256 == 0 {
-			// Now and then: windows older than two periods are worthless.
+		switch {
+		case s.prunedTo == 0:
+			s.prunedTo = w // its first share here: older rows are pruned pruneEvery periods on
+		case w-s.prunedTo >= pruneEvery*s.windows():
+			// Windows older than two periods are worthless: each budget
+			// deletes its own now and then, so a key in use for hours
+			// holds at most pruneEvery+2 periods of rows.
 			_, _ = l.qu.PruneRateWindows(ctx, l.scope, s.name, w-2*s.windows())
+			s.prunedTo = w
 		}
 	}
 	return s.left, l.nextOpen(s, w), nil
