@@ -262,8 +262,9 @@ type Querier interface {
 	// share (EnsureRateWindow, LockRateWindow, GrantRateShare), taken only
 	// when a process's own share of the window ran out: claims never write
 	// here one by one.
-	// Creates the window's row with nothing granted; an existing row is left
-	// alone (the primary-key duplicate check is a point lookup).
+	// Creates the window's row with nothing granted and the window's end (for
+	// PruneEndedRateWindows); an existing row is left alone (the primary-key
+	// duplicate check is a point lookup).
 	EnsureRateWindow(ctx context.Context, arg EnsureRateWindowParams) error
 	// Idempotent creation. ON DUPLICATE KEY keeps an existing row untouched (its
 	// generation and ordinal counter must never be reset by a late writer).
@@ -632,13 +633,18 @@ type Querier interface {
 	// sort after what claimers already consumed, or their scan floors would
 	// pass it (see ClaimCandidates).
 	PromoteBlockedBatch(ctx context.Context, workIds []int64) (int64, error)
+	// Deletes the scope's windows that ended more than kept_micros ago by the
+	// database's clock, of every limit and key, at most LIMIT of them: the
+	// front of the scope's range of idx_rate_window_ends, in its order (so no
+	// plan reads the scope's primary-key range instead). A passed window is
+	// worthless to grants (they go only to the current one); kept_micros (at
+	// least a second) keeps the row of a window a taker whose clock estimate
+	// lags is still checking, and recent windows for whoever reads them.
+	// Rows with no end (written before migration 00026) are not in the range.
+	PruneEndedRateWindows(ctx context.Context, arg PruneEndedRateWindowsParams) (int64, error)
 	// Deletes up to LIMIT rows of the scope older than before: the front of
 	// the scope's primary-key range. Writers run it after a flush, rarely.
 	PruneHistory(ctx context.Context, arg PruneHistoryParams) (int64, error)
-	// Deletes a limit's windows before before_index, at most LIMIT of them: a
-	// primary-key range of the limit's oldest rows, which takers run now and
-	// then (a window row is worthless once it has passed).
-	PruneRateWindows(ctx context.Context, arg PruneRateWindowsParams) (int64, error)
 	// The router's scan for one (scope, class): due pending receipts and
 	// receipts whose routing lease expired (a router died or froze), each
 	// branch oldest due first. Two ordered, limited ranges of

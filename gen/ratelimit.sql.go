@@ -7,18 +7,20 @@ package gen
 
 import (
 	"context"
+	"database/sql"
 )
 
 const ensureRateWindow = `-- name: EnsureRateWindow :exec
 
-INSERT IGNORE INTO rate_window (scope_id, limit_name, window_index, granted)
-VALUES (?, ?, ?, 0)
+INSERT IGNORE INTO rate_window (scope_id, limit_name, window_index, granted, ends_micros)
+VALUES (?, ?, ?, 0, ?)
 `
 
 type EnsureRateWindowParams struct {
 	ScopeID     string
 	LimitName   string
 	WindowIndex int64
+	EndsMicros  sql.NullInt64
 }
 
 // Rate limits across processes (runtime/ratelimit): a window's budget is
@@ -26,10 +28,16 @@ type EnsureRateWindowParams struct {
 // share (EnsureRateWindow, LockRateWindow, GrantRateShare), taken only
 // when a process's own share of the window ran out: claims never write
 // here one by one.
-// Creates the window's row with nothing granted; an existing row is left
-// alone (the primary-key duplicate check is a point lookup).
+// Creates the window's row with nothing granted and the window's end (for
+// PruneEndedRateWindows); an existing row is left alone (the primary-key
+// duplicate check is a point lookup).
 func (q *Queries) EnsureRateWindow(ctx context.Context, arg EnsureRateWindowParams) error {
-	_, err := q.db.ExecContext(ctx, ensureRateWindow, arg.ScopeID, arg.LimitName, arg.WindowIndex)
+	_, err := q.db.ExecContext(ctx, ensureRateWindow,
+		arg.ScopeID,
+		arg.LimitName,
+		arg.WindowIndex,
+		arg.EndsMicros,
+	)
 	return err
 }
 
@@ -95,25 +103,29 @@ func (q *Queries) LockRateWindow(ctx context.Context, arg LockRateWindowParams) 
 	return i, err
 }
 
-const pruneRateWindows = `-- name: PruneRateWindows :execrows
+const pruneEndedRateWindows = `-- name: PruneEndedRateWindows :execrows
 DELETE FROM rate_window
 WHERE scope_id = ?
-  AND limit_name = ?
-  AND window_index < ?
+  AND ends_micros < CAST(UNIX_TIMESTAMP(NOW(6)) * 1000000 AS SIGNED) - CAST(? AS SIGNED)
+ORDER BY ends_micros
 LIMIT 1000
 `
 
-type PruneRateWindowsParams struct {
-	ScopeID     string
-	LimitName   string
-	BeforeIndex int64
+type PruneEndedRateWindowsParams struct {
+	ScopeID    string
+	KeptMicros int64
 }
 
-// Deletes a limit's windows before before_index, at most LIMIT of them: a
-// primary-key range of the limit's oldest rows, which takers run now and
-// then (a window row is worthless once it has passed).
-func (q *Queries) PruneRateWindows(ctx context.Context, arg PruneRateWindowsParams) (int64, error) {
-	result, err := q.db.ExecContext(ctx, pruneRateWindows, arg.ScopeID, arg.LimitName, arg.BeforeIndex)
+// Deletes the scope's windows that ended more than kept_micros ago by the
+// database's clock, of every limit and key, at most LIMIT of them: the
+// front of the scope's range of idx_rate_window_ends, in its order (so no
+// plan reads the scope's primary-key range instead). A passed window is
+// worthless to grants (they go only to the current one); kept_micros (at
+// least a second) keeps the row of a window a taker whose clock estimate
+// lags is still checking, and recent windows for whoever reads them.
+// Rows with no end (written before migration 00026) are not in the range.
+func (q *Queries) PruneEndedRateWindows(ctx context.Context, arg PruneEndedRateWindowsParams) (int64, error) {
+	result, err := q.db.ExecContext(ctx, pruneEndedRateWindows, arg.ScopeID, arg.KeptMicros)
 	if err != nil {
 		return 0, err
 	}

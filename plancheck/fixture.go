@@ -361,9 +361,9 @@ func Seed(ctx context.Context, db *sql.DB, scale int64, progress io.Writer) erro
 	}
 	for _, s := range []struct {
 		scope, limit string
-		count        int64
-	}{{TargetScope, "deliver", 1000}, {TargetScope, "mail", min(scale, 10_000)}, {OtherScope, "deliver", min(scale, 10_000)}} {
-		if _, err := execSeed(ctx, conn, "SeedRateWindows", map[string]any{"scope_id": s.scope, "limit_name": s.limit, "first_index": RateWindowBase, "count": s.count}); err != nil {
+		count, ended int64
+	}{{TargetScope, "deliver", 1000, 100}, {TargetScope, "mail", min(scale, 10_000), 0}, {OtherScope, "deliver", min(scale, 10_000), min(scale, 10_000)}} {
+		if _, err := execSeed(ctx, conn, "SeedRateWindows", map[string]any{"scope_id": s.scope, "limit_name": s.limit, "first_index": RateWindowBase, "count": s.count, "ended": s.ended}); err != nil {
 			return fmt.Errorf("plancheck: seed rate windows of %s/%s: %w", s.scope, s.limit, err)
 		}
 	}

@@ -5,10 +5,11 @@
 -- here one by one.
 
 -- name: EnsureRateWindow :exec
--- Creates the window's row with nothing granted; an existing row is left
--- alone (the primary-key duplicate check is a point lookup).
-INSERT IGNORE INTO rate_window (scope_id, limit_name, window_index, granted)
-VALUES (sqlc.arg(scope_id), sqlc.arg(limit_name), sqlc.arg(window_index), 0);
+-- Creates the window's row with nothing granted and the window's end (for
+-- PruneEndedRateWindows); an existing row is left alone (the primary-key
+-- duplicate check is a point lookup).
+INSERT IGNORE INTO rate_window (scope_id, limit_name, window_index, granted, ends_micros)
+VALUES (sqlc.arg(scope_id), sqlc.arg(limit_name), sqlc.arg(window_index), 0, sqlc.arg(ends_micros));
 
 -- name: LockRateWindow :one
 -- The window's granted count under its row lock (a primary-key point
@@ -32,12 +33,17 @@ WHERE scope_id = sqlc.arg(scope_id)
   AND limit_name = sqlc.arg(limit_name)
   AND window_index = sqlc.arg(window_index);
 
--- name: PruneRateWindows :execrows
--- Deletes a limit's windows before before_index, at most LIMIT of them: a
--- primary-key range of the limit's oldest rows, which takers run now and
--- then (a window row is worthless once it has passed).
+-- name: PruneEndedRateWindows :execrows
+-- Deletes the scope's windows that ended more than kept_micros ago by the
+-- database's clock, of every limit and key, at most LIMIT of them: the
+-- front of the scope's range of idx_rate_window_ends, in its order (so no
+-- plan reads the scope's primary-key range instead). A passed window is
+-- worthless to grants (they go only to the current one); kept_micros (at
+-- least a second) keeps the row of a window a taker whose clock estimate
+-- lags is still checking, and recent windows for whoever reads them.
+-- Rows with no end (written before migration 00026) are not in the range.
 DELETE FROM rate_window
 WHERE scope_id = sqlc.arg(scope_id)
-  AND limit_name = sqlc.arg(limit_name)
-  AND window_index < sqlc.arg(before_index)
+  AND ends_micros < CAST(UNIX_TIMESTAMP(NOW(6)) * 1000000 AS SIGNED) - CAST(sqlc.arg(kept_micros) AS SIGNED)
+ORDER BY ends_micros
 LIMIT 1000;

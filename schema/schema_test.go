@@ -160,6 +160,7 @@ func TestRequiredKeys(t *testing.T) {
 		"event.uk_event_idempotency":                  {true, "scope_id,idempotency_key"},
 		"ingress_receipt.uk_ingress_receipt_delivery": {true, "scope_id,delivery_id"},
 		"ingress_receipt.idx_ingress_receipt_claim":   {false, "scope_id,route_class,router_status,next_attempt_at,receipt_id"},
+		"rate_window.idx_rate_window_ends":            {false, "scope_id,ends_micros"},
 	}
 	for key, w := range want {
 		if diff := cmp.Diff(w, got[key]); diff != "" {

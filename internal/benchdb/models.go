@@ -104,6 +104,7 @@ type RateWindow struct {
 	LimitName   string
 	WindowIndex int64
 	Granted     int32
+	EndsMicros  sql.NullInt64
 }
 
 type Scope struct {

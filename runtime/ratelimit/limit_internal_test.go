@@ -94,7 +94,7 @@ func TestLimitValidation(t *testing.T) {
 
 func TestLimitsSharingAKey(t *testing.T) {
 	crm := Limit{Key: "crm", WorkTypes: []string{"contact", "deal"}, N: 5, Per: time.Second}
-	l, err := New(nil, "s", nil, []Limit{crm, {WorkType: "mail", N: 1, Per: time.Second}})
+	l, err := New(nil, "s", []Limit{crm, {WorkType: "mail", N: 1, Per: time.Second}}, Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -106,9 +106,12 @@ func TestLimitsSharingAKey(t *testing.T) {
 		{crm, {WorkType: "crm", N: 1, Per: time.Second}},
 		{crm, {Key: "crm", WorkTypes: []string{"other"}, N: 1, Per: time.Second}},
 	} {
-		if _, err := New(nil, "s", nil, limits); !errors.Is(err, workqueue.ErrInvalid) {
+		if _, err := New(nil, "s", limits, Options{}); !errors.Is(err, workqueue.ErrInvalid) {
 			t.Errorf("%+v: New = %v, want ErrInvalid", limits, err)
 		}
+	}
+	if _, err := New(nil, "s", []Limit{crm}, Options{KeepEnded: MinKeepEnded - time.Millisecond}); !errors.Is(err, workqueue.ErrInvalid) {
+		t.Errorf("KeepEnded under %s: New = %v, want ErrInvalid", MinKeepEnded, err)
 	}
 }
 
@@ -127,7 +130,7 @@ func TestBudgetNames(t *testing.T) {
 		}
 		names[n] = fmt.Sprint(c)
 	}
-	l, err := New(nil, "s", nil, []Limit{{WorkType: "sync", N: 1, Per: time.Second, PerKey: true}, {WorkType: "mail", N: 1, Per: time.Second}})
+	l, err := New(nil, "s", []Limit{{WorkType: "sync", N: 1, Per: time.Second, PerKey: true}, {WorkType: "mail", N: 1, Per: time.Second}}, Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -167,14 +170,13 @@ func TestRefusalsFillLaterWindowsOnce(t *testing.T) {
 	}
 }
 
-// Idle keys are forgotten, with their rows before the end of their last
-// window, only once that window ended a while ago by the database's clock;
-// keys with an item waiting to start, items sent to a later window, or a
-// share of a window that may still be current are kept.
+// Idle keys are forgotten: keys with an item waiting to start, items sent
+// to a later window, or a share of the current window are kept. A sweep
+// is due every sweepEvery, and at once after a delete that left more.
 func TestSweepForgetsOnlyIdleKeys(t *testing.T) {
 	start := time.Unix(1_000_000, 0)
 	clk := clock.NewFake(start)
-	l, err := New(nil, "s", clk, []Limit{{WorkType: "sync", N: 10, Per: time.Second, PerKey: true}})
+	l, err := New(nil, "s", []Limit{{WorkType: "sync", N: 10, Per: time.Second, PerKey: true}}, Options{Clock: clk})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -186,23 +188,26 @@ func TestSweepForgetsOnlyIdleKeys(t *testing.T) {
 	}
 	set("idle", now-20, 0, now-19)
 	set("never-took", -1, 0, 0)
+	set("just-ended", now-1, 0, now)
 	set("waiting", now-20, 1, 0)
 	set("spread", now-20, 0, now+3)
 	set("current", now, 0, 0)
-	set("just-ended", now-1, 0, 0)
-	idle := l.sweepIdle()
-	if want := []pastRows{{BudgetName("sync", "idle"), now - 19}}; !slices.Equal(idle, want) {
-		t.Fatalf("rows to delete %v, want %v", idle, want)
+	if !l.sweepDue() {
+		t.Fatal("the first sweep was not due")
 	}
 	var kept []string
 	for key := range m.keyed {
 		kept = append(kept, key)
 	}
 	slices.Sort(kept)
-	if want := []string{"current", "just-ended", "spread", "waiting"}; !slices.Equal(kept, want) {
+	if want := []string{"current", "spread", "waiting"}; !slices.Equal(kept, want) {
 		t.Fatalf("kept %v, want %v", kept, want)
 	}
-	if again := l.sweepIdle(); again != nil {
-		t.Fatalf("swept again at once: %v", again)
+	if l.sweepDue() {
+		t.Fatal("a sweep was due again at once")
+	}
+	clk.Advance(sweepEvery)
+	if !l.sweepDue() {
+		t.Fatalf("no sweep due after %s", sweepEvery)
 	}
 }

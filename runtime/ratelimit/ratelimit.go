@@ -14,7 +14,8 @@
 // start (workqueue.Queue.TakeRateShare), sized to the items it claimed
 // that wait to start, and spends the share locally: a transaction per
 // share, not per claim or start. No process is granted more than the
-// window has left. So any
+// window has left. Every sweepEvery a taker deletes the scope's ended
+// windows, of every limit and key (workqueue.Queue.PruneEndedRateWindows). So any
 // window-aligned period starts at most N items, and any span of length Per
 // (it meets at most k+1 windows) at most N + ceil(N/k): 55 for 50 per
 // second.
@@ -213,13 +214,7 @@ type share struct {
 	// backlog is sent on once, not again with every window's refusals.
 	spreadTo   int64
 	spreadUsed int
-	// prunedTo is the window of the budget's last prune here (0: none).
-	prunedTo int64
 }
-
-// pruneEvery is how many periods a budget in use goes between deletes of
-// its rows of passed windows.
-const pruneEvery = 4
 
 // Limiter is one process's view of a scope's limits. Safe for concurrent
 // use.
@@ -227,21 +222,44 @@ type Limiter struct {
 	qu    *workqueue.Queue
 	scope string
 	clk   clock.Clock
+	keep  time.Duration // Options.KeepEnded
 
 	mu        sync.Mutex
 	byType    map[string]*limit
 	offset    time.Duration // the database's clock minus clk, as last measured
 	synced    bool          // offset measured at least once
-	nextSweep time.Time     // when Take next forgets idle keys (sweepIdle)
+	nextSweep time.Time     // when Take next forgets idle keys and prunes ended windows (sweepDue)
 }
 
-// New checks limits and returns a Limiter of scope; clk is the worker's
-// clock (its reading is corrected by the database's).
-func New(qu *workqueue.Queue, scope string, clk clock.Clock, limits []Limit) (*Limiter, error) {
-	if clk == nil {
-		clk = clock.Real()
+// Options tune a Limiter.
+type Options struct {
+	// Clock is the worker's clock (its reading is corrected by the
+	// database's); nil is the real one.
+	Clock clock.Clock
+	// KeepEnded is how long a window's row stays after the window ended
+	// before a taker deletes it (PruneEndedRateWindows): at least
+	// MinKeepEnded, the default. Keep more to read recent windows' grants
+	// back (laneq bench verifies them).
+	KeepEnded time.Duration
+}
+
+// MinKeepEnded is the least (and default) Options.KeepEnded: a taker
+// whose estimate of the database's clock lags may still lock a window
+// that just ended, to learn it is not current.
+const MinKeepEnded = time.Second
+
+// New checks limits and opts and returns a Limiter of scope.
+func New(qu *workqueue.Queue, scope string, limits []Limit, opts Options) (*Limiter, error) {
+	if opts.Clock == nil {
+		opts.Clock = clock.Real()
 	}
-	l := &Limiter{qu: qu, scope: scope, clk: clk, byType: map[string]*limit{}}
+	if opts.KeepEnded == 0 {
+		opts.KeepEnded = MinKeepEnded
+	}
+	if opts.KeepEnded < MinKeepEnded {
+		return nil, fmt.Errorf("%w: rate limits: KeepEnded must be at least %s, got %s", workqueue.ErrInvalid, MinKeepEnded, opts.KeepEnded)
+	}
+	l := &Limiter{qu: qu, scope: scope, clk: opts.Clock, keep: opts.KeepEnded, byType: map[string]*limit{}}
 	names := map[string]bool{}
 	for _, lim := range limits {
 		if err := lim.validate(); err != nil {
@@ -387,16 +405,6 @@ func (l *Limiter) topUp(ctx context.Context, s *share) (left int, nextOpen time.
 			continue
 		}
 		s.left, s.spent = got.Granted, got.Used >= s.quota(w)
-		switch {
-		case s.prunedTo == 0:
-			s.prunedTo = w // its first share here: older rows are pruned pruneEvery periods on
-		case w-s.prunedTo >= pruneEvery*s.windows():
-			// Windows older than two periods are worthless: each budget
-			// deletes its own now and then, so a key in use for hours
-			// holds at most pruneEvery+2 periods of rows.
-			_, _ = l.qu.PruneRateWindows(ctx, l.scope, s.name, w-2*s.windows())
-			s.prunedTo = w
-		}
 	}
 	return s.left, l.nextOpen(s, w), nil
 }
@@ -416,33 +424,33 @@ func (l *Limiter) Take(ctx context.Context, workType, rateKey string) (ok bool, 
 	if m == nil {
 		return true, time.Time{}, nil
 	}
-	ok, retryAt, idle, err := l.take(ctx, m, rateKey)
-	l.prune(ctx, idle)
+	ok, retryAt, prune, err := l.take(ctx, m, rateKey)
+	if prune {
+		l.pruneEnded(ctx)
+	}
 	return ok, retryAt, err
 }
 
-// take is Take under l.mu; it returns the rows of forgotten keys for Take
-// to delete once the lock is released.
-func (l *Limiter) take(ctx context.Context, m *limit, rateKey string) (ok bool, retryAt time.Time, idle []pastRows, err error) {
+// take is Take under l.mu; prune reports that Take is to delete the
+// scope's ended windows once the lock is released.
+func (l *Limiter) take(ctx context.Context, m *limit, rateKey string) (ok bool, retryAt time.Time, prune bool, err error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if err := l.sync(ctx); err != nil {
-		return false, time.Time{}, nil, err
+		return false, time.Time{}, false, err
 	}
-	if m.PerKey {
-		idle = l.sweepIdle()
-	}
+	prune = l.sweepDue()
 	s := m.budget(rateKey)
 	s.waiting = max(s.waiting-1, 0) // this item asks once: it starts or is given back
 	left, _, err := l.topUp(ctx, s)
 	if err != nil {
-		return false, time.Time{}, idle, err
+		return false, time.Time{}, prune, err
 	}
 	if left == 0 {
-		return false, l.spread(s), idle, nil
+		return false, l.spread(s), prune, nil
 	}
 	s.left--
-	return true, time.Time{}, idle, nil
+	return true, time.Time{}, prune, nil
 }
 
 // spread sends a refused item of s to the first window after the current
@@ -474,70 +482,51 @@ func (l *Limiter) Unclaimed(workType, rateKey string) {
 	l.mu.Unlock()
 }
 
-// sweepEvery is how often Take forgets the idle keys of limits per key,
-// sweepMost how many it forgets at a time, sweepSoon when it goes on
-// after forgetting that many, and sweepAfter how long after the end of a
-// key's last window (by this process's estimate of the database's clock)
-// the key can be forgotten: far more than the estimate can be ahead, so
-// the database is past that window and no process can be granted in it.
+// sweepEvery is how often Take forgets idle keys and deletes the scope's
+// ended windows, and sweepSoon how soon it deletes again when a delete
+// left more (a full batch) or failed.
 const (
 	sweepEvery = 10 * time.Second
-	sweepMost  = 64
 	sweepSoon  = time.Second
-	sweepAfter = time.Second
 )
 
-// pastRows are a forgotten key's rate_window rows: the budget's windows
-// before before.
-type pastRows struct {
-	name   string
-	before int64
-}
-
-// sweepIdle forgets, now and then, the budgets of keys with no item
-// waiting to start, none sent to a later window (spread) and no share of
-// a window that may still be current, and returns their rows to delete
-// (worthless: grants go only to the database's current window), so a
-// process's memory and the table follow the keys in use, not every key
-// ever seen. With more idle keys than it forgets at a time, it goes on a
-// second later. A key's rows stay when no process forgets the key: the
-// processes that used it stopped first (its next use prunes them). Under
-// l.mu.
-func (l *Limiter) sweepIdle() []pastRows {
+// sweepDue reports whether a sweep is due, and if so forgets the budgets
+// of keys with no item waiting to start, none sent to a later window
+// (spread) and no share of the current window, so a process's memory
+// follows the keys in use, not every key ever seen. The caller then
+// deletes the ended windows (pruneEnded). Under l.mu.
+func (l *Limiter) sweepDue() bool {
 	now := l.clk.Now()
 	if now.Before(l.nextSweep) {
-		return nil
+		return false
 	}
 	l.nextSweep = now.Add(sweepEvery)
-	var idle []pastRows
 	for _, m := range l.byType {
 		for key, s := range m.keyed {
-			if len(idle) == sweepMost {
-				l.nextSweep = now.Add(sweepSoon)
-				return idle
-			}
-			if s.waiting > 0 || s.spreadTo > windowOf(s, l.now()) || s.window >= windowOf(s, l.now().Add(-sweepAfter)) {
-				continue
-			}
-			delete(m.keyed, key)
-			if s.window >= 0 {
-				idle = append(idle, pastRows{s.name, s.window + 1})
+			if current := windowOf(s, l.now()); s.waiting == 0 && s.spreadTo <= current && s.window < current {
+				delete(m.keyed, key)
 			}
 		}
 	}
-	return idle
+	return true
 }
 
-// prune deletes forgotten keys' rows, outside l.mu (a statement each), on
-// a context of its own: the item's may end first, and the rows would
-// stay.
-func (l *Limiter) prune(ctx context.Context, idle []pastRows) {
-	if len(idle) == 0 {
-		return
-	}
+// pruneEnded deletes a batch of the scope's windows that ended (over
+// Options.KeepEnded ago), of every
+// limit and key, whichever process wrote them (rows of keys whose
+// processes stopped included): one statement, outside l.mu, on a context
+// of its own (the item's may end first). A full batch, or a failure,
+// brings the next sweep forward.
+func (l *Limiter) pruneEnded(ctx context.Context) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 	defer cancel()
-	for _, p := range idle {
-		_, _ = l.qu.PruneRateWindows(ctx, l.scope, p.name, p.before)
+	n, err := l.qu.PruneEndedRateWindows(ctx, l.scope, l.keep)
+	if err == nil && n < workqueue.PruneRateWindowsBatch {
+		return
 	}
+	l.mu.Lock()
+	if soon := l.clk.Now().Add(sweepSoon); soon.Before(l.nextSweep) {
+		l.nextSweep = soon
+	}
+	l.mu.Unlock()
 }

@@ -120,6 +120,11 @@ type Config struct {
 	// With limits, claim on promote is off (NoClaimOnPromote): a follower
 	// taken by a finish would start outside its limit.
 	Limits []ratelimit.Limit
+	// RateWindowsKept is how long a rate-limit window's row stays after
+	// the window ended before a taker deletes it
+	// (ratelimit.Options.KeepEnded): at least and by default 1s. Keep
+	// more to read recent windows' grants back.
+	RateWindowsKept time.Duration
 	// Hooks are fault-injection points for crash tests; leave nil.
 	Hooks *Hooks
 }

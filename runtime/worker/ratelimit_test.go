@@ -136,14 +136,19 @@ func TestRateLimitAcrossProcesses(t *testing.T) {
 	// grants' (see the package comment of runtime/ratelimit).
 	most := maxInSpan(r.starts, time.Second)
 	observedBound := limit.Bound() + (limit.N+9)/10
-	var busiestWindow, busiestSecond int
-	if err := f.db.QueryRow(`SELECT COALESCE(MAX(granted), 0), COALESCE(MAX(per_second), 0) FROM (
+	var busiestWindow, busiestSecond, granted int
+	if err := f.db.QueryRow(`SELECT COALESCE(MAX(granted), 0), COALESCE(MAX(per_second), 0), COALESCE(SUM(granted), 0) FROM (
 		SELECT granted, SUM(granted) OVER (ORDER BY window_index RANGE BETWEEN 9 PRECEDING AND CURRENT ROW) AS per_second
-		FROM rate_window WHERE scope_id = ? AND limit_name = 'deliver') w`, scope).Scan(&busiestWindow, &busiestSecond); err != nil {
+		FROM rate_window WHERE scope_id = ? AND limit_name = 'deliver') w`, scope).Scan(&busiestWindow, &busiestSecond, &granted); err != nil {
 		t.Fatal(err)
 	}
 	if busiestWindow > 5 || busiestSecond > limit.N {
 		t.Errorf("the budget's rows granted %d in one window and %d in ten consecutive ones, want at most 5 and %d", busiestWindow, busiestSecond, limit.N)
+	}
+	if granted < items {
+		// The processes keep ended windows (RateWindowsKept) so that every
+		// start's grant is checked above.
+		t.Errorf("the budget's rows granted %d starts in all, fewer than the %d items: windows were deleted before this check", granted, items)
 	}
 	f.allCompletedOnce()
 	t.Logf("%d items: the busiest second started %d (grant bound %d, observed bound %d); ten consecutive windows granted at most %d; %.1f starts a second; by process %v",
@@ -448,6 +453,11 @@ func TestRateLimitValidation(t *testing.T) {
 		if _, err := worker.New(f.qu, cfg, map[string]worker.Handler{"deliver": func(context.Context, *worker.Job) error { return nil }}); err == nil {
 			t.Errorf("limits %+v accepted", lim)
 		}
+	}
+	cfg := quietCfg(1)
+	cfg.Limits, cfg.RateWindowsKept = []ratelimit.Limit{{WorkType: "deliver", N: 5, Per: time.Second}}, 10*time.Millisecond
+	if _, err := worker.New(f.qu, cfg, map[string]worker.Handler{"deliver": func(context.Context, *worker.Job) error { return nil }}); err == nil {
+		t.Error("ended windows kept 10ms: accepted")
 	}
 }
 

@@ -233,7 +233,7 @@ func New(q *workqueue.Queue, cfg Config, handlers map[string]Handler) (*Worker, 
 	}
 	w.unlimited = w.types
 	if len(cfg.Limits) > 0 {
-		if w.limiter, err = ratelimit.New(q, cfg.Scope, cfg.Controller.Clock, cfg.Limits); err != nil {
+		if w.limiter, err = ratelimit.New(q, cfg.Scope, cfg.Limits, ratelimit.Options{Clock: cfg.Controller.Clock, KeepEnded: cfg.RateWindowsKept}); err != nil {
 			return nil, &ConfigError{"Limits", "", err.Error()}
 		}
 		w.unlimited, w.limited = nil, map[string]*workqueue.Claimer{}

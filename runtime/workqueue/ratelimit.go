@@ -2,6 +2,7 @@ package workqueue
 
 import (
 	"context"
+	"database/sql"
 	"fmt"
 	"time"
 
@@ -32,13 +33,14 @@ func (qu *Queue) TakeRateShare(ctx context.Context, scope, name string, windowIn
 		return RateShare{}, invalidf("rate share: want %d, quota %d and window %dus must be positive", want, quota, windowMicros)
 	}
 	var out RateShare
-	key := gen.EnsureRateWindowParams{ScopeID: scope, LimitName: name, WindowIndex: windowIndex}
+	key := gen.LockRateWindowParams{ScopeID: scope, LimitName: name, WindowIndex: windowIndex}
+	ends := sql.NullInt64{Int64: (windowIndex + 1) * windowMicros, Valid: true}
 	err := qu.inTx(ctx, fmt.Sprintf("take a share of rate limit %q", name), readCommitted, func(ctx context.Context, q *gen.Queries) error {
 		out = RateShare{}
-		if err := q.EnsureRateWindow(ctx, key); err != nil {
+		if err := q.EnsureRateWindow(ctx, gen.EnsureRateWindowParams{ScopeID: scope, LimitName: name, WindowIndex: windowIndex, EndsMicros: ends}); err != nil {
 			return fmt.Errorf("ensure window: %w", err)
 		}
-		row, err := q.LockRateWindow(ctx, gen.LockRateWindowParams(key))
+		row, err := q.LockRateWindow(ctx, key)
 		if err != nil {
 			return fmt.Errorf("lock window: %w", err)
 		}
@@ -60,15 +62,21 @@ func (qu *Queue) TakeRateShare(ctx context.Context, scope, name string, windowIn
 	return out, err
 }
 
-// PruneRateWindows deletes up to 1,000 windows of the rate limit before
-// beforeIndex and returns how many it deleted.
-func (qu *Queue) PruneRateWindows(ctx context.Context, scope, name string, beforeIndex int64) (int64, error) {
-	n, err := qu.q.PruneRateWindows(ctx, gen.PruneRateWindowsParams{ScopeID: scope, LimitName: name, BeforeIndex: beforeIndex})
+// PruneEndedRateWindows deletes up to PruneRateWindowsBatch of scope's
+// rate-limit windows, of every limit and key, that ended more than kept
+// ago by the database's clock, and returns how many it deleted: a full
+// batch means more may be left.
+func (qu *Queue) PruneEndedRateWindows(ctx context.Context, scope string, kept time.Duration) (int64, error) {
+	n, err := qu.q.PruneEndedRateWindows(ctx, gen.PruneEndedRateWindowsParams{ScopeID: scope, KeptMicros: kept.Microseconds()})
 	if err != nil {
-		return 0, fmt.Errorf("workqueue: prune windows of rate limit %q: %w", name, err)
+		return 0, fmt.Errorf("workqueue: prune ended rate-limit windows of scope %q: %w", scope, err)
 	}
 	return n, nil
 }
+
+// PruneRateWindowsBatch is the most rows one PruneEndedRateWindows deletes
+// (the statement's LIMIT).
+const PruneRateWindowsBatch = 1000
 
 // Defer gives a claimed item back unrun, due after delay by the database's
 // clock, without counting the attempt (a rate limit's budget ran out

@@ -134,6 +134,7 @@ func runLaneq(ctx context.Context, db *sql.DB, cfg processConfig, rec *recorder,
 		wcfg.NoClaimOnPromote = cfg.NoTake
 		if cfg.RateLimit > 0 {
 			wcfg.Limits = []ratelimit.Limit{{WorkType: typeLimited, N: cfg.RateLimit, Per: time.Second, PerKey: cfg.RateKeys > 0}}
+			wcfg.RateWindowsKept = 24 * time.Hour // the verifier reads every window's grants back
 		}
 		if cfg.Periodic > 0 {
 			wcfg.Schedules = []periodic.Schedule{{Name: tickSchedule, Every: cfg.Periodic, Event: func(time.Time) workqueue.Event {
