@@ -175,3 +175,33 @@ func TestRequiredKeys(t *testing.T) {
 		}
 	}
 }
+
+// Rate-limit windows written before migration 00026 have no end: the
+// migration gives them one 30 days on (by the database's clock), so the
+// sweep of ended windows deletes them then, not at once (the current
+// window's count would be lost during the upgrade) and not never.
+func TestRateWindowsBeforeTheirEndsGetOne(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db, _ := tidbtest.NewEmptyDB(t)
+	p, err := schema.NewProvider(db)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := p.UpTo(ctx, 25); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.Exec("INSERT INTO rate_window (scope_id, limit_name, window_index, granted) VALUES ('s', 'deliver', 7, 3)"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := p.Up(ctx); err != nil {
+		t.Fatal(err)
+	}
+	var days float64
+	if err := db.QueryRow("SELECT (ends_micros - UNIX_TIMESTAMP(NOW(6)) * 1000000) / 86400e6 FROM rate_window WHERE scope_id = 's'").Scan(&days); err != nil {
+		t.Fatal(err)
+	}
+	if days < 29.9 || days > 30 {
+		t.Fatalf("a window from before the migration ends %.2f days on, want 30", days)
+	}
+}
