@@ -122,7 +122,7 @@ func TestBudgetNames(t *testing.T) {
 	names := map[string]string{}
 	for _, c := range [][2]string{{"a", "bc"}, {"ab", "c"}, {"a", ""}, {"b", ""}, {"a", strings.Repeat("k", 128)}, {"a", "b c"}} {
 		n := BudgetName(c[0], c[1])
-		if len(n) > 64 || !strings.HasPrefix(n, keyedPrefix) || !printable(n) {
+		if !strings.HasPrefix(n, keyedPrefix) || workqueue.ValidWorkType(n) != nil {
 			t.Errorf("BudgetName(%q, %q) = %q", c[0], c[1], n)
 		}
 		if prev, ok := names[n]; ok {

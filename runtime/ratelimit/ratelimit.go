@@ -14,11 +14,11 @@
 // start (workqueue.Queue.TakeRateShare), sized to the items it claimed
 // that wait to start, and spends the share locally: a transaction per
 // share, not per claim or start. No process is granted more than the
-// window has left. Every sweepEvery a taker deletes the scope's ended
-// windows, of every limit and key (workqueue.Queue.PruneEndedRateWindows). So any
-// window-aligned period starts at most N items, and any span of length Per
-// (it meets at most k+1 windows) at most N + ceil(N/k): 55 for 50 per
-// second.
+// window has left. So any window-aligned period starts at most N items,
+// and any span of length Per (it meets at most k+1 windows) at most
+// N + ceil(N/k): 55 for 50 per second. Every sweepEvery a taker deletes
+// the scope's ended windows, of every limit and key
+// (workqueue.Queue.PruneEndedRateWindows).
 //
 // Starts are counted as they happen, just before the handler runs
 // (Take), so an item claimed in one window that waits for an executor into
@@ -128,13 +128,12 @@ func (l Limit) validate() error {
 		return fmt.Errorf("%w: rate limit of %q: WorkTypes share a Key's budget: set Key", workqueue.ErrInvalid, l.WorkTypes)
 	case l.Key != "" && len(l.WorkTypes) == 0:
 		return fmt.Errorf("%w: rate limit %q: Key needs the WorkTypes that share it", workqueue.ErrInvalid, l.Key)
-	case len(l.Name()) < 1 || len(l.Name()) > 64:
-		return fmt.Errorf("%w: rate limit name (Key or WorkType) must be 1..64 bytes, got %d", workqueue.ErrInvalid, len(l.Name()))
-	case !printable(l.Name()) || strings.HasPrefix(l.Name(), keyedPrefix):
-		// A work type's rule: the rows' limit_name is ascii_bin, which pads
-		// with spaces, so "crm" and "crm " would count in one budget. Names
-		// beginning with the prefix are the per-key budgets'.
-		return fmt.Errorf("%w: rate limit name %q must be printable ASCII without spaces, not beginning with %q", workqueue.ErrInvalid, l.Name(), keyedPrefix)
+	case workqueue.ValidWorkType(l.Name()) != nil || strings.HasPrefix(l.Name(), keyedPrefix):
+		// A work type's rule (1..64 printable ASCII without spaces): the
+		// rows' limit_name is ascii_bin, which pads with spaces, so "crm"
+		// and "crm " would count in one budget. Names beginning with the
+		// prefix are the per-key budgets'.
+		return fmt.Errorf("%w: rate limit name (Key or WorkType) %q must be 1..64 printable ASCII characters without spaces, not beginning with %q", workqueue.ErrInvalid, l.Name(), keyedPrefix)
 	case l.N < 1:
 		return fmt.Errorf("%w: rate limit %q: N must be at least 1, got %d", workqueue.ErrInvalid, l.Name(), l.N)
 	case l.Per < 10*time.Millisecond || l.Per%time.Microsecond != 0:
@@ -151,16 +150,6 @@ func (l Limit) validate() error {
 		seen[t] = true
 	}
 	return nil
-}
-
-// printable reports whether s is printable ASCII without spaces.
-func printable(s string) bool {
-	for i := 0; i < len(s); i++ {
-		if s[i] < 0x21 || s[i] > 0x7e {
-			return false
-		}
-	}
-	return true
 }
 
 // keyedPrefix begins the names of per-key budgets' rows; no limit's own
@@ -257,7 +246,7 @@ func New(qu *workqueue.Queue, scope string, limits []Limit, opts Options) (*Limi
 		opts.KeepEnded = MinKeepEnded
 	}
 	if opts.KeepEnded < MinKeepEnded {
-		return nil, fmt.Errorf("%w: rate limits: KeepEnded must be at least %s, got %s", workqueue.ErrInvalid, MinKeepEnded, opts.KeepEnded)
+		return nil, fmt.Errorf("%w: rate limits: ended windows must be kept (KeepEnded; worker.Config.RateWindowsKept) at least %s, got %s", workqueue.ErrInvalid, MinKeepEnded, opts.KeepEnded)
 	}
 	l := &Limiter{qu: qu, scope: scope, clk: opts.Clock, keep: opts.KeepEnded, byType: map[string]*limit{}}
 	names := map[string]bool{}
@@ -378,9 +367,8 @@ func (l *Limiter) resync(ctx context.Context) error {
 
 // topUp returns the starts left in this process's share of s's current
 // window, taking a share of the window (as many starts as items wait for
-// one, Claimed) when none are left and the window has some, and when the
-// next window opens (on the Limiter's clock). Under l.mu.
-func (l *Limiter) topUp(ctx context.Context, s *share) (left int, nextOpen time.Time, err error) {
+// one, Claimed) when none are left and the window has some. Under l.mu.
+func (l *Limiter) topUp(ctx context.Context, s *share) (left int, err error) {
 	w := windowOf(s, l.now())
 	if w != s.window {
 		s.window, s.left, s.spent = w, 0, false // a past window's share is worthless
@@ -388,17 +376,17 @@ func (l *Limiter) topUp(ctx context.Context, s *share) (left int, nextOpen time.
 	for try := 0; s.left == 0 && !s.spent; try++ {
 		got, err := l.qu.TakeRateShare(ctx, l.scope, s.name, w, s.windowMicros(), max(s.waiting, 1), s.quota(w))
 		if err != nil {
-			return 0, time.Time{}, fmt.Errorf("ratelimit: %w", err)
+			return 0, fmt.Errorf("ratelimit: %w", err)
 		}
 		if got.NotCurrent {
 			// This process's estimate of the database's clock is off: measure
 			// it again and ask for the window it is in, once; failing that,
 			// the item waits for the next window.
 			if try > 0 {
-				return 0, l.nextOpen(s, w), nil
+				return 0, nil
 			}
 			if err := l.resync(ctx); err != nil {
-				return 0, time.Time{}, err
+				return 0, err
 			}
 			w = windowOf(s, l.now())
 			s.window, s.left, s.spent = w, 0, false
@@ -406,7 +394,7 @@ func (l *Limiter) topUp(ctx context.Context, s *share) (left int, nextOpen time.
 		}
 		s.left, s.spent = got.Granted, got.Used >= s.quota(w)
 	}
-	return s.left, l.nextOpen(s, w), nil
+	return s.left, nil
 }
 
 // Take spends one start of workType (counted under rateKey for a limit
@@ -442,7 +430,7 @@ func (l *Limiter) take(ctx context.Context, m *limit, rateKey string) (ok bool, 
 	prune = l.sweepDue()
 	s := m.budget(rateKey)
 	s.waiting = max(s.waiting-1, 0) // this item asks once: it starts or is given back
-	left, _, err := l.topUp(ctx, s)
+	left, err := l.topUp(ctx, s)
 	if err != nil {
 		return false, time.Time{}, prune, err
 	}
@@ -511,12 +499,11 @@ func (l *Limiter) sweepDue() bool {
 	return true
 }
 
-// pruneEnded deletes a batch of the scope's windows that ended (over
-// Options.KeepEnded ago), of every
-// limit and key, whichever process wrote them (rows of keys whose
-// processes stopped included): one statement, outside l.mu, on a context
-// of its own (the item's may end first). A full batch, or a failure,
-// brings the next sweep forward.
+// pruneEnded deletes a batch of the scope's windows that ended over
+// Options.KeepEnded ago, of every limit and key, whichever process wrote
+// them (rows of keys whose processes stopped included): one statement,
+// outside l.mu, on a context of its own (the item's may end first). A
+// full batch, or a failure, brings the next sweep forward.
 func (l *Limiter) pruneEnded(ctx context.Context) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 	defer cancel()
