@@ -352,8 +352,9 @@ func (h *helperProc) send(t testing.TB, cmd string) {
 }
 
 // TestTwoProcessesDrainThenIdleWithZeroSQL: two worker processes with 16
-// executors each drain 5,000 items with no item executed twice, then sit
-// idle without sending a single SQL statement.
+// executors each drain 5,000 items with no item executed twice, then,
+// once both run quiet (their wakes healthy), sit idle without sending a
+// single SQL statement.
 func TestTwoProcessesDrainThenIdleWithZeroSQL(t *testing.T) {
 	const items = 5000
 	f := newFixture(t, workqueue.Config{})
@@ -424,6 +425,19 @@ func TestTwoProcessesDrainThenIdleWithZeroSQL(t *testing.T) {
 	// Wait for the last finishes to commit.
 	waitfor.Until(t, time.Minute, func() (bool, error) { return f.states()["completed"] == items, nil },
 		func() string { return fmt.Sprintf("states %v", f.states()) })
+	// Idle is measured in the steady state: quiet mode, which a worker
+	// enters once its wake endpoint is known to every sender
+	// (wake.Config.EndpointCacheTTL, 5s, after it registered). A drain
+	// shorter than that would otherwise see the switch (a probe, the claim
+	// turn the drain's changes make and a far lookup) inside the window.
+	late := map[string]int{} // "ran" lines now would be second executions
+	for _, p := range procs {
+		waitfor.Until(t, time.Minute, func() (bool, error) { return p.report(t, "stats", late).Stats.Quiet, nil },
+			func() string { return p.name + " never entered quiet mode (its wake endpoint is not healthy)" })
+	}
+	if len(late) != 0 {
+		t.Fatalf("items ran after all %d had run once: %v", items, late)
+	}
 	// Idle: a 3-second window in both processes at once.
 	for _, p := range procs {
 		p.send(t, "idle 3000")
@@ -437,6 +451,9 @@ func TestTwoProcessesDrainThenIdleWithZeroSQL(t *testing.T) {
 		reports[p.name] = r
 		if r.IdleStatements != 0 {
 			t.Errorf("%s sent %d SQL statements while idle: %v", p.name, r.IdleStatements, r.IdleByStatement)
+		}
+		if !r.Stats.Quiet {
+			t.Errorf("%s left quiet mode during the idle window", p.name)
 		}
 		if r.Stats.Scheduler.MaxConcurrentClaims != 1 {
 			t.Errorf("%s had %d concurrent claims", p.name, r.Stats.Scheduler.MaxConcurrentClaims)
