@@ -22,7 +22,10 @@ import (
 // runs and its row keeps the new owner's token.
 func TestItemClaimedAheadAndTakenOverNeverRuns(t *testing.T) {
 	const heartbeat = 300 * time.Millisecond
-	f := newFixture(t, workqueue.Config{})
+	// An hour's lease: the worker's due timer is armed for the taken-over
+	// row's expiry, and a reclaim at the default 30s would move the token
+	// the last check expects to find left alone (a stalled machine).
+	f := newFixture(t, workqueue.Config{Lease: time.Hour})
 	f.enqueue(1, 0, "deliver")
 	slow := make(chan struct{})
 	ran := make(chan int64, 10)
