@@ -198,6 +198,10 @@ type leaseKey struct{ workID, token int64 }
 
 func keyOf(l workqueue.Lease) leaseKey { return leaseKey{l.WorkID, l.Token} }
 
+// recordTimeout bounds one write of the recorder that no handler context
+// bounds (a TiDB pause of the fault plan lasts seconds).
+const recordTimeout = 30 * time.Second
+
 // recorder writes attempt rows and batches accepted verdicts.
 type recorder struct {
 	q       *benchdb.Queries
@@ -224,10 +228,18 @@ func (r *recorder) run(ctx context.Context, cfg processConfig, job *worker.Job, 
 	if v, ok := claimTook.LoadAndDelete(keyOf(c.Lease)); ok {
 		took = v.(time.Duration)
 	}
-	id, err := r.q.StartAttempt(ctx, benchdb.StartAttemptParams{
+	// The start is written under a context of its own. The handler's can
+	// end while the INSERT is in flight (a process frozen between its
+	// pre-start renewal and this call wakes with its heartbeat due, finds
+	// the lease taken over and cancels the attempt): the row may then
+	// commit while the call returns an error, an attempt with neither end
+	// nor verdict, which the verifier can only read as a kill.
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), recordTimeout)
+	id, err := r.q.StartAttempt(sctx, benchdb.StartAttemptParams{
 		Process: r.process, WorkID: c.WorkID, LeaseToken: c.Lease.Token, Attempt: c.Attempt,
 		Reclaimed: c.Reclaimed, ClaimUs: took.Microseconds(),
 	})
+	cancel()
 	if err != nil {
 		return fmt.Errorf("bench: record attempt start: %w", err)
 	}
@@ -311,7 +323,7 @@ func (r *recorder) verdict(l workqueue.Lease, err error) {
 		if len(msg) > 255 {
 			msg = msg[:255]
 		}
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		ctx, cancel := context.WithTimeout(context.Background(), recordTimeout)
 		defer cancel()
 		_ = r.q.SetFinishRejected(ctx, benchdb.SetFinishRejectedParams{AttemptID: id, FinishError: sql.NullString{String: msg, Valid: true}})
 		return
@@ -342,7 +354,7 @@ func (r *recorder) flushNow() {
 	if len(ids) == 0 {
 		return
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), recordTimeout)
 	defer cancel()
 	_ = r.q.SetFinishAccepted(ctx, ids)
 }

@@ -241,13 +241,8 @@ func (p *phase) setUp(ctx context.Context, dbName string) error {
 	if _, err := schema.Up(ctx, db); err != nil {
 		return fmt.Errorf("bench: migrate %s: %w", dbName, err)
 	}
-	for _, stmt := range strings.Split(queries.BenchSchema, ";\n") {
-		if strings.TrimSpace(stripComments(stmt)) == "" {
-			continue
-		}
-		if _, err := db.ExecContext(ctx, stmt); err != nil {
-			return fmt.Errorf("bench: create bench tables: %w", err)
-		}
+	if err := createBenchTables(ctx, db); err != nil {
+		return err
 	}
 	p.wl = buildWorkload(p.spec, p.name != phaseFaults)
 	q, err := workqueue.New(db, workqueue.Config{Lease: p.spec.Lease})
@@ -261,6 +256,20 @@ func (p *phase) setUp(ctx context.Context, dbName string) error {
 	}
 	if p.logs, err = os.MkdirTemp("", "laneq-bench-"+p.name+"-"); err != nil {
 		return fmt.Errorf("bench: log directory: %w", err)
+	}
+	return nil
+}
+
+// createBenchTables adds the bench's own tables (queries.BenchSchema) to a
+// migrated database.
+func createBenchTables(ctx context.Context, db *sql.DB) error {
+	for _, stmt := range strings.Split(queries.BenchSchema, ";\n") {
+		if strings.TrimSpace(stripComments(stmt)) == "" {
+			continue
+		}
+		if _, err := db.ExecContext(ctx, stmt); err != nil {
+			return fmt.Errorf("bench: create bench tables: %w", err)
+		}
 	}
 	return nil
 }
