@@ -198,9 +198,16 @@ type leaseKey struct{ workID, token int64 }
 
 func keyOf(l workqueue.Lease) leaseKey { return leaseKey{l.WorkID, l.Token} }
 
-// recordTimeout bounds one write of the recorder that no handler context
-// bounds (a TiDB pause of the fault plan lasts seconds).
+// recordTimeout bounds one write of the recorder (a TiDB pause of the
+// fault plan lasts seconds).
 const recordTimeout = 30 * time.Second
+
+// recordContext is the context of one write of the recorder: not the
+// handler's, which can end while the write is in flight (then the row
+// may commit while the call fails), and bounded by recordTimeout.
+func recordContext(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.WithoutCancel(ctx), recordTimeout)
+}
 
 // recorder writes attempt rows and batches accepted verdicts.
 type recorder struct {
@@ -228,13 +235,12 @@ func (r *recorder) run(ctx context.Context, cfg processConfig, job *worker.Job, 
 	if v, ok := claimTook.LoadAndDelete(keyOf(c.Lease)); ok {
 		took = v.(time.Duration)
 	}
-	// The start is written under a context of its own. The handler's can
-	// end while the INSERT is in flight (a process frozen between its
-	// pre-start renewal and this call wakes with its heartbeat due, finds
-	// the lease taken over and cancels the attempt): the row may then
-	// commit while the call returns an error, an attempt with neither end
-	// nor verdict, which the verifier can only read as a kill.
-	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), recordTimeout)
+	// The start is written under a context of its own: a process frozen
+	// between its pre-start renewal and this call wakes with its heartbeat
+	// due, finds the lease taken over and cancels the handler's context,
+	// and a start that committed while its call failed would leave an
+	// attempt with neither end nor verdict, which reads as a kill.
+	sctx, cancel := recordContext(ctx)
 	id, err := r.q.StartAttempt(sctx, benchdb.StartAttemptParams{
 		Process: r.process, WorkID: c.WorkID, LeaseToken: c.Lease.Token, Attempt: c.Attempt,
 		Reclaimed: c.Reclaimed, ClaimUs: took.Microseconds(),
@@ -256,21 +262,25 @@ func (r *recorder) run(ctx context.Context, cfg processConfig, job *worker.Job, 
 	}
 	// The end is recorded even when the context ended: a frozen process
 	// that wakes past its lease still says when its handler returned.
-	if err := r.end(context.WithoutCancel(ctx), id, word); err != nil {
+	if err := r.end(ctx, id, word); err != nil {
 		return err
 	}
 	return outcome
 }
 
-// end records an attempt's end, again after a dropped connection: an
-// attempt without an end reads as one its process's kill cut short.
+// end records an attempt's end, also when ctx ended, and again after a
+// dropped connection: an attempt without an end reads as one its
+// process's kill cut short.
 func (r *recorder) end(ctx context.Context, id int64, outcome string) error {
 	var err error
 	for try := range 5 {
 		if try > 0 {
 			time.Sleep(200 * time.Millisecond)
 		}
-		if err = r.q.EndAttempt(ctx, benchdb.EndAttemptParams{AttemptID: id, Outcome: sql.NullString{String: outcome, Valid: true}}); err == nil {
+		wctx, cancel := recordContext(ctx)
+		err = r.q.EndAttempt(wctx, benchdb.EndAttemptParams{AttemptID: id, Outcome: sql.NullString{String: outcome, Valid: true}})
+		cancel()
+		if err == nil {
 			return nil
 		}
 	}
@@ -323,7 +333,7 @@ func (r *recorder) verdict(l workqueue.Lease, err error) {
 		if len(msg) > 255 {
 			msg = msg[:255]
 		}
-		ctx, cancel := context.WithTimeout(context.Background(), recordTimeout)
+		ctx, cancel := recordContext(context.Background())
 		defer cancel()
 		_ = r.q.SetFinishRejected(ctx, benchdb.SetFinishRejectedParams{AttemptID: id, FinishError: sql.NullString{String: msg, Valid: true}})
 		return
@@ -354,7 +364,7 @@ func (r *recorder) flushNow() {
 	if len(ids) == 0 {
 		return
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), recordTimeout)
+	ctx, cancel := recordContext(context.Background())
 	defer cancel()
 	_ = r.q.SetFinishAccepted(ctx, ids)
 }
@@ -418,7 +428,7 @@ func naiveLoop(ctx context.Context, db *sql.DB, nq *naivedb.Queries, scope strin
 		case <-ctx.Done():
 		}
 		wctx := context.WithoutCancel(ctx)
-		if err := rec.end(wctx, aid, "ok"); err != nil {
+		if err := rec.end(ctx, aid, "ok"); err != nil {
 			return err
 		}
 		if err := nq.NaiveComplete(wctx, id); err != nil {
