@@ -470,18 +470,21 @@ func (c *Client) newWorker() (*worker.Worker, error) {
 // Stop ends the worker and the router gracefully: no new claims, running
 // handlers see their context end, and their items are finished or released
 // (due at once, for another process) before it returns; a receipt the
-// router holds is materialized or left to its lease. ctx bounds the wait;
-// the shutdown goes on after ctx ends. It returns the worker's or router's
-// error, if one failed before the Stop. A Client that never started stops
-// at once.
+// router holds is materialized or left to its lease. A handler that ignores
+// its context keeps its item, and the item's lanes, until it returns: its
+// lease is held meanwhile, for worker.Config.Scheduler.GiveUpAfter at most
+// (default 30s), after which the item is left to its lease's expiry, never
+// released while the handler may still act. ctx bounds the wait; the
+// shutdown goes on after ctx ends, and a later Stop or Close waits for it
+// again. It returns the worker's or router's error, if one failed before
+// the Stop. A Client that never started stops at once.
 func (c *Client) Stop(ctx context.Context) error {
 	c.mu.Lock()
-	prev := c.state
 	c.state = stateStopped
 	cancel, done := c.cancel, c.done
 	c.mu.Unlock()
-	if prev != stateRunning {
-		return nil
+	if done == nil {
+		return nil // never started
 	}
 	cancel()
 	select {
@@ -494,9 +497,11 @@ func (c *Client) Stop(ctx context.Context) error {
 	return c.runErr
 }
 
-// Close stops the worker (as Stop, without a bound), sends the
+// Close stops the worker (as Stop, without a bound: after a Stop whose
+// context ended, it waits for that shutdown to end), sends the
 // announcements still coalescing, ends every subscription, and closes the
-// pool if Open opened it.
+// pool if Open opened it. Nothing is closed under a running handler: its
+// finish needs the pool.
 // Closing again returns the first Close's result.
 func (c *Client) Close() error {
 	c.closeOnce.Do(func() {

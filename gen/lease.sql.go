@@ -224,6 +224,35 @@ func (q *Queries) GetLeaseState(ctx context.Context, workID int64) (GetLeaseStat
 	return i, err
 }
 
+const holdLease = `-- name: HoldLease :execrows
+UPDATE work_item
+SET run_after = DATE_ADD(NOW(6), INTERVAL CAST(? AS SIGNED) MICROSECOND),
+    updated_at = NOW(6)
+WHERE work_id = ?
+  AND lease_token = ?
+  AND state = 'processing'
+`
+
+type HoldLeaseParams struct {
+	LeaseMicros int64
+	WorkID      int64
+	LeaseToken  int64
+}
+
+// Heartbeat of an attempt told to stop (its cancellation was requested, its
+// deadline passed, its process is stopping) whose handler has not returned:
+// the item stays its holder's, and its lanes stay blocked, until the handler
+// returns, because the handler may still act. So unlike RenewLease it
+// renews a row whose cancellation was requested; only the token fences it.
+// A primary-key point update, as RenewLease.
+func (q *Queries) HoldLease(ctx context.Context, arg HoldLeaseParams) (int64, error) {
+	result, err := q.db.ExecContext(ctx, holdLease, arg.LeaseMicros, arg.WorkID, arg.LeaseToken)
+	if err != nil {
+		return 0, err
+	}
+	return result.RowsAffected()
+}
+
 const leaseStates = `-- name: LeaseStates :many
 SELECT work_id, state, lease_token, cancel_reason
 FROM work_item
@@ -359,8 +388,9 @@ type RenewLeaseParams struct {
 // database clock. Keeps the token, so the holder's later calls stay valid.
 // A row whose cancellation was requested (cancel_reason, RequestCancel) is
 // not renewed: the holder reads the row back (GetLeaseState), learns of the
-// cancellation and cancels its handler; a handler that ignores it runs out
-// of lease, and the claimer that finds it expired ends it cancelled.
+// cancellation and cancels its handler, and holds the row (HoldLease) until
+// the handler returns; a claimer that finds the lease expired (its holder
+// died or lost the database) ends it cancelled.
 func (q *Queries) RenewLease(ctx context.Context, arg RenewLeaseParams) (int64, error) {
 	result, err := q.db.ExecContext(ctx, renewLease, arg.LeaseMicros, arg.WorkID, arg.LeaseToken)
 	if err != nil {

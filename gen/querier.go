@@ -397,6 +397,13 @@ type Querier interface {
 	// end (the range is read newest first); writer_rows adding up to it tells
 	// the caller the window was cut, and its oldest minute may be partial.
 	HistorySince(ctx context.Context, arg HistorySinceParams) ([]HistorySinceRow, error)
+	// Heartbeat of an attempt told to stop (its cancellation was requested, its
+	// deadline passed, its process is stopping) whose handler has not returned:
+	// the item stays its holder's, and its lanes stay blocked, until the handler
+	// returns, because the handler may still act. So unlike RenewLease it
+	// renews a row whose cancellation was requested; only the token fences it.
+	// A primary-key point update, as RenewLease.
+	HoldLease(ctx context.Context, arg HoldLeaseParams) (int64, error)
 	// event_id is AUTO_RANDOM (no write hot spot on the primary key); the driver
 	// returns the generated id.
 	InsertEvent(ctx context.Context, arg InsertEventParams) (int64, error)
@@ -722,8 +729,9 @@ type Querier interface {
 	// database clock. Keeps the token, so the holder's later calls stay valid.
 	// A row whose cancellation was requested (cancel_reason, RequestCancel) is
 	// not renewed: the holder reads the row back (GetLeaseState), learns of the
-	// cancellation and cancels its handler; a handler that ignores it runs out
-	// of lease, and the claimer that finds it expired ends it cancelled.
+	// cancellation and cancels its handler, and holds the row (HoldLease) until
+	// the handler returns; a claimer that finds the lease expired (its holder
+	// died or lost the database) ends it cancelled.
 	RenewLease(ctx context.Context, arg RenewLeaseParams) (int64, error)
 	// RenewLease for many items of one process whose heartbeats fell due
 	// together (items claimed in one turn share their heartbeat times): a batch

@@ -3,8 +3,9 @@
 -- database clock. Keeps the token, so the holder's later calls stay valid.
 -- A row whose cancellation was requested (cancel_reason, RequestCancel) is
 -- not renewed: the holder reads the row back (GetLeaseState), learns of the
--- cancellation and cancels its handler; a handler that ignores it runs out
--- of lease, and the claimer that finds it expired ends it cancelled.
+-- cancellation and cancels its handler, and holds the row (HoldLease) until
+-- the handler returns; a claimer that finds the lease expired (its holder
+-- died or lost the database) ends it cancelled.
 UPDATE work_item
 SET run_after = DATE_ADD(NOW(6), INTERVAL CAST(sqlc.arg(lease_micros) AS SIGNED) MICROSECOND),
     updated_at = NOW(6)
@@ -12,6 +13,20 @@ WHERE work_id = sqlc.arg(work_id)
   AND lease_token = sqlc.arg(lease_token)
   AND state = 'processing'
   AND cancel_reason IS NULL;
+
+-- name: HoldLease :execrows
+-- Heartbeat of an attempt told to stop (its cancellation was requested, its
+-- deadline passed, its process is stopping) whose handler has not returned:
+-- the item stays its holder's, and its lanes stay blocked, until the handler
+-- returns, because the handler may still act. So unlike RenewLease it
+-- renews a row whose cancellation was requested; only the token fences it.
+-- A primary-key point update, as RenewLease.
+UPDATE work_item
+SET run_after = DATE_ADD(NOW(6), INTERVAL CAST(sqlc.arg(lease_micros) AS SIGNED) MICROSECOND),
+    updated_at = NOW(6)
+WHERE work_id = sqlc.arg(work_id)
+  AND lease_token = sqlc.arg(lease_token)
+  AND state = 'processing';
 
 -- name: RenewLeaseBatch :execrows
 -- RenewLease for many items of one process whose heartbeats fell due

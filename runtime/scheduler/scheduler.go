@@ -61,6 +61,13 @@ type Backend[I any] interface {
 	Claim(ctx context.Context, reqs []Request) []ClaimResult[I]
 	// Renew extends the item's lease; an error ends the attempt.
 	Renew(ctx context.Context, item I) error
+	// Hold extends the lease of an item whose attempt's context ended
+	// (deadline, cancellation, shutdown, failed renewals) while its handler
+	// still runs: unlike Renew it must renew an item whose cancellation was
+	// requested, because the item stays this process's, and its lanes stay
+	// held, until the handler returns. An error wrapping ErrOwnershipLost
+	// says the item is someone else's (or ended): holding stops.
+	Hold(ctx context.Context, item I) error
 	// Handle runs the item's work under the attempt's context.
 	Handle(ctx context.Context, item I) error
 	// Finish makes outcome durable through the lease-fenced path: nil
@@ -123,6 +130,9 @@ const DefaultClaimGather = 200 * time.Microsecond
 // two processes on lanes of five went from 1.1-1.2× to 1.3-1.4×.
 const DefaultClaimAheadPerExecutor = 3
 
+// DefaultGiveUpAfter is Config.GiveUpAfter's default.
+const DefaultGiveUpAfter = 30 * time.Second
+
 // DefaultClaimAheadWait is Config.ClaimAheadWait's default.
 const DefaultClaimAheadWait = 20 * time.Millisecond
 
@@ -180,11 +190,21 @@ type Config struct {
 	// HandlerDeadline bounds one attempt. Default 5m.
 	HandlerDeadline time.Duration
 	// AbandonAfter is how long a handler may ignore its cancelled context
-	// (deadline or shutdown) before its slot gives up on it, finishes the
-	// item through the fenced path and takes new work. Default 5s. An
-	// abandoned handler's goroutine may still be running, outside the
-	// processing budget.
+	// (deadline, cancellation, shutdown, failed renewals) before its
+	// executor slot is given back and takes new work. The item is not: its
+	// lease is held (Backend.Hold) and its lanes stay blocked until the
+	// handler returns, and then its outcome is finished as usual. An
+	// abandoned handler runs outside the processing budget (its row is
+	// given back with its slot) and is counted in Stats.AbandonedRunning.
+	// Default 5s.
 	AbandonAfter time.Duration
+	// GiveUpAfter bounds how long Stop keeps holding the items of handlers
+	// that ignore shutdown, counted from Stop. Past it, Stop returns without
+	// finishing or releasing those items and stops renewing their leases:
+	// each is taken over by another process only once its lease has run
+	// out, and the fence refuses the old handler's writes. Default 30s;
+	// negative: Stop waits for every handler to return.
+	GiveUpAfter time.Duration
 	// HeartbeatEvery is the lease renewal period; keep it well below the
 	// lease. Default 10s.
 	HeartbeatEvery time.Duration
@@ -232,6 +252,9 @@ func (c Config) withDefaults() Config {
 	if c.AbandonAfter == 0 {
 		c.AbandonAfter = 5 * time.Second
 	}
+	if c.GiveUpAfter == 0 {
+		c.GiveUpAfter = DefaultGiveUpAfter
+	}
 	if c.HeartbeatEvery == 0 {
 		c.HeartbeatEvery = 10 * time.Second
 	}
@@ -263,27 +286,33 @@ func (c Config) renewRetryEvery() time.Duration {
 func (c Config) Fingerprint() string {
 	c = c.withDefaults()
 	h := fnv.New64a()
-	fmt.Fprintf(h, "%d|%s|%q|%q|%d|%t|%s|%s|%s|%s|%s|%s|%d|%s", c.Executors, c.Profile, c.Classes.Latency, c.Classes.Bulk,
+	fmt.Fprintf(h, "%d|%s|%q|%q|%d|%t|%s|%s|%s|%s|%s|%s|%d|%s|%s", c.Executors, c.Profile, c.Classes.Latency, c.Classes.Bulk,
 		c.MaxProcessingRows, c.Limiter != nil, c.HandlerDeadline, c.AbandonAfter, c.HeartbeatEvery, c.FinishTimeout, c.RenewGrace, c.ClaimGather,
-		c.ClaimAhead, c.ClaimAheadWait)
+		c.ClaimAhead, c.ClaimAheadWait, c.GiveUpAfter)
 	return fmt.Sprintf("%016x", h.Sum64())
 }
 
 // Stats counts what a scheduler did.
 type Stats struct {
-	ClaimTurns        uint64
-	Claims            uint64 // shape claims (requests; one backend call per turn serves them all)
-	Claimed           uint64 // items handed to slots
-	Adopted           uint64 // of those, items a finisher claimed (Adopt)
-	StaleOnlyClaims   uint64
-	LimiterDenials    uint64 // shapes with free slots the limiter gave nothing
-	ContendedClaims   uint64 // claims that came back short, losing candidates to other claimers
-	Finished          uint64
-	AheadRenewals     uint64 // items that waited HeartbeatEvery for a slot and renewed before starting
-	AheadReleased     uint64 // of those, items whose renewal failed: released unrun
-	FinishErrors      uint64
-	Panics            uint64
-	Abandoned         uint64 // handlers that ignored cancellation past AbandonAfter
+	ClaimTurns      uint64
+	Claims          uint64 // shape claims (requests; one backend call per turn serves them all)
+	Claimed         uint64 // items handed to slots
+	Adopted         uint64 // of those, items a finisher claimed (Adopt)
+	StaleOnlyClaims uint64
+	LimiterDenials  uint64 // shapes with free slots the limiter gave nothing
+	ContendedClaims uint64 // claims that came back short, losing candidates to other claimers
+	Finished        uint64
+	AheadRenewals   uint64 // items that waited HeartbeatEvery for a slot and renewed before starting
+	AheadReleased   uint64 // of those, items whose renewal failed: released unrun
+	FinishErrors    uint64
+	Panics          uint64
+	Abandoned       uint64 // handlers that ignored cancellation past AbandonAfter
+	// AbandonedRunning is how many abandoned handlers are running now:
+	// each holds its item's lease and lanes until it returns.
+	AbandonedRunning int64
+	// GaveUp counts handlers still running when a Stop's GiveUpAfter
+	// passed: their items were left to their leases' expiry.
+	GaveUp            uint64
 	HeartbeatFailures uint64
 	// Cancelled counts attempts cancelled because a heartbeat found the
 	// item's cancellation requested (ErrCancelled).
@@ -333,13 +362,15 @@ type Scheduler[I any] struct {
 
 	state  atomic.Int32 // 0 new, 1 running, 2 stopped
 	cancel context.CancelCauseFunc
+	giveUp chan struct{} // closed GiveUpAfter after Stop (see attempt)
 	wg     sync.WaitGroup
 	ctx    context.Context
 
 	inClaim, maxInClaim                                        atomic.Int64
 	turns, claims, claimed, staleOnly, denied, contended       atomic.Uint64
 	finished, finishErrs, panics, abandoned, heartbeatFailures atomic.Uint64
-	aheadRenewals, aheadReleased, adopted, cancelled           atomic.Uint64
+	aheadRenewals, aheadReleased, adopted, cancelled, gaveUp   atomic.Uint64
+	abandonedRunning                                           atomic.Int64
 }
 
 // New validates cfg and returns a stopped Scheduler.
@@ -364,7 +395,7 @@ func New[I any](backend Backend[I], cfg Config) (*Scheduler[I], error) {
 			return nil, err
 		}
 	}
-	s := &Scheduler[I]{cfg: cfg, backend: backend, limiter: lim, log: cfg.Logger, freed: make(chan struct{}, 1)}
+	s := &Scheduler[I]{cfg: cfg, backend: backend, limiter: lim, log: cfg.Logger, freed: make(chan struct{}, 1), giveUp: make(chan struct{})}
 	for _, sh := range shapes {
 		maxAhead := sh.Executors * cfg.ClaimAhead / cfg.Executors
 		// Room for every row the budget admits (claims fill at most the
@@ -404,11 +435,28 @@ func (s *Scheduler[I]) Start(ctx context.Context) error {
 
 // Stop cancels running attempts (cause ErrShutdown), waits for every slot
 // to finish its item through Finish, and finishes items handed to slots
-// that never started them. Claims must have stopped first.
+// that never started them. Claims must have stopped first. A handler that
+// ignores the cancellation keeps its item (lease held, lanes blocked) and
+// Stop waits for it, for GiveUpAfter at most: past that, its item is left
+// to its lease's expiry, never finished or released while it may run.
 func (s *Scheduler[I]) Stop() {
 	if !s.state.CompareAndSwap(1, 2) {
 		s.state.CompareAndSwap(0, 2)
 		return
+	}
+	if s.cfg.GiveUpAfter > 0 { // armed first: GiveUpAfter counts from the cancellation
+		t := s.cfg.Clock.NewTimer()
+		t.Reset(s.cfg.GiveUpAfter)
+		waited := make(chan struct{})
+		defer close(waited)
+		go func() {
+			defer t.Stop()
+			select {
+			case <-t.C():
+				close(s.giveUp)
+			case <-waited:
+			}
+		}()
 	}
 	s.cancel(ErrShutdown)
 	s.wg.Wait()
@@ -669,6 +717,7 @@ func (s *Scheduler[I]) Stats() Stats {
 		ClaimTurns: s.turns.Load(), Claims: s.claims.Load(), Claimed: s.claimed.Load(),
 		StaleOnlyClaims: s.staleOnly.Load(), LimiterDenials: s.denied.Load(), ContendedClaims: s.contended.Load(), Finished: s.finished.Load(),
 		FinishErrors: s.finishErrs.Load(), Panics: s.panics.Load(), Abandoned: s.abandoned.Load(),
+		AbandonedRunning: s.abandonedRunning.Load(), GaveUp: s.gaveUp.Load(),
 		HeartbeatFailures: s.heartbeatFailures.Load(), MaxConcurrentClaims: s.maxInClaim.Load(),
 		AheadRenewals: s.aheadRenewals.Load(), AheadReleased: s.aheadReleased.Load(), Adopted: s.adopted.Load(),
 		Cancelled: s.cancelled.Load(),

@@ -39,12 +39,14 @@ type fakeBackend struct {
 	handle              func(ctx context.Context, it item) error
 	renew               func(it item) error
 	renewed             chan int
-	freed               chan struct{} // one per slot or budget row released
-	beforeFinish        func(it item) // runs as Finish starts (may block it)
+	hold                func(it item) error // nil: holds succeed
+	held                chan int            // one per Hold call
+	freed               chan struct{}       // one per slot or budget row released
+	beforeFinish        func(it item)       // runs as Finish starts (may block it)
 }
 
 func newFakeBackend(items ...item) *fakeBackend {
-	return &fakeBackend{queue: items, outcomes: map[int]error{}, finished: make(chan int, 100_000), renewed: make(chan int, 1000), freed: make(chan struct{}, 100_000)}
+	return &fakeBackend{queue: items, outcomes: map[int]error{}, finished: make(chan int, 100_000), renewed: make(chan int, 1000), held: make(chan int, 1000), freed: make(chan struct{}, 100_000)}
 }
 
 func classItems(class string, from, n int) []item {
@@ -105,6 +107,14 @@ func (b *fakeBackend) Renew(_ context.Context, it item) error {
 	b.renewed <- it.id
 	if b.renew != nil {
 		return b.renew(it)
+	}
+	return nil
+}
+
+func (b *fakeBackend) Hold(_ context.Context, it item) error {
+	b.held <- it.id
+	if b.hold != nil {
+		return b.hold(it)
 	}
 	return nil
 }
@@ -448,15 +458,15 @@ func TestDeadlineCancelsAndAbandonsWedgedHandlers(t *testing.T) {
 	b := newFakeBackend(item{id: 1, class: "default"}, item{id: 2, class: "default"}, item{id: 3, class: "default"})
 	started := make(chan int, 3)
 	unwedge := make(chan struct{})
-	defer close(unwedge)
 	b.handle = func(ctx context.Context, it item) error {
 		started <- it.id
 		switch it.id {
 		case 1: // respects its context
 			<-ctx.Done()
 			return ctx.Err()
-		case 2: // wedged: ignores it
+		case 2: // wedged: ignores it, then says why it stopped
 			<-unwedge
+			return ctx.Err()
 		}
 		return nil
 	}
@@ -481,17 +491,30 @@ func TestDeadlineCancelsAndAbandonsWedgedHandlers(t *testing.T) {
 		t.Fatal("the slot never armed its abandon timer")
 	}
 	fc.Advance(5 * time.Second)
+	// The slot is given back; the item is not: it is held until its
+	// handler returns.
+	waitCapacity(t, s, b, 1)
+	if st := s.Stats(); st.Abandoned != 1 || st.AbandonedRunning != 1 {
+		t.Fatalf("abandoned %d, running %d; want 1, 1", st.Abandoned, st.AbandonedRunning)
+	}
+	claimOne() // the slot took new work while item 2's handler is still wedged
+	if id := <-started; id != 3 {
+		t.Fatalf("started item %d, want 3", id)
+	}
+	if id := <-b.finished; id != 3 {
+		t.Fatalf("item %d finished while item 2's handler is still wedged; want item 3", id)
+	}
+	if err := b.outcome(2); err != nil || b.finishedCount() != 2 {
+		t.Fatalf("item 2 finished (%v) while its abandoned handler still runs", err)
+	}
+	close(unwedge)
 	waitFinished(t, b, 1)
 	if err := b.outcome(2); !errors.Is(err, scheduler.ErrHandlerDeadline) {
 		t.Fatalf("item 2 outcome %v", err)
 	}
-	waitCapacity(t, s, b, 1)
-	if st := s.Stats(); st.Abandoned != 1 {
-		t.Fatalf("abandoned %d", st.Abandoned)
+	if st := s.Stats(); st.AbandonedRunning != 0 {
+		t.Fatalf("%d abandoned handlers running after the last returned", st.AbandonedRunning)
 	}
-	claimOne() // the slot took new work while item 2's handler is still wedged
-	<-started
-	waitFinished(t, b, 1)
 }
 
 // TestHeartbeatToleratesFailedRenewalsWhileTheLeaseLasts: a renewal that

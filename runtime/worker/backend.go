@@ -172,6 +172,20 @@ func (b backend) Renew(ctx context.Context, c *workqueue.Claimed) error {
 	return err
 }
 
+// Hold keeps the lease of an item whose handler was told to stop and has
+// not returned (see scheduler.Backend): the lane stays this item's until it
+// does.
+func (b backend) Hold(ctx context.Context, c *workqueue.Claimed) error {
+	err := b.w.q.Hold(ctx, c.Lease)
+	if errors.Is(err, workqueue.ErrLeaseLost) {
+		return fmt.Errorf("%w: %w", scheduler.ErrOwnershipLost, err)
+	}
+	if err != nil {
+		return fmt.Errorf("worker: hold work %d: %w", c.WorkID, err)
+	}
+	return nil
+}
+
 func (b backend) Handle(ctx context.Context, c *workqueue.Claimed) error {
 	w := b.w
 	if w.limiter != nil {

@@ -53,14 +53,16 @@ func (f *fixture) failure(id int64) (class, summary string) {
 //     runs.
 //   - "finish": the handler returns nil after its context ended: the item
 //     completes (its work was done).
-//   - "ignore": the handler ignores its context: abandoned AbandonAfter
-//     later, the item ends cancelled.
+//   - "ignore": the handler ignores its context: AbandonAfter later its
+//     slot is given back, but the item stays processing, its lease held at
+//     every heartbeat (HoldLease), until the handler returns; then it ends
+//     cancelled.
 //   - "fail": cancelled with no heartbeat since, its handler fails; the
 //     retry is refused for the cancellation and the item ends cancelled
 //     instead of running again.
 func TestCancelRunning(t *testing.T) {
-	// A long lease: the ignoring handler's item stops being renewed, and
-	// must not expire (and end by the stale path) before it is abandoned.
+	// A long lease: the fake clock moves the heartbeats, the database's
+	// clock the lease; the holds are seen in the row's lease expiry.
 	f := newFixture(t, workqueue.Config{Lease: 2 * time.Minute})
 	ids := f.enqueueKeyed("acct-1", "honour", "follower")
 	honour, follower := ids[0], ids[1]
@@ -71,7 +73,12 @@ func TestCancelRunning(t *testing.T) {
 	causes := map[string]error{}
 	started := make(chan string, 10)
 	failNow, release := make(chan struct{}), make(chan struct{})
-	defer close(release)
+	released := false
+	defer func() {
+		if !released {
+			close(release)
+		}
+	}()
 	h := func(ctx context.Context, job *worker.Job) error {
 		src := job.Event.SourceID
 		started <- src
@@ -87,7 +94,7 @@ func TestCancelRunning(t *testing.T) {
 			return ctx.Err()
 		case "ignore":
 			<-release
-			return nil
+			return ctx.Err()
 		case "fail":
 			<-failNow
 			return errors.New("boom")
@@ -160,6 +167,26 @@ func TestCancelRunning(t *testing.T) {
 		t.Fatal("no abandon timer armed after the cancellation")
 	}
 	clk.Advance(5 * time.Second)
+	// Abandoned: its slot is back, its item is not.
+	waitfor.Until(t, time.Minute, func() (bool, error) { return w.Stats().Scheduler.AbandonedRunning == 1, nil },
+		func() string { return fmt.Sprintf("not abandoned: %+v", w.Stats().Scheduler) })
+	leaseUntil := func() (at time.Time) {
+		if err := f.db.QueryRow("SELECT run_after FROM work_item WHERE work_id = ? AND state = 'processing'", ignore).Scan(&at); err != nil {
+			t.Fatalf("the ignoring handler's item while it runs: %v", err)
+		}
+		return at
+	}
+	held := leaseUntil()
+	// Heartbeats at 5s (the cancellation, then a hold at once) and 10s (a
+	// hold): the next is armed for 15s.
+	if !clk.WaitArmed(start.Add(3*heartbeat), time.Minute) {
+		t.Fatal("the ignoring handler's next hold is not armed")
+	}
+	clk.Advance(heartbeat) // a hold
+	waitfor.Until(t, time.Minute, func() (bool, error) { return leaseUntil().After(held), nil },
+		func() string { return "the ignoring handler's lease was not held at its heartbeat" })
+	released = true
+	close(release)
 	f.waitForState(ignore, workqueue.StateSkipped)
 
 	for _, id := range []int64{honour, ignore, fail} {
@@ -187,8 +214,9 @@ func TestCancelRunning(t *testing.T) {
 		t.Errorf("outcomes %v, want %v", byItem, want)
 	}
 	st := w.Stats().Scheduler
-	if st.Cancelled != 3 || st.HeartbeatFailures != 0 || st.Abandoned != 1 {
-		t.Errorf("scheduler: %d cancelled by a heartbeat, %d heartbeat failures, %d abandoned; want 3, 0, 1", st.Cancelled, st.HeartbeatFailures, st.Abandoned)
+	if st.Cancelled != 3 || st.HeartbeatFailures != 0 || st.Abandoned != 1 || st.AbandonedRunning != 0 {
+		t.Errorf("scheduler: %d cancelled by a heartbeat, %d heartbeat failures, %d abandoned, %d still running; want 3, 0, 1, 0",
+			st.Cancelled, st.HeartbeatFailures, st.Abandoned, st.AbandonedRunning)
 	}
 }
 

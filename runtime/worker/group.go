@@ -411,10 +411,16 @@ func (g *Group) subscribe(ctx context.Context, hub *wake.Hub, scopes []string) e
 func (g *Group) describe() workqueue.ProcessInfo {
 	g.mu.Lock()
 	quiet := g.healthy
+	var abandoned int64
+	for _, gs := range g.scopes {
+		if gs.w != nil {
+			abandoned += gs.w.sched.Stats().AbandonedRunning
+		}
+	}
 	g.mu.Unlock()
 	host, _ := os.Hostname()
 	return workqueue.ProcessInfo{Host: host, PID: os.Getpid(), Owner: g.cfg.Member.Owner, Executors: g.cfg.Member.Scheduler.Executors,
-		WorkTypes: sortedKeys(g.handlers), Quiet: quiet}
+		WorkTypes: sortedKeys(g.handlers), Quiet: quiet, AbandonedHandlers: abandoned}
 }
 
 // setHealthy records the endpoint's health and passes it to the members:

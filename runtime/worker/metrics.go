@@ -32,6 +32,7 @@ const (
 	MetricWriteRetries        = "laneq.worker.write_retries"            // observable counter
 	MetricWritesAbandoned     = "laneq.worker.writes_abandoned"         // observable counter
 	MetricUnservedWorkKinds   = "laneq.worker.unserved_work_kinds"      // gauge
+	MetricAbandonedHandlers   = "laneq.worker.abandoned_handlers"       // gauge
 	MetricSweepWoken          = "laneq.worker.dependency_sweep_woken"   // counter
 	MetricSweepSettled        = "laneq.worker.dependency_sweep_settled" // counter
 	MetricSweepPasses         = "laneq.worker.dependency_sweep_passes"  // observable counter
@@ -98,6 +99,9 @@ func newMetrics(mp metric.MeterProvider, w *Worker) (*metrics, error) {
 	passErrs, err := m.Int64ObservableCounter(MetricSweepErrors,
 		metric.WithDescription("Dependency safety passes that stopped on an error (run again after a backoff)."))
 	errs = append(errs, err)
+	abandonedHandlers, err := m.Int64ObservableGauge(MetricAbandonedHandlers,
+		metric.WithDescription("Handlers that ignored their cancelled context past AbandonAfter and still run: each holds its item's lease and lanes until it returns."))
+	errs = append(errs, err)
 	unserved, err := m.Int64ObservableGauge(MetricUnservedWorkKinds,
 		metric.WithDescription("Work kinds (queue class, work type) this worker has a handler for but no executor shape claims."))
 	errs = append(errs, err)
@@ -113,10 +117,11 @@ func newMetrics(mp metric.MeterProvider, w *Worker) (*metrics, error) {
 		o.ObserveInt64(retries, int64(st.Queue.WriteRetries))
 		o.ObserveInt64(abandoned, int64(st.Queue.WritesAbandoned))
 		o.ObserveInt64(unserved, int64(len(w.UnservedWorkKinds())))
+		o.ObserveInt64(abandonedHandlers, st.Scheduler.AbandonedRunning)
 		o.ObserveInt64(passes, int64(st.Controller.Maintenances))
 		o.ObserveInt64(passErrs, int64(st.Controller.MaintenanceErrors))
 		return nil
-	}, processing, wakes, overdue, panics, retries, abandoned, unserved, passes, passErrs)
+	}, processing, wakes, overdue, panics, retries, abandoned, abandonedHandlers, unserved, passes, passErrs)
 	if err != nil {
 		return nil, err
 	}

@@ -140,7 +140,7 @@ func (s source) Maintain(ctx context.Context) (bool, error) {
 	if err := s.w.flushHistory(ctx, false); err != nil {
 		s.w.log.Warn("history not written; kept for the next maintenance", "err", err)
 	}
-	if err := s.w.describeQuietChange(ctx); err != nil {
+	if err := s.w.describeChange(ctx); err != nil {
 		s.w.log.Warn("process description not updated; tried again at the next maintenance", "err", err)
 	}
 	return st.Claimable() || lanes.Promoted > 0, errors.Join(sweepErr, laneErr)

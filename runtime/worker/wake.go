@@ -108,26 +108,35 @@ func (w *Worker) describe() workqueue.ProcessInfo {
 	return workqueue.ProcessInfo{
 		Host: host, PID: os.Getpid(), Owner: w.cfg.Owner, Executors: w.cfg.Scheduler.Executors,
 		Classes: slices.Clone(w.classes), WorkTypes: slices.Clone(w.types), Quiet: w.ctrl.Quiet(),
-		LeasePrefix: w.claimer.LeasePrefix(),
+		LeasePrefix: w.claimer.LeasePrefix(), AbandonedHandlers: w.sched.Stats().AbandonedRunning,
 	}
 }
 
-// describeQuietChange writes the endpoint row again when the quiet mode it
-// last described changed (at maintenance: one statement per change, none
-// otherwise), so the dashboard's processes page says whether the process
-// runs quiet, at most one maintenance period late.
-func (w *Worker) describeQuietChange(ctx context.Context) error {
+// describedState is the part of the process description that changes
+// while the worker runs.
+type describedState struct {
+	quiet     bool
+	abandoned int64
+}
+
+// describeChange writes the endpoint row again when the quiet mode or the
+// count of abandoned handlers it last described changed (at maintenance:
+// one statement per change, none otherwise), so the dashboard's processes
+// page and metrics say whether the process runs quiet and how many
+// handlers hold their items past their context, at most one maintenance
+// period late.
+func (w *Worker) describeChange(ctx context.Context) error {
 	sub := w.wakeSub.Load()
 	if sub == nil {
 		return nil
 	}
-	quiet := w.ctrl.Quiet()
-	if w.describedQuiet.Load() == quiet {
+	now := describedState{quiet: w.ctrl.Quiet(), abandoned: w.sched.Stats().AbandonedRunning}
+	if was := w.described.Load(); was != nil && *was == now {
 		return nil
 	}
 	if err := sub.Renew(ctx); err != nil {
 		return fmt.Errorf("describe the process again: %w", err)
 	}
-	w.describedQuiet.Store(quiet)
+	w.described.Store(&now)
 	return nil
 }

@@ -102,17 +102,17 @@ type FailureClass interface{ FailureClass() string }
 type Worker struct {
 	hub     atomic.Pointer[wake.Hub]          // set while Run announces to other processes
 	wakeSub atomic.Pointer[wake.Subscription] // the scope's endpoint while Run has one
-	// describedQuiet is the quiet mode the endpoint row says (written at
-	// registration, when the worker is not quiet yet).
-	describedQuiet atomic.Bool
-	cfg            Config
-	q              *workqueue.Queue
-	claimer        *workqueue.Claimer
-	sched          *scheduler.Scheduler[*workqueue.Claimed]
-	ctrl           *controller.Controller
-	handlers       map[string]Handler
-	periodic       *periodic.Runner   // nil without Config.Schedules
-	limiter        *ratelimit.Limiter // nil without Config.Limits
+	// described is what the endpoint row says of the worker's state
+	// (written at registration, when the worker is not quiet yet).
+	described atomic.Pointer[describedState]
+	cfg       Config
+	q         *workqueue.Queue
+	claimer   *workqueue.Claimer
+	sched     *scheduler.Scheduler[*workqueue.Claimed]
+	ctrl      *controller.Controller
+	handlers  map[string]Handler
+	periodic  *periodic.Runner   // nil without Config.Schedules
+	limiter   *ratelimit.Limiter // nil without Config.Limits
 	// limited holds a Claimer per rate-limited work type, and unlimited
 	// the other work types, which claimer claims (Config.Limits): a
 	// Claimer's scan floors are only valid for the one set of work types
@@ -205,6 +205,7 @@ func New(q *workqueue.Queue, cfg Config, handlers map[string]Handler) (*Worker, 
 		return nil, &ConfigError{"CompleteBatch", fmt.Sprint(cfg.CompleteBatch), fmt.Sprintf("want 1..%d", workqueue.MaxCompleteBatch)}
 	}
 	w := &Worker{cfg: cfg, q: q, handlers: maps.Clone(handlers), types: sortedKeys(handlers), log: log, clock: cfg.Controller.Clock}
+	w.described.Store(&describedState{}) // registration describes a worker not quiet yet, with none abandoned
 	var err error
 	if w.claimer, err = q.NewClaimer(cfg.Scope, cfg.Owner, cfg.Claimer); err != nil {
 		return nil, err

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"hash/fnv"
+	"log/slog"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -48,6 +49,20 @@ type Claimed struct {
 	// path did not read it: LoadEvent then).
 	Event *StoredEvent
 	Lease Lease
+}
+
+// LogValue names the item in log lines (what an operator needs to find it:
+// laneq item show WORK_ID), never its payload.
+func (c *Claimed) LogValue() slog.Value {
+	attrs := []slog.Attr{slog.Int64("work_id", c.WorkID), slog.String("work_type", c.WorkType),
+		slog.String("queue_class", c.QueueClass), slog.Int("attempt", int(c.Attempt))}
+	if c.Lease.lanes != nil && c.Lease.lanes.source.Valid {
+		attrs = append(attrs, slog.String("source_lane", c.Lease.lanes.source.String))
+	}
+	if c.Lease.lanes != nil && c.Lease.lanes.target.Valid {
+		attrs = append(attrs, slog.String("target_lane", c.Lease.lanes.target.String))
+	}
+	return slog.GroupValue(attrs...)
 }
 
 // Lease is the proof of ownership every lease-fenced call presents.

@@ -87,6 +87,23 @@ func (qu *Queue) Renew(ctx context.Context, l Lease) error {
 	})
 }
 
+// Hold extends the lease of an item whose holder told its handler to stop
+// (a cancellation, a deadline, a shutdown) while the handler still runs:
+// the item stays the holder's, its lanes blocked, until the handler
+// returns, so nothing behind it and no other attempt of it starts while it
+// may still act. Unlike Renew it renews an item whose cancellation was
+// requested. ErrLeaseLost when the token no longer holds the row (another
+// claimer took it over after the lease ran out, or it ended).
+func (qu *Queue) Hold(ctx context.Context, l Lease) error {
+	return qu.retryWrite(ctx, fmt.Sprintf("hold work %d", l.WorkID), func(ctx context.Context) error {
+		n, err := qu.q.HoldLease(ctx, gen.HoldLeaseParams{LeaseMicros: store.Micros(qu.cfg.Lease), WorkID: l.WorkID, LeaseToken: l.Token})
+		if err == nil && n == 0 {
+			return leaseLost(l, "hold")
+		}
+		return err
+	})
+}
+
 // RecordProgress marks durable forward progress within the attempt: the
 // consecutive safe-retry series ends, in the database and in c, so a later
 // failure of this attempt backs off from the start.

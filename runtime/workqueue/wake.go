@@ -39,6 +39,11 @@ type ProcessInfo struct {
 	// LeasePrefix starts the lease_owner of every lease it takes
 	// (Claimer.LeasePrefix): leases held are counted by it.
 	LeasePrefix string `json:"lease_prefix,omitempty"`
+	// AbandonedHandlers is how many handlers that ignored their cancelled
+	// context were still running when it wrote this: each holds its
+	// item's lease, and the item's lanes, until it returns. A worker
+	// writes it again at the first maintenance after it changed.
+	AbandonedHandlers int64 `json:"abandoned_handlers,omitempty"`
 }
 
 // maxProcessInfo bounds the process document (a worker's classes and work
