@@ -2,6 +2,7 @@ package worker_test
 
 import (
 	"context"
+	"database/sql"
 	"fmt"
 	"slices"
 	"strconv"
@@ -10,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/go-sql-driver/mysql"
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/laneq/laneq/internal/queuetest"
@@ -470,4 +472,122 @@ func pendingAttempts(t *testing.T, f *fixture, scope string) int {
 		t.Fatal(err)
 	}
 	return attempts
+}
+
+// lockingConn opens a pool of its own on the fixture's database, as
+// another process holding locks would, whose transactions are never ended
+// for idling (the test's sessions' tidb_idle_transaction_timeout would roll
+// a holder back after 5s) and begins a transaction on it, rolled back when
+// the test ends unless the test does first.
+func (f *fixture) lockingConn() *sql.Tx {
+	f.t.Helper()
+	cfg, err := mysql.ParseDSN(f.dsn)
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	cfg.Params["tidb_idle_transaction_timeout"] = "0"
+	db, err := sql.Open("mysql", cfg.FormatDSN())
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	f.t.Cleanup(func() { db.Close() })
+	tx, err := db.BeginTx(f.ctx, nil)
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	f.t.Cleanup(func() { _ = tx.Rollback() })
+	return tx
+}
+
+// grantedStarts is the starts the scope's budget rows granted, of every
+// limit, key and window.
+func (f *fixture) grantedStarts() int {
+	f.t.Helper()
+	var granted int
+	if err := f.db.QueryRow("SELECT COALESCE(SUM(granted), 0) FROM rate_window WHERE scope_id = ?", scope).Scan(&granted); err != nil {
+		f.t.Fatal(err)
+	}
+	return granted
+}
+
+// TestRateLimitDoesNotHoldUnlimitedClaims: another process holds the lock
+// of the "slow" limit's window rows, so the worker's share transaction for
+// a slow item waits for it (information_schema.data_lock_waits shows the
+// wait). Meanwhile unlimited "fast" items enqueued are claimed and
+// complete: a blocked share holds up only the items that need it, not the
+// claim turns of the worker. Once the lock is released the slow item
+// starts on the share it was waiting for.
+func TestRateLimitDoesNotHoldUnlimitedClaims(t *testing.T) {
+	// The share's transaction is run again after each lock wait's timeout
+	// (5s) for as long as the row stays locked: whatever it holds up stays
+	// held up until the test releases the lock, not until the write is
+	// abandoned.
+	f := newFixture(t, workqueue.Config{TxAttempts: 100_000})
+	limit := ratelimit.Limit{WorkType: "slow", N: 1, Per: 24 * time.Hour}
+	dbNow, err := f.qu.DatabaseNow(f.ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// N = 1: one window a period. The current window's row and the next
+	// one's, should the test run across the day's end.
+	window := dbNow.UnixMicro() / limit.Per.Microseconds()
+	for _, w := range []int64{window, window + 1} {
+		f.exec("INSERT INTO rate_window (scope_id, limit_name, window_index, granted, ends_micros) VALUES (?, ?, ?, 0, ?)",
+			scope, limit.Name(), w, (w+1)*limit.Per.Microseconds())
+	}
+	holder := f.lockingConn()
+	if _, err := holder.ExecContext(f.ctx, "SELECT granted FROM rate_window WHERE scope_id = ? AND limit_name = ? FOR UPDATE", scope, limit.Name()); err != nil {
+		t.Fatal(err)
+	}
+
+	var mu sync.Mutex
+	slowFinished := false
+	cfg := quietCfg(4)
+	cfg.Limits = []ratelimit.Limit{limit}
+	cfg.Hooks = &worker.Hooks{BeforeFinish: func(c workqueue.Claimed, _ error) {
+		if c.WorkType == "slow" {
+			mu.Lock()
+			slowFinished = true
+			mu.Unlock()
+		}
+	}}
+	ok := func(context.Context, *worker.Job) error { return nil }
+	w, err := worker.New(f.qu, cfg, map[string]worker.Handler{"slow": ok, "fast": ok})
+	if err != nil {
+		t.Fatal(err)
+	}
+	run(t, w)
+	// Cleanups run last first: the lock is released before the worker is
+	// stopped, which waits for the share transaction (it is not given up
+	// for a cancelled context) should the test fail while it waits.
+	t.Cleanup(func() { _ = holder.Rollback() })
+	f.enqueue(1, 0, "slow")
+	waits := 0
+	waitfor.Until(t, time.Minute, func() (bool, error) {
+		waits, err = queuetest.LockWaits(f.ctx, f.db, "rate_window")
+		return waits > 0, err
+	}, func() string { return "the slow item's share transaction never waited for the locked window row" })
+
+	f.enqueue(3, 0, "fast")
+	fast := 0
+	waitfor.Until(t, time.Minute, func() (bool, error) {
+		err := f.db.QueryRow("SELECT COUNT(*) FROM work_item WHERE scope_id = ? AND work_type = 'fast' AND state = 'completed'", scope).Scan(&fast)
+		return fast == 3, err
+	}, func() string {
+		return fmt.Sprintf("%d of 3 unlimited items completed while a share transaction of the limited type waited for a row lock", fast)
+	})
+	mu.Lock()
+	finished := slowFinished
+	mu.Unlock()
+	if finished || f.grantedStarts() != 0 {
+		t.Fatal("the slow item's share was granted while its window's rows were locked")
+	}
+
+	if err := holder.Rollback(); err != nil {
+		t.Fatal(err)
+	}
+	settled(t, f, w, map[string]int{workqueue.StateCompleted: 4})
+	if got := f.grantedStarts(); got != 1 {
+		t.Fatalf("the budget's rows granted %d starts, want the slow item's 1", got)
+	}
 }
