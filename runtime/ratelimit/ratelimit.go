@@ -25,7 +25,9 @@
 //
 // Starts are counted as they happen, just before the handler runs
 // (Take), so an item claimed in one window that waits for an executor into
-// the next spends the next window's budget. A limited work type whose
+// the next spends the next window's budget. The worker rechecks an item's
+// dependency first: an item that goes back to waiting unrun spends no
+// start (and gives its place in the next share back, Unclaimed). A limited work type whose
 // window is spent is left out of the next claim (Admit: its items stay
 // pending, due, attempts untouched, and other work is claimed as usual),
 // and the worker's controller is told to claim again when the next window

@@ -3,6 +3,7 @@ package worker_test
 import (
 	"context"
 	"database/sql"
+	"errors"
 	"fmt"
 	"slices"
 	"strconv"
@@ -589,5 +590,70 @@ func TestRateLimitDoesNotHoldUnlimitedClaims(t *testing.T) {
 	settled(t, f, w, map[string]int{workqueue.StateCompleted: 4})
 	if got := f.grantedStarts(); got != 1 {
 		t.Fatalf("the budget's rows granted %d starts, want the slow item's 1", got)
+	}
+}
+
+// TestRateLimitedRecheckSpendsNoStart: items woken with a dependency that
+// is still unsatisfied (an obsolete slot's wake) go back to waiting unrun,
+// and spend no start of their limit: the budget's rows grant none. Nor do
+// they count as waiting to start: once one is satisfied and runs, its
+// share is sized for it alone (one start granted, not three).
+func TestRateLimitedRecheckSpendsNoStart(t *testing.T) {
+	f := newFixture(t, workqueue.Config{})
+	p := newProducer(f)
+	var parked []int64
+	for range 2 {
+		c := p.claimOne(workqueue.Work{})
+		p.wait(c, linkDep(c.WorkID))
+		parked = append(parked, c.WorkID)
+	}
+	rechecked := make(chan int64, 10)
+	cfg := quietCfg(2)
+	// Ten windows a day of ten starts each: room for every item to spend
+	// one, so the rows show what was spent, not what was left.
+	cfg.Limits = []ratelimit.Limit{{WorkType: "deliver", N: 100, Per: 24 * time.Hour}}
+	cfg.Hooks = &worker.Hooks{BeforeFinish: func(c workqueue.Claimed, outcome error) {
+		var wait *worker.DependencyWait
+		if errors.As(outcome, &wait) {
+			rechecked <- c.WorkID
+		}
+	}}
+	c := newCollector(nil)
+	w, err := worker.New(f.qu, cfg, map[string]worker.Handler{"deliver": c.handle})
+	if err != nil {
+		t.Fatal(err)
+	}
+	run(t, w)
+
+	for _, id := range parked {
+		if woken, err := w.Satisfy(f.ctx, linkDep(id).WakeKey, fmt.Sprint("link:", id, "@0")); err != nil || woken != 1 {
+			t.Fatalf("obsolete satisfy of work %d: woke %d (%v)", id, woken, err)
+		}
+	}
+	guard := time.After(time.Minute) // a failure guard only
+	for range parked {
+		select {
+		case <-rechecked:
+		case <-guard:
+			t.Fatal("the woken items were not rechecked")
+		}
+	}
+	for _, id := range parked {
+		f.waitForState(id, workqueue.StateWaitingDependency)
+	}
+	if n := len(c.ran); n != 0 {
+		t.Fatalf("the handler ran %d times for items whose dependency is unsatisfied", n)
+	}
+	if got := f.grantedStarts(); got != 0 {
+		t.Fatalf("the budget's rows granted %d starts to items that went back to waiting unrun, want 0", got)
+	}
+
+	if woken, err := w.Satisfy(f.ctx, linkDep(parked[0]).WakeKey, linkDep(parked[0]).Keys[0]); err != nil || woken != 1 {
+		t.Fatalf("satisfy: woke %d (%v)", woken, err)
+	}
+	c.wait(t, 1)
+	f.waitForState(parked[0], workqueue.StateCompleted)
+	if got := f.grantedStarts(); got != 1 {
+		t.Fatalf("the budget's rows granted %d starts for the one item that ran, want 1 (a share sized for it alone)", got)
 	}
 }
