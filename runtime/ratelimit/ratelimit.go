@@ -14,32 +14,32 @@
 // start (workqueue.Queue.TakeRateShare), sized to the items it claimed
 // that wait to start, and spends the share locally: a transaction per
 // share, not per claim or start. No process is granted more than the
-// window has left. A share's transaction may wait for another process's
-// lock on the window's row; meanwhile only the starts of that budget in
-// this process wait (for the share it takes): claims, unlimited work
-// types included, and other budgets' starts go on. So any window-aligned period starts at most N items,
+// window has left. So any window-aligned period starts at most N items,
 // and any span of length Per (it meets at most k+1 windows) at most
-// N + ceil(N/k): 55 for 50 per second. Every sweepEvery a taker deletes
-// the scope's ended windows, of every limit and key
-// (workqueue.Queue.PruneEndedRateWindows).
+// N + ceil(N/k): 55 for 50 per second. A share's transaction may wait for
+// another process's lock on the window's row; meanwhile only the starts
+// of that budget in this process wait (for the share it takes): claims,
+// unlimited work types included, and other budgets' starts go on. Every
+// sweepEvery a taker deletes the scope's ended windows, of every limit
+// and key (workqueue.Queue.PruneEndedRateWindows).
 //
 // Starts are counted as they happen, just before the handler runs
 // (Take), so an item claimed in one window that waits for an executor into
 // the next spends the next window's budget. The worker rechecks an item's
 // dependency first: an item that goes back to waiting unrun spends no
-// start (and gives its place in the next share back, Unclaimed). A limited work type whose
-// window is spent is left out of the next claim (Admit: its items stay
-// pending, due, attempts untouched, and other work is claimed as usual),
-// and the worker's controller is told to claim again when the next window
-// opens. An item that finds no start left when its executor takes it (a
-// claim returns up to its Max) is given back unrun until a later window
-// (workqueue.Queue.Defer: its attempt is not counted). Refusals fill the
-// windows after the current one a quota each, and that booking carries
-// from window to window, so a backlog of one key is spread over the
-// windows it needs once, instead of coming due together again. Each
-// process books its own refusals: with P processes refusing one key, a
-// window may find up to P quotas due, and the items beyond its quota are
-// refused and sent on again.
+// start (and gives its place in the next share back, Unclaimed). A
+// limited work type whose window is spent is left out of the next claim
+// (Admit: its items stay pending, due, attempts untouched, and other work
+// is claimed as usual), and the worker's controller is told to claim
+// again when the next window opens. An item that finds no start left when
+// its executor takes it (a claim returns up to its Max) is given back
+// unrun until a later window (workqueue.Queue.Defer: its attempt is not
+// counted). Refusals fill the windows after the current one a quota each,
+// and that booking carries from window to window, so a backlog of one key
+// is spread over the windows it needs once, instead of coming due
+// together again. Each process books its own refusals: with P processes
+// refusing one key, a window may find up to P quotas due, and the items
+// beyond its quota are refused and sent on again.
 //
 // A limit per key cannot leave a spent key out of a claim (the claim
 // index does not hold the key, and a scan that skipped a hot key's
