@@ -169,3 +169,20 @@ func Dead(t testing.TB, qu *workqueue.Queue, scope, workType, failureClass strin
 	}
 	return ids
 }
+
+// LockWaits is how many lock waits information_schema.data_lock_waits
+// shows on rows of table in db's database (of any table when table is
+// ""): each waiting key's description (key_info, JSON) names its database
+// and table. A test that holds a row lock looks for a waiter here to know
+// another transaction is blocked behind it, instead of sleeping and
+// hoping it is.
+func LockWaits(ctx context.Context, db *sql.DB, table string) (int, error) {
+	var n int
+	err := db.QueryRowContext(ctx, `SELECT COUNT(*) FROM information_schema.data_lock_waits
+		WHERE JSON_UNQUOTE(JSON_EXTRACT(key_info, '$.db_name')) = DATABASE()
+		  AND (? = '' OR JSON_UNQUOTE(JSON_EXTRACT(key_info, '$.table_name')) = ?)`, table, table).Scan(&n)
+	if err != nil {
+		return 0, fmt.Errorf("queuetest: count lock waits on table %q: %w", table, err)
+	}
+	return n, nil
+}

@@ -171,7 +171,8 @@ func TestRefusalsFillLaterWindowsOnce(t *testing.T) {
 }
 
 // Idle keys are forgotten: keys with an item waiting to start, items sent
-// to a later window, or a share of the current window are kept. A sweep
+// to a later window, a share of the current window, or a Take under way
+// (waiting for or holding the budget's turn) are kept. A sweep
 // is due every sweepEvery, and at once after a delete that left more.
 func TestSweepForgetsOnlyIdleKeys(t *testing.T) {
 	start := time.Unix(1_000_000, 0)
@@ -192,6 +193,8 @@ func TestSweepForgetsOnlyIdleKeys(t *testing.T) {
 	set("waiting", now-20, 1, 0)
 	set("spread", now-20, 0, now+3)
 	set("current", now, 0, 0)
+	set("taking", now-20, 0, 0)
+	m.budget("taking").takers = 1
 	if !l.sweepDue() {
 		t.Fatal("the first sweep was not due")
 	}
@@ -200,7 +203,7 @@ func TestSweepForgetsOnlyIdleKeys(t *testing.T) {
 		kept = append(kept, key)
 	}
 	slices.Sort(kept)
-	if want := []string{"current", "spread", "waiting"}; !slices.Equal(kept, want) {
+	if want := []string{"current", "spread", "taking", "waiting"}; !slices.Equal(kept, want) {
 		t.Fatalf("kept %v, want %v", kept, want)
 	}
 	if l.sweepDue() {

@@ -16,25 +16,30 @@
 // share, not per claim or start. No process is granted more than the
 // window has left. So any window-aligned period starts at most N items,
 // and any span of length Per (it meets at most k+1 windows) at most
-// N + ceil(N/k): 55 for 50 per second. Every sweepEvery a taker deletes
-// the scope's ended windows, of every limit and key
-// (workqueue.Queue.PruneEndedRateWindows).
+// N + ceil(N/k): 55 for 50 per second. A share's transaction may wait for
+// another process's lock on the window's row; meanwhile only the starts
+// of that budget in this process wait (for the share it takes): claims,
+// unlimited work types included, and other budgets' starts go on. Every
+// sweepEvery a taker deletes the scope's ended windows, of every limit
+// and key (workqueue.Queue.PruneEndedRateWindows).
 //
 // Starts are counted as they happen, just before the handler runs
 // (Take), so an item claimed in one window that waits for an executor into
-// the next spends the next window's budget. A limited work type whose
-// window is spent is left out of the next claim (Admit: its items stay
-// pending, due, attempts untouched, and other work is claimed as usual),
-// and the worker's controller is told to claim again when the next window
-// opens. An item that finds no start left when its executor takes it (a
-// claim returns up to its Max) is given back unrun until a later window
-// (workqueue.Queue.Defer: its attempt is not counted). Refusals fill the
-// windows after the current one a quota each, and that booking carries
-// from window to window, so a backlog of one key is spread over the
-// windows it needs once, instead of coming due together again. Each
-// process books its own refusals: with P processes refusing one key, a
-// window may find up to P quotas due, and the items beyond its quota are
-// refused and sent on again.
+// the next spends the next window's budget. The worker rechecks an item's
+// dependency first: an item that goes back to waiting unrun spends no
+// start (and gives its place in the next share back, Unclaimed). A
+// limited work type whose window is spent is left out of the next claim
+// (Admit: its items stay pending, due, attempts untouched, and other work
+// is claimed as usual), and the worker's controller is told to claim
+// again when the next window opens. An item that finds no start left when
+// its executor takes it (a claim returns up to its Max) is given back
+// unrun until a later window (workqueue.Queue.Defer: its attempt is not
+// counted). Refusals fill the windows after the current one a quota each,
+// and that booking carries from window to window, so a backlog of one key
+// is spread over the windows it needs once, instead of coming due
+// together again. Each process books its own refusals: with P processes
+// refusing one key, a window may find up to P quotas due, and the items
+// beyond its quota are refused and sent on again.
 //
 // A limit per key cannot leave a spent key out of a claim (the claim
 // index does not hold the key, and a scan that skipped a hot key's
@@ -180,7 +185,7 @@ func (m *limit) budget(rateKey string) *share {
 	}
 	s := m.keyed[rateKey]
 	if s == nil {
-		s = &share{Limit: m.Limit, name: BudgetName(m.Name(), rateKey), window: -1}
+		s = newShare(m.Limit, BudgetName(m.Name(), rateKey))
 		m.keyed[rateKey] = s
 	}
 	return s
@@ -203,6 +208,21 @@ type share struct {
 	// backlog is sent on once, not again with every window's refusals.
 	spreadTo   int64
 	spreadUsed int
+	// turn is held by the one Take of this budget at a time, across its
+	// share's transaction, which may wait for another process's lock on
+	// the window's row: the other Takes of the budget wait here for the
+	// share it takes (one transaction per process and window), while
+	// Limiter.mu, which every claim turn takes (Admit), is held only
+	// between statements. Taken before Limiter.mu, never while holding it.
+	turn chan struct{}
+	// takers counts the Takes holding or waiting for turn: sweepDue
+	// keeps their budget, so a key's next Take cannot make a second one
+	// and run a transaction beside theirs.
+	takers int
+}
+
+func newShare(l Limit, name string) *share {
+	return &share{Limit: l, name: name, window: -1, turn: make(chan struct{}, 1)}
 }
 
 // Limiter is one process's view of a scope's limits. Safe for concurrent
@@ -213,6 +233,9 @@ type Limiter struct {
 	clk   clock.Clock
 	keep  time.Duration // Options.KeepEnded
 
+	// mu guards what follows and the budgets' shares, and is never held
+	// across a statement: Admit takes it in every claim turn, so a share
+	// transaction waiting for a lock must not hold it (see share.turn).
 	mu        sync.Mutex
 	byType    map[string]*limit
 	offset    time.Duration // the database's clock minus clk, as last measured
@@ -262,7 +285,7 @@ func New(qu *workqueue.Queue, scope string, limits []Limit, opts Options) (*Limi
 		if lim.PerKey {
 			m.keyed = map[string]*share{}
 		} else {
-			m.whole = &share{Limit: lim, name: lim.Name(), window: -1}
+			m.whole = newShare(lim, lim.Name())
 		}
 		for _, t := range lim.Types() {
 			if l.byType[t] != nil {
@@ -286,7 +309,7 @@ func (l *Limiter) GatesClaims(workType string) bool {
 	return m != nil && !m.PerKey
 }
 
-// now is the database's clock as this process estimates it.
+// now is the database's clock as this process estimates it. Under l.mu.
 func (l *Limiter) now() time.Time { return l.clk.Now().Add(l.offset) }
 
 // windowOf is the window of s at t.
@@ -296,6 +319,7 @@ func windowOf(s *share, t time.Time) int64 {
 }
 
 // nextOpen is when the window after s's current one opens, on clk.
+// Under l.mu.
 func (l *Limiter) nextOpen(s *share, window int64) time.Time {
 	return time.UnixMicro((window + 1) * s.windowMicros()).Add(-l.offset)
 }
@@ -307,11 +331,11 @@ func (l *Limiter) nextOpen(s *share, window int64) time.Time {
 // claim again then. It takes no share: Take does, as items start, sized
 // to the items claimed and not started yet (Claimed).
 func (l *Limiter) Admit(ctx context.Context, types []string) (admitted []string, retryAt time.Time, err error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
 	if err := l.sync(ctx); err != nil {
 		return nil, time.Time{}, err
 	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
 	for _, t := range types {
 		m := l.byType[t]
 		if m == nil || m.PerKey {
@@ -342,9 +366,12 @@ func (l *Limiter) Claimed(workType, rateKey string, n int) {
 }
 
 // sync measures the database clock's offset once (resync measures it
-// again).
+// again). Not under l.mu.
 func (l *Limiter) sync(ctx context.Context) error {
-	if l.synced {
+	l.mu.Lock()
+	synced := l.synced
+	l.mu.Unlock()
+	if synced {
 		return nil
 	}
 	return l.resync(ctx)
@@ -353,7 +380,8 @@ func (l *Limiter) sync(ctx context.Context) error {
 // resync measures the database clock's offset from the middle of one
 // read of it: a read that took long (a paused server, a dropped
 // connection) is off by up to half its time, which the next window's
-// check (TakeRateShare's NotCurrent) finds and sends here again.
+// check (TakeRateShare's NotCurrent) finds and sends here again. Not
+// under l.mu: the read is a statement.
 func (l *Limiter) resync(ctx context.Context) error {
 	before := l.clk.Now()
 	now, err := l.qu.DatabaseNow(ctx)
@@ -361,20 +389,24 @@ func (l *Limiter) resync(ctx context.Context) error {
 		return fmt.Errorf("ratelimit: %w", err)
 	}
 	after := l.clk.Now()
+	l.mu.Lock()
 	l.offset, l.synced = now.Sub(before.Add(after.Sub(before)/2)), true
+	l.mu.Unlock()
 	return nil
 }
 
 // topUp returns the starts left in this process's share of s's current
 // window, taking a share of the window (as many starts as items wait for
-// one, Claimed) when none are left and the window has some. Under l.mu.
+// one, Claimed) when none are left and the window has some. The caller
+// holds s.turn, so no other Take changes s meanwhile; topUp takes l.mu
+// only between statements (Admit reads s under it).
 func (l *Limiter) topUp(ctx context.Context, s *share) (left int, err error) {
-	w := windowOf(s, l.now())
-	if w != s.window {
-		s.window, s.left, s.spent = w, 0, false // a past window's share is worthless
-	}
-	for try := 0; s.left == 0 && !s.spent; try++ {
-		got, err := l.qu.TakeRateShare(ctx, l.scope, s.name, w, s.windowMicros(), max(s.waiting, 1), s.quota(w))
+	l.mu.Lock()
+	w := l.currentWindow(s)
+	left, spent, want := s.left, s.spent, max(s.waiting, 1)
+	l.mu.Unlock()
+	for try := 0; left == 0 && !spent; try++ {
+		got, err := l.qu.TakeRateShare(ctx, l.scope, s.name, w, s.windowMicros(), want, s.quota(w))
 		if err != nil {
 			return 0, fmt.Errorf("ratelimit: %w", err)
 		}
@@ -388,13 +420,27 @@ func (l *Limiter) topUp(ctx context.Context, s *share) (left int, err error) {
 			if err := l.resync(ctx); err != nil {
 				return 0, err
 			}
-			w = windowOf(s, l.now())
-			s.window, s.left, s.spent = w, 0, false
+			l.mu.Lock()
+			w, want = l.currentWindow(s), max(s.waiting, 1)
+			l.mu.Unlock()
 			continue
 		}
+		l.mu.Lock()
 		s.left, s.spent = got.Granted, got.Used >= s.quota(w)
+		left, spent = s.left, s.spent
+		l.mu.Unlock()
 	}
-	return s.left, nil
+	return left, nil
+}
+
+// currentWindow moves s to the current window, if it is not there yet,
+// and returns it. Under l.mu.
+func (l *Limiter) currentWindow(s *share) int64 {
+	w := windowOf(s, l.now())
+	if w != s.window {
+		s.window, s.left, s.spent = w, 0, false // a past window's share is worthless
+	}
+	return w
 }
 
 // Take spends one start of workType (counted under rateKey for a limit
@@ -419,21 +465,35 @@ func (l *Limiter) Take(ctx context.Context, workType, rateKey string) (ok bool, 
 	return ok, retryAt, err
 }
 
-// take is Take under l.mu; prune reports that Take is to delete the
-// scope's ended windows once the lock is released.
+// take is Take in the turn of rateKey's budget (share.turn); prune
+// reports that Take is to delete the scope's ended windows.
 func (l *Limiter) take(ctx context.Context, m *limit, rateKey string) (ok bool, retryAt time.Time, prune bool, err error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
 	if err := l.sync(ctx); err != nil {
 		return false, time.Time{}, false, err
 	}
+	l.mu.Lock()
 	prune = l.sweepDue()
 	s := m.budget(rateKey)
 	s.waiting = max(s.waiting-1, 0) // this item asks once: it starts or is given back
+	s.takers++
+	l.mu.Unlock()
+	defer func() {
+		l.mu.Lock()
+		s.takers--
+		l.mu.Unlock()
+	}()
+	select {
+	case s.turn <- struct{}{}:
+	case <-ctx.Done():
+		return false, time.Time{}, prune, fmt.Errorf("ratelimit: wait for the share of %q another start of this process is taking: %w", s.name, ctx.Err())
+	}
+	defer func() { <-s.turn }()
 	left, err := l.topUp(ctx, s)
 	if err != nil {
 		return false, time.Time{}, prune, err
 	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
 	if left == 0 {
 		return false, l.spread(s), prune, nil
 	}
@@ -480,9 +540,9 @@ const (
 
 // sweepDue reports whether a sweep is due, and if so forgets the budgets
 // of keys with no item waiting to start, none sent to a later window
-// (spread) and no share of the current window, so a process's memory
-// follows the keys in use, not every key ever seen. The caller then
-// deletes the ended windows (pruneEnded). Under l.mu.
+// (spread), no share of the current window and no Take under way, so a
+// process's memory follows the keys in use, not every key ever seen. The
+// caller then deletes the ended windows (pruneEnded). Under l.mu.
 func (l *Limiter) sweepDue() bool {
 	now := l.clk.Now()
 	if now.Before(l.nextSweep) {
@@ -491,7 +551,7 @@ func (l *Limiter) sweepDue() bool {
 	l.nextSweep = now.Add(sweepEvery)
 	for _, m := range l.byType {
 		for key, s := range m.keyed {
-			if current := windowOf(s, l.now()); s.waiting == 0 && s.spreadTo <= current && s.window < current {
+			if current := windowOf(s, l.now()); s.waiting == 0 && s.takers == 0 && s.spreadTo <= current && s.window < current {
 				delete(m.keyed, key)
 			}
 		}

@@ -188,6 +188,18 @@ func (b backend) Hold(ctx context.Context, c *workqueue.Claimed) error {
 
 func (b backend) Handle(ctx context.Context, c *workqueue.Claimed) error {
 	w := b.w
+	if c.Dependency != nil {
+		// Rechecked before its rate limit counts the start: an item that
+		// waits again (or whose recheck failed) does not run, so it spends
+		// no start, and no longer waits for one (Unclaimed): the budget's
+		// next share is not sized for it.
+		if err := w.recheckDependency(ctx, c); err != nil {
+			if w.limiter != nil {
+				w.limiter.Unclaimed(c.WorkType, c.RateKey)
+			}
+			return err
+		}
+	}
 	if w.limiter != nil {
 		// Counted as it starts: a start its window has no budget for is
 		// given back unrun until the next window (Finish).
@@ -197,17 +209,6 @@ func (b backend) Handle(ctx context.Context, c *workqueue.Claimed) error {
 		}
 		if !ok {
 			return &rateDeferred{until: retryAt}
-		}
-	}
-	if c.Dependency != nil {
-		// The item was woken (or enqueued) with a dependency: its exact keys
-		// decide, never the wake. Unsatisfied, it waits again unrun.
-		ok, err := w.q.DependencySatisfied(ctx, c.Scope, *c.Dependency)
-		if err != nil {
-			return fmt.Errorf("worker: recheck dependency: %w", err)
-		}
-		if !ok {
-			return &DependencyWait{Dependency: *c.Dependency}
 		}
 	}
 	start := time.Now()
@@ -228,6 +229,20 @@ func (b backend) Handle(ctx context.Context, c *workqueue.Claimed) error {
 			"attempt", c.Attempt, "load_event", loaded.Sub(start), "handle", time.Since(loaded), "ok", err == nil)
 	}
 	return err
+}
+
+// recheckDependency decides whether an item woken (or enqueued) with a
+// dependency runs: its exact keys decide, never the wake. Unsatisfied, it
+// returns the *DependencyWait that sends the item back to waiting unrun.
+func (w *Worker) recheckDependency(ctx context.Context, c *workqueue.Claimed) error {
+	ok, err := w.q.DependencySatisfied(ctx, c.Scope, *c.Dependency)
+	if err != nil {
+		return fmt.Errorf("worker: recheck dependency: %w", err)
+	}
+	if !ok {
+		return &DependencyWait{Dependency: *c.Dependency}
+	}
+	return nil
 }
 
 // Finish makes the attempt's outcome durable through the lease-fenced

@@ -2,6 +2,8 @@ package worker_test
 
 import (
 	"context"
+	"database/sql"
+	"errors"
 	"fmt"
 	"slices"
 	"strconv"
@@ -10,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/go-sql-driver/mysql"
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/laneq/laneq/internal/queuetest"
@@ -470,4 +473,187 @@ func pendingAttempts(t *testing.T, f *fixture, scope string) int {
 		t.Fatal(err)
 	}
 	return attempts
+}
+
+// lockingConn opens a pool of its own on the fixture's database, as
+// another process holding locks would, whose transactions are never ended
+// for idling (the test's sessions' tidb_idle_transaction_timeout would roll
+// a holder back after 5s) and begins a transaction on it, rolled back when
+// the test ends unless the test does first.
+func (f *fixture) lockingConn() *sql.Tx {
+	f.t.Helper()
+	cfg, err := mysql.ParseDSN(f.dsn)
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	cfg.Params["tidb_idle_transaction_timeout"] = "0"
+	db, err := sql.Open("mysql", cfg.FormatDSN())
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	f.t.Cleanup(func() { db.Close() })
+	tx, err := db.BeginTx(f.ctx, nil)
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	f.t.Cleanup(func() { _ = tx.Rollback() })
+	return tx
+}
+
+// grantedStarts is the starts the scope's budget rows granted, of every
+// limit, key and window.
+func (f *fixture) grantedStarts() int {
+	f.t.Helper()
+	var granted int
+	if err := f.db.QueryRow("SELECT COALESCE(SUM(granted), 0) FROM rate_window WHERE scope_id = ?", scope).Scan(&granted); err != nil {
+		f.t.Fatal(err)
+	}
+	return granted
+}
+
+// TestRateLimitDoesNotHoldUnlimitedClaims: another process holds the lock
+// of the "slow" limit's window rows, so the worker's share transaction for
+// a slow item waits for it (information_schema.data_lock_waits shows the
+// wait). Meanwhile unlimited "fast" items enqueued are claimed and
+// complete: a blocked share holds up only the items that need it, not the
+// claim turns of the worker. Once the lock is released the slow item
+// starts on the share it was waiting for.
+func TestRateLimitDoesNotHoldUnlimitedClaims(t *testing.T) {
+	// The share's transaction is run again after each lock wait's timeout
+	// (5s) for as long as the row stays locked: whatever it holds up stays
+	// held up until the test releases the lock, not until the write is
+	// abandoned.
+	f := newFixture(t, workqueue.Config{TxAttempts: 100_000})
+	limit := ratelimit.Limit{WorkType: "slow", N: 1, Per: 24 * time.Hour}
+	dbNow, err := f.qu.DatabaseNow(f.ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// N = 1: one window a period. The current window's row and the next
+	// one's, should the test run across the day's end.
+	window := dbNow.UnixMicro() / limit.Per.Microseconds()
+	for _, w := range []int64{window, window + 1} {
+		f.exec("INSERT INTO rate_window (scope_id, limit_name, window_index, granted, ends_micros) VALUES (?, ?, ?, 0, ?)",
+			scope, limit.Name(), w, (w+1)*limit.Per.Microseconds())
+	}
+	holder := f.lockingConn()
+	if _, err := holder.ExecContext(f.ctx, "SELECT granted FROM rate_window WHERE scope_id = ? AND limit_name = ? FOR UPDATE", scope, limit.Name()); err != nil {
+		t.Fatal(err)
+	}
+
+	var mu sync.Mutex
+	slowFinished := false
+	cfg := quietCfg(4)
+	cfg.Limits = []ratelimit.Limit{limit}
+	cfg.Hooks = &worker.Hooks{BeforeFinish: func(c workqueue.Claimed, _ error) {
+		if c.WorkType == "slow" {
+			mu.Lock()
+			slowFinished = true
+			mu.Unlock()
+		}
+	}}
+	ok := func(context.Context, *worker.Job) error { return nil }
+	w, err := worker.New(f.qu, cfg, map[string]worker.Handler{"slow": ok, "fast": ok})
+	if err != nil {
+		t.Fatal(err)
+	}
+	run(t, w)
+	// Cleanups run last first: the lock is released before the worker is
+	// stopped, which waits for the share transaction (it is not given up
+	// for a cancelled context) should the test fail while it waits.
+	t.Cleanup(func() { _ = holder.Rollback() })
+	f.enqueue(1, 0, "slow")
+	waits := 0
+	waitfor.Until(t, time.Minute, func() (bool, error) {
+		waits, err = queuetest.LockWaits(f.ctx, f.db, "rate_window")
+		return waits > 0, err
+	}, func() string { return "the slow item's share transaction never waited for the locked window row" })
+
+	f.enqueue(3, 0, "fast")
+	fast := 0
+	waitfor.Until(t, time.Minute, func() (bool, error) {
+		err := f.db.QueryRow("SELECT COUNT(*) FROM work_item WHERE scope_id = ? AND work_type = 'fast' AND state = 'completed'", scope).Scan(&fast)
+		return fast == 3, err
+	}, func() string {
+		return fmt.Sprintf("%d of 3 unlimited items completed while a share transaction of the limited type waited for a row lock", fast)
+	})
+	mu.Lock()
+	finished := slowFinished
+	mu.Unlock()
+	if finished || f.grantedStarts() != 0 {
+		t.Fatal("the slow item's share was granted while its window's rows were locked")
+	}
+
+	if err := holder.Rollback(); err != nil {
+		t.Fatal(err)
+	}
+	settled(t, f, w, map[string]int{workqueue.StateCompleted: 4})
+	if got := f.grantedStarts(); got != 1 {
+		t.Fatalf("the budget's rows granted %d starts, want the slow item's 1", got)
+	}
+}
+
+// TestRateLimitedRecheckSpendsNoStart: items woken with a dependency that
+// is still unsatisfied (an obsolete slot's wake) go back to waiting unrun,
+// and spend no start of their limit: the budget's rows grant none. Nor do
+// they count as waiting to start: once one is satisfied and runs, its
+// share is sized for it alone (one start granted, not three).
+func TestRateLimitedRecheckSpendsNoStart(t *testing.T) {
+	f := newFixture(t, workqueue.Config{})
+	p := newProducer(f)
+	var parked []int64
+	for range 2 {
+		c := p.claimOne(workqueue.Work{})
+		p.wait(c, linkDep(c.WorkID))
+		parked = append(parked, c.WorkID)
+	}
+	rechecked := make(chan int64, 10)
+	cfg := quietCfg(2)
+	// Ten windows a day of ten starts each: room for every item to spend
+	// one, so the rows show what was spent, not what was left.
+	cfg.Limits = []ratelimit.Limit{{WorkType: "deliver", N: 100, Per: 24 * time.Hour}}
+	cfg.Hooks = &worker.Hooks{BeforeFinish: func(c workqueue.Claimed, outcome error) {
+		var wait *worker.DependencyWait
+		if errors.As(outcome, &wait) {
+			rechecked <- c.WorkID
+		}
+	}}
+	c := newCollector(nil)
+	w, err := worker.New(f.qu, cfg, map[string]worker.Handler{"deliver": c.handle})
+	if err != nil {
+		t.Fatal(err)
+	}
+	run(t, w)
+
+	for _, id := range parked {
+		if woken, err := w.Satisfy(f.ctx, linkDep(id).WakeKey, fmt.Sprint("link:", id, "@0")); err != nil || woken != 1 {
+			t.Fatalf("obsolete satisfy of work %d: woke %d (%v)", id, woken, err)
+		}
+	}
+	guard := time.After(time.Minute) // a failure guard only
+	for range parked {
+		select {
+		case <-rechecked:
+		case <-guard:
+			t.Fatal("the woken items were not rechecked")
+		}
+	}
+	for _, id := range parked {
+		f.waitForState(id, workqueue.StateWaitingDependency)
+	}
+	if n := len(c.ran); n != 0 {
+		t.Fatalf("the handler ran %d times for items whose dependency is unsatisfied", n)
+	}
+	if got := f.grantedStarts(); got != 0 {
+		t.Fatalf("the budget's rows granted %d starts to items that went back to waiting unrun, want 0", got)
+	}
+
+	if woken, err := w.Satisfy(f.ctx, linkDep(parked[0]).WakeKey, linkDep(parked[0]).Keys[0]); err != nil || woken != 1 {
+		t.Fatalf("satisfy: woke %d (%v)", woken, err)
+	}
+	c.wait(t, 1)
+	f.waitForState(parked[0], workqueue.StateCompleted)
+	if got := f.grantedStarts(); got != 1 {
+		t.Fatalf("the budget's rows granted %d starts for the one item that ran, want 1 (a share sized for it alone)", got)
+	}
 }

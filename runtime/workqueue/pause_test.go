@@ -11,6 +11,7 @@ import (
 	"github.com/go-sql-driver/mysql"
 
 	"github.com/laneq/laneq/internal/faultdb"
+	"github.com/laneq/laneq/internal/queuetest"
 	"github.com/laneq/laneq/runtime/workqueue"
 )
 
@@ -211,18 +212,13 @@ func lockScopeRow(ctx context.Context, tx *sql.Tx) error {
 }
 
 // waitForLockWait returns once a transaction waits for a lock on a row of
-// db's database (information_schema.data_lock_waits names the database in
-// each key's description), polling; no deadline but the test's.
+// db's database (queuetest.LockWaits), polling; no deadline but the
+// test's.
 func waitForLockWait(t *testing.T, db *sql.DB) {
 	t.Helper()
-	var name string
-	if err := db.QueryRow("SELECT DATABASE()").Scan(&name); err != nil {
-		t.Fatal(err)
-	}
 	for {
-		var n int
-		if err := db.QueryRow("SELECT COUNT(*) FROM information_schema.data_lock_waits WHERE key_info LIKE ?",
-			`%"db_name":"`+name+`"%`).Scan(&n); err != nil {
+		n, err := queuetest.LockWaits(context.Background(), db, "")
+		if err != nil {
 			t.Fatal(err)
 		}
 		if n > 0 {
