@@ -18,6 +18,8 @@ import (
 	"github.com/laneq/laneq"
 	"github.com/laneq/laneq/internal/tidbtest"
 	"github.com/laneq/laneq/internal/waitfor"
+	"github.com/laneq/laneq/runtime/controller"
+	"github.com/laneq/laneq/runtime/inspect"
 	"github.com/laneq/laneq/runtime/scheduler"
 	"github.com/laneq/laneq/runtime/worker"
 	"github.com/laneq/laneq/runtime/workqueue"
@@ -63,9 +65,11 @@ func TestHelperLaneProcess(t *testing.T) {
 	if os.Getenv(laneProcessModeEnv) == "deadline" {
 		sched.HandlerDeadline = 2 * time.Second
 	}
+	// Maintenance every second: the process's row says how many handlers
+	// it abandoned soon after it did.
 	c, err := laneq.Open(ctx, dsn, laneq.Config{Scope: "tenant-a",
 		Queue:  workqueue.Config{Lease: laneProcessLease},
-		Worker: worker.Config{Scheduler: sched}})
+		Worker: worker.Config{Scheduler: sched, Controller: controller.Config{MaintainEvery: time.Second}}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -311,6 +315,12 @@ func laneHoldCase(t *testing.T, mode string, stopA func(ctl *laneq.Client, a int
 	}, func() string {
 		return fmt.Sprintf("A's lease was not held past %s while its handler ran; lines %v", told, lp.all())
 	})
+	// Operators see it: the process's row counts its abandoned handler.
+	processes := inspect.NewFromQueue(ctl.Queue())
+	waitfor.Until(t, guard, func() (bool, error) {
+		n, err := processes.AbandonedHandlers(ctx, ctl.Scope())
+		return n == 1, err
+	}, func() string { return "no process row counts the abandoned handler" })
 	if lp.started("B", 0) || lp.started("A", 2) {
 		t.Fatalf("B or a second attempt of A started while A's first handler still runs: %v", lp.all())
 	}

@@ -382,11 +382,14 @@ func runProcesses(c *cli, args []string) error {
 		return err
 	}
 	return c.emit(ps, func(t *table) {
-		t.row("HOST", "PID", "OWNER", "EXECUTORS", "CLASSES", "WORK TYPES", "QUIET", "LEASES", "EXPIRED", "RENEWED", "LIVE", "ADDRESS")
+		t.row("HOST", "PID", "OWNER", "EXECUTORS", "CLASSES", "WORK TYPES", "QUIET", "ABANDONED", "LEASES", "EXPIRED", "RENEWED", "LIVE", "ADDRESS")
 		for _, p := range ps.Processes {
 			t.row(p.Info.Host, strconv.Itoa(p.Info.PID), p.Info.Owner, strconv.Itoa(p.Info.Executors), strings.Join(p.Info.Classes, ","),
-				strings.Join(p.Info.WorkTypes, ","), strconv.FormatBool(p.Info.Quiet), strconv.Itoa(p.Leases), strconv.Itoa(p.Expired), p.RenewedAt.Format(time.RFC3339),
-				strconv.FormatBool(p.Live), p.Address)
+				strings.Join(p.Info.WorkTypes, ","), strconv.FormatBool(p.Info.Quiet), strconv.FormatInt(p.Info.AbandonedHandlers, 10),
+				strconv.Itoa(p.Leases), strconv.Itoa(p.Expired), p.RenewedAt.Format(time.RFC3339), strconv.FormatBool(p.Live), p.Address)
+		}
+		if n := ps.AbandonedHandlers(); n > 0 {
+			t.line("%d handler(s) ignored their cancelled context and still run, each holding its item and lanes until it returns (ABANDONED)", n)
 		}
 		if ps.Unattributed > 0 {
 			t.line("%d lease(s) held by owners no listed process claims (wakes off, or a swept registration)", ps.Unattributed)

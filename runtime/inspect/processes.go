@@ -63,26 +63,9 @@ func (r *Reader) Processes(ctx context.Context, scope string) (Processes, error)
 	if err != nil {
 		return Processes{}, err
 	}
-	rows, err := r.q.ScopeProcesses(ctx, gen.ScopeProcessesParams{ScopeID: scope, Limit: MaxProcesses + 1})
-	if err != nil {
-		return Processes{}, fmt.Errorf("inspect: processes of scope %q: %w", scope, err)
-	}
 	out := Processes{Scope: scope, Generation: generation}
-	if len(rows) > MaxProcesses {
-		rows, out.Truncated = rows[:MaxProcesses], true
-	}
-	for _, row := range rows {
-		p := Process{EndpointID: row.EndpointID, Address: row.Address, RegisteredAt: row.RegisteredAt,
-			RenewedAt: row.RenewedAt.Time, ExpiresAt: row.ExpiresAt, Live: row.Live == 1}
-		if p.RenewedAt.IsZero() {
-			p.RenewedAt = row.RegisteredAt // a row registered before renewals were recorded
-		}
-		if len(row.Process) > 0 {
-			// A document no laneq wrote is shown as nothing rather than
-			// failing the page.
-			_ = json.Unmarshal(row.Process, &p.Info)
-		}
-		out.Processes = append(out.Processes, p)
+	if out.Processes, out.Truncated, err = r.registered(ctx, scope); err != nil {
+		return Processes{}, err
 	}
 	leases, err := r.q.LeaseOwnerCounts(ctx, gen.LeaseOwnerCountsParams{ScopeID: scope, Generation: generation, Limit: maxLeasesCounted})
 	if err != nil {
@@ -104,6 +87,60 @@ next:
 	}
 	out.LeasesCapped = total >= maxLeasesCounted
 	return out, nil
+}
+
+// registered reads the scope's wake endpoint rows, at most MaxProcesses,
+// and what each process said about itself.
+func (r *Reader) registered(ctx context.Context, scope string) (ps []Process, truncated bool, err error) {
+	rows, err := r.q.ScopeProcesses(ctx, gen.ScopeProcessesParams{ScopeID: scope, Limit: MaxProcesses + 1})
+	if err != nil {
+		return nil, false, fmt.Errorf("inspect: processes of scope %q: %w", scope, err)
+	}
+	if len(rows) > MaxProcesses {
+		rows, truncated = rows[:MaxProcesses], true
+	}
+	for _, row := range rows {
+		p := Process{EndpointID: row.EndpointID, Address: row.Address, RegisteredAt: row.RegisteredAt,
+			RenewedAt: row.RenewedAt.Time, ExpiresAt: row.ExpiresAt, Live: row.Live == 1}
+		if p.RenewedAt.IsZero() {
+			p.RenewedAt = row.RegisteredAt // a row registered before renewals were recorded
+		}
+		if len(row.Process) > 0 {
+			// A document no laneq wrote is shown as nothing rather than
+			// failing the page.
+			_ = json.Unmarshal(row.Process, &p.Info)
+		}
+		ps = append(ps, p)
+	}
+	return ps, truncated, nil
+}
+
+// AbandonedHandlers is how many handlers that ignored their cancelled
+// context the scope's live processes said they still run (each holds its
+// item and the item's lanes until it returns): one read of the scope's
+// wake endpoint rows, none of its items, so a metrics scrape can afford
+// it. Processes with wakes off register nothing and are not counted.
+func (r *Reader) AbandonedHandlers(ctx context.Context, scope string) (int64, error) {
+	if scope == "" {
+		return 0, &InvalidError{Field: "scope", Reason: "empty"}
+	}
+	ps, _, err := r.registered(ctx, scope)
+	if err != nil {
+		return 0, err
+	}
+	return Processes{Processes: ps}.AbandonedHandlers(), nil
+}
+
+// AbandonedHandlers sums what the live processes of ps said of their
+// abandoned handlers still running.
+func (ps Processes) AbandonedHandlers() int64 {
+	var n int64
+	for _, p := range ps.Processes {
+		if p.Live {
+			n += p.Info.AbandonedHandlers
+		}
+	}
+	return n
 }
 
 // Serves reports whether some live process of ps claims class.

@@ -105,6 +105,9 @@ type Group struct {
 
 	ran                                            atomic.Bool
 	activations, deactivations, probes, liveChecks atomic.Uint64
+	// described is what the endpoint row says of the process's state
+	// (written at registration, when it is not quiet yet).
+	described atomic.Pointer[describedState]
 }
 
 // groupScope is one served scope; fields under Group.mu.
@@ -210,8 +213,10 @@ func NewGroup(q *workqueue.Queue, cfg GroupConfig, handlers map[string]Handler) 
 		clk = clock.Real()
 	}
 	cfg.Member.Controller.Clock, cfg.Member.Logger = clk, log
-	return &Group{cfg: cfg, q: q, handlers: maps.Clone(handlers), pool: pool, log: log.With("group", groupName(cfg)), clock: clk,
-		scopes: map[string]*groupScope{}, probe: make(chan struct{}, 1)}, nil
+	g := &Group{cfg: cfg, q: q, handlers: maps.Clone(handlers), pool: pool, log: log.With("group", groupName(cfg)), clock: clk,
+		scopes: map[string]*groupScope{}, probe: make(chan struct{}, 1)}
+	g.described.Store(&describedState{}) // registration describes a group not quiet yet, with none abandoned
+	return g, nil
 }
 
 // groupName says what the group serves, for its logs.

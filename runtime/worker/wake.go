@@ -126,6 +126,9 @@ type describedState struct {
 // handlers hold their items past their context, at most one maintenance
 // period late.
 func (w *Worker) describeChange(ctx context.Context) error {
+	if g := w.grouped; g != nil { // the group's one endpoint row describes every member
+		return g.describeChange(ctx)
+	}
 	sub := w.wakeSub.Load()
 	if sub == nil {
 		return nil
@@ -138,5 +141,27 @@ func (w *Worker) describeChange(ctx context.Context) error {
 		return fmt.Errorf("describe the process again: %w", err)
 	}
 	w.described.Store(&now)
+	return nil
+}
+
+// describeChange is Worker.describeChange for the group's endpoint row,
+// which sums its members' abandoned handlers: its members call it at
+// their maintenance.
+func (g *Group) describeChange(ctx context.Context) error {
+	g.mu.Lock()
+	sub := g.sub
+	g.mu.Unlock()
+	if sub == nil {
+		return nil
+	}
+	info := g.describe()
+	now := describedState{quiet: info.Quiet, abandoned: info.AbandonedHandlers}
+	if was := g.described.Load(); was != nil && *was == now {
+		return nil
+	}
+	if err := sub.Renew(ctx); err != nil {
+		return fmt.Errorf("describe the process again: %w", err)
+	}
+	g.described.Store(&now)
 	return nil
 }

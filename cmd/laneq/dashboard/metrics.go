@@ -43,9 +43,12 @@ func (s *Server) metrics(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	var read []stats.Scope
-	up := map[string]bool{}
+	up, abandoned := map[string]bool{}, map[string]int64{}
 	for _, sc := range scopes {
 		st, err := s.st.Cheap(ctx, sc, stats.Filter{})
+		if err == nil {
+			abandoned[sc], err = s.in.AbandonedHandlers(ctx, sc)
+		}
 		if err != nil {
 			s.cfg.Logger.Warn("dashboard: metrics", "scope", sc, "err", err)
 			continue
@@ -54,12 +57,15 @@ func (s *Server) metrics(w http.ResponseWriter, r *http.Request) {
 		read = append(read, st)
 	}
 	w.Header().Set("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
-	writeMetrics(w, scopes, up, read, truncated)
+	writeMetrics(w, scopes, up, read, abandoned, truncated)
 }
 
 // writeMetrics writes the exposition: each family's HELP and TYPE once,
 // then its samples.
-func writeMetrics(w io.Writer, scopes []string, up map[string]bool, read []stats.Scope, truncated bool) {
+//
+// abandoned is, by scope, the handlers its live processes said they still
+// run past their cancelled context (inspect.Reader.AbandonedHandlers).
+func writeMetrics(w io.Writer, scopes []string, up map[string]bool, read []stats.Scope, abandoned map[string]int64, truncated bool) {
 	family := func(name, help string) { fmt.Fprintf(w, "# HELP %s %s\n# TYPE %s gauge\n", name, help, name) }
 	family("laneq_scope_up", "1 when the scope's statistics were read in this scrape, 0 when the read failed.")
 	for _, sc := range scopes {
@@ -70,6 +76,10 @@ func writeMetrics(w io.Writer, scopes []string, up map[string]bool, read []stats
 	family("laneq_scope_generation", "The scope's active generation.")
 	for _, st := range read {
 		fmt.Fprintf(w, "laneq_scope_generation{scope=%s} %d\n", label(st.Scope), st.Generation)
+	}
+	family("laneq_abandoned_handlers", "Handlers that ignored their cancelled context and still run, as the scope's live processes last said (at their maintenance): each holds its item and the item's lanes until it returns.")
+	for _, st := range read {
+		fmt.Fprintf(w, "laneq_abandoned_handlers{scope=%s} %d\n", label(st.Scope), abandoned[st.Scope])
 	}
 	family("laneq_items", fmt.Sprintf("Items of a scope's active generation by queue class and bucket, each counted to %d (see laneq_items_capped).", stats.CapCount+1))
 	for _, st := range read {

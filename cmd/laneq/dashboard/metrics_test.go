@@ -31,6 +31,7 @@ func TestMetrics(t *testing.T) {
 		"laneq_items{scope=" + q + `,class="default",bucket="dead"} 2`,
 		"laneq_items{scope=" + q + `,class="default",bucket="leased"} 0`,
 		"laneq_items_capped{scope=" + q + `,class="default"} 0`,
+		"laneq_abandoned_handlers{scope=" + q + "} 0",
 		"# TYPE laneq_items gauge",
 	} {
 		if !strings.Contains(body, line+"\n") {

@@ -3,6 +3,7 @@ package dashboard_test
 import (
 	"context"
 	"net/url"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -30,14 +31,20 @@ func TestProcessesPage(t *testing.T) {
 		t.Fatal(err)
 	}
 	if err := qu.RegisterWakeEndpoint(ctx, scope, workqueue.WakeEndpoint{ID: "p1", Address: "127.0.0.1:7001", Key: make([]byte, 32),
-		Process: &workqueue.ProcessInfo{Host: "web-<1>", PID: 4242, Owner: "worker-a", Executors: 16, Classes: []string{"default"}, WorkTypes: []string{"deliver"}, Quiet: true}},
+		Process: &workqueue.ProcessInfo{Host: "web-<1>", PID: 4242, Owner: "worker-a", Executors: 16, Classes: []string{"default"}, WorkTypes: []string{"deliver"}, Quiet: true,
+			AbandonedHandlers: 2}},
 		time.Hour); err != nil {
 		t.Fatal(err)
 	}
 	c := newClient(t, db, dashboard.Config{})
 	code, body := c.get("/processes?s=" + url.QueryEscape(scope))
 	wantPage(t, code, body, 200, "1 live process", "web-&lt;1&gt;", "4242", "worker-a", "127.0.0.1:7001", "<td>yes</td>",
-		"Class bulk has 1 due and no live process serves it")
+		"Class bulk has 1 due and no live process serves it", `<td class="n">2</td>`, "2 handlers ignored their cancelled context and still run")
+	// The same count, summed over live processes, on /metrics.
+	code, body = c.get("/metrics?s=" + url.QueryEscape(scope))
+	if want := "laneq_abandoned_handlers{scope=" + strconv.Quote(scope) + "} 2\n"; code != 200 || !strings.Contains(body, want) {
+		t.Fatalf("/metrics: %d, no %q in\n%s", code, want, body)
+	}
 	if strings.Contains(body, "Class default has") || strings.Contains(body, "Class reports has") {
 		t.Fatalf("a warning for a served or paused class:\n%s", body)
 	}
