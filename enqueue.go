@@ -44,7 +44,10 @@ func WithQueueClass(class string) EnqueueOption {
 }
 
 // WithSourceLane serializes the item behind every earlier live item of the
-// same source lane (for example one contact's messages).
+// same source lane (for example one contact's messages). A lane runs one
+// item at a time whatever its handler does: an item whose handler ignores
+// its cancelled context keeps the lane until the handler returns, and only
+// a lost lease (its process died, froze or lost the database) hands it on.
 func WithSourceLane(lane string) EnqueueOption {
 	return func(o *enqueueOptions) { o.work.SourceLane = lane }
 }

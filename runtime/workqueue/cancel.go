@@ -18,13 +18,16 @@ import (
 // The request on a running row (cancel_reason, RequestCancel) is what every
 // later step keys on:
 //   - renewals match no row that carries it, and their read-back returns it
-//     (*CancelRequestedError), so the worker cancels the handler's context;
+//     (*CancelRequestedError), so the worker cancels the handler's context
+//     and from then on holds the row (Hold, HoldLease) until the handler
+//     returns: the item, and its lanes, stay its holder's while the
+//     handler may still act, whether it honours the cancellation or not;
 //   - a retry, a release or a dependency wait of it matches nothing (it would
 //     run again), and returns the same error, so the holder ends it
 //     cancelled instead (FinishCancelled);
-//   - a claimer that finds its lease expired (its process died, or its
-//     handler ignored the cancellation and stopped renewing) ends it
-//     cancelled rather than taking it over (FinishExpired).
+//   - a claimer that finds its lease expired (its process died, froze or
+//     lost the database) ends it cancelled rather than taking it over
+//     (FinishExpired).
 //
 // A handler that returns success after the request still completes the
 // item: its work was done, and the record says so.
@@ -67,7 +70,9 @@ func cancelFailure(reason string) Failure {
 type CancelOutcome struct {
 	// Running is set when the item was running: the cancellation is
 	// recorded and its process is told at its next heartbeat (within the
-	// worker's HeartbeatEvery); the item ends when its handler returns.
+	// worker's HeartbeatEvery); the item ends when its handler returns,
+	// however long a handler that ignores its context takes, and its lane
+	// followers start only then.
 	// Otherwise the item ended skipped at once.
 	Running bool
 	// Finished reports the lane followers an immediate cancel promoted.
