@@ -4,7 +4,9 @@
 // was sent, or a reply lost after the statement ran (it committed, the
 // caller cannot know). Tests use it to prove what laneq does at each of
 // those boundaries; a rule can also run a callback at a statement (cancel a
-// context, move a fence) to make an interleaving happen exactly there.
+// context, move a fence) to make an interleaving happen exactly there. A
+// Proxy in front of the server makes connections half-open (a statement
+// sent, no reply and no error ever), for proving that a wait is bounded.
 package faultdb
 
 import (

@@ -170,6 +170,11 @@ type Stats struct {
 	// Scopes is how many scopes the sender keeps state for: the ones
 	// announced lately, not every scope ever announced.
 	Scopes int
+	// Subscriptions is how many subscriptions are open now: each keeps an
+	// endpoint row per scope, renewed, until it is closed. A count that
+	// grows as workers or groups come and go on a shared hub means one of
+	// them did not close its own.
+	Subscriptions int
 }
 
 // Hub is one process's wake socket: it publishes and receives wakes for
@@ -306,6 +311,9 @@ func (h *Hub) PublishLookFar(scope string) { h.pub.Mark(scope, wakewire.Flags{Lo
 // Stats returns the counters.
 func (h *Hub) Stats() Stats {
 	s, p := &h.st, h.pub.Stats()
+	h.mu.Lock()
+	subs := len(h.subs)
+	h.mu.Unlock()
 	return Stats{
 		Publishes: p.Publishes, Sent: p.Sent, SendErrors: p.SendErrors + s.sendErrors.Load(),
 		EndpointReads: p.EndpointReads, EndpointErrors: p.EndpointErrors, Scopes: p.Scopes,
@@ -313,6 +321,7 @@ func (h *Hub) Stats() Stats {
 		Malformed: s.malformed.Load(), UnknownEndpoint: s.unknown.Load(), BadTag: s.badTag.Load(),
 		OutsideWindow: s.outside.Load(), Replayed: s.replayed.Load(),
 		Renewals: s.renewals.Load(), RenewalErrors: s.renewalErrors.Load(), Reregistrations: s.reregistrations.Load(),
+		Subscriptions: subs,
 	}
 }
 

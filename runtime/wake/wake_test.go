@@ -646,7 +646,8 @@ func TestRewindCrossesTheWire(t *testing.T) {
 // One endpoint for many scopes: one registration statement writes a row
 // per listed scope that exists; a commit in any of them wakes the handler
 // with its scope; Add serves one more; a datagram naming a scope the
-// endpoint does not serve is dropped; Close removes every row.
+// endpoint does not serve is dropped; Close removes every row, and the
+// hub counts the subscription open until then.
 func TestOneEndpointForManyScopes(t *testing.T) {
 	ctx, qa, qb, exec := newEnv(t)
 	for _, s := range []string{"many/a", "many/b", "many/c"} {
@@ -685,6 +686,9 @@ func TestOneEndpointForManyScopes(t *testing.T) {
 	}
 	if n := rows(); n != 2 {
 		t.Fatalf("%d endpoint rows, want one per existing listed scope (2)", n)
+	}
+	if n := ha.Stats().Subscriptions; n != 1 {
+		t.Fatalf("hub counts %d subscriptions open, want 1", n)
 	}
 	next := func() string {
 		t.Helper()
@@ -734,5 +738,8 @@ func TestOneEndpointForManyScopes(t *testing.T) {
 	}
 	if n := rows(); n != 1 { // the row inserted above is not one the subscription wrote
 		t.Fatalf("%d endpoint rows after Close, want only the forged one left", n)
+	}
+	if n := ha.Stats().Subscriptions; n != 0 {
+		t.Fatalf("hub counts %d subscriptions open after Close, want 0", n)
 	}
 }

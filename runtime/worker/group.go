@@ -282,7 +282,9 @@ func (g *Group) ProbeNow() {
 }
 
 // Run serves the scopes until ctx ends; members running then release
-// their items, as a Worker's Run does. A Group runs once.
+// their items, as a Worker's Run does, and the group's wake endpoint is
+// removed before it returns (its own hub is closed; a Member.Wake.Shared
+// hub keeps serving the others on it). A Group runs once.
 func (g *Group) Run(ctx context.Context) error {
 	if !g.ran.CompareAndSwap(false, true) {
 		return errors.New("worker: Group.Run called twice; build a new Group")
@@ -354,7 +356,11 @@ func (g *Group) readMarks(ctx context.Context) ([]workqueue.ScopeMark, error) {
 
 // startWakes subscribes every served scope on the group's hub with one
 // endpoint; without wakes (Member.Wake.Off, or a failed subscription) the
-// group probes on IdleProbeEvery and members on their normal periods.
+// group probes on IdleProbeEvery and members on their normal periods. stop
+// closes the group's subscription, whenever it was made: here, or by the
+// probe loop for the first scope found (a prefix with none at start, or a
+// subscription that failed here). A shared hub outlives the group, so
+// closing the hub cannot be what removes it.
 func (g *Group) startWakes(ctx context.Context, scopes []string) (stop func(), err error) {
 	wc := g.cfg.Member.Wake
 	if wc.Off || len(scopes) == 0 && !g.cfg.ByPrefix {
@@ -367,10 +373,16 @@ func (g *Group) startWakes(ctx context.Context, scopes []string) (stop func(), e
 	g.mu.Lock()
 	g.hub = hub
 	g.mu.Unlock()
-	closeHub := func() {
+	stop = func() {
 		g.mu.Lock()
+		sub := g.sub
 		g.hub, g.sub = nil, nil
 		g.mu.Unlock()
+		if sub != nil {
+			if err := sub.Close(); err != nil {
+				g.log.Warn("wake endpoint not removed (it expires by itself)", "err", err)
+			}
+		}
 		if own {
 			if err := hub.Close(); err != nil {
 				g.log.Warn("closing the wake hub", "err", err)
@@ -378,22 +390,12 @@ func (g *Group) startWakes(ctx context.Context, scopes []string) (stop func(), e
 		}
 	}
 	if len(scopes) == 0 { // a prefix with no scope yet: subscribed once the probe finds one
-		return closeHub, nil
+		return stop, nil
 	}
 	if err := g.subscribe(ctx, hub, scopes); err != nil {
 		g.log.Warn("wake endpoint not registered: other processes cannot wake this group; it probes on the normal period", "err", err)
 	}
-	return func() {
-		g.mu.Lock()
-		sub := g.sub
-		g.mu.Unlock()
-		if sub != nil {
-			if err := sub.Close(); err != nil {
-				g.log.Warn("wake endpoint not removed (it expires by itself)", "err", err)
-			}
-		}
-		closeHub()
-	}, nil
+	return stop, nil
 }
 
 // subscribe registers the group's endpoint for scopes.

@@ -19,6 +19,7 @@ import (
 	"github.com/laneq/laneq/runtime/clock"
 	"github.com/laneq/laneq/runtime/controller"
 	"github.com/laneq/laneq/runtime/scheduler"
+	"github.com/laneq/laneq/runtime/wake"
 	"github.com/laneq/laneq/runtime/worker"
 	"github.com/laneq/laneq/runtime/workqueue"
 )
@@ -574,4 +575,56 @@ func TestGroupsInTwoProcesses(t *testing.T) {
 		return completed == per*len(ids)+1, err
 	}, func() string { return fmt.Sprintf("%d completed", completed) })
 	t.Logf("items by process %v", byProcess)
+}
+
+// TestGroupOnASharedHubClosesItsLaterSubscription: a group serving a
+// prefix that matches no scope at start subscribes on its hub only once
+// its probe finds a scope. On a shared hub, which outlives the group, the
+// group's Run closes that subscription before it returns (it used to close
+// only one made at start), so the hub holds no subscription of it and its
+// endpoint rows are gone: other processes stop sending it wakes.
+func TestGroupOnASharedHubClosesItsLaterSubscription(t *testing.T) {
+	qu, db, _ := queuetest.New(t, workqueue.Config{}, "unserved")
+	hub, err := wake.New(qu, wake.Config{Logger: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = hub.Close() })
+	g, err := worker.NewGroup(qu, worker.GroupConfig{ByPrefix: true, Prefix: "late/",
+		Member: worker.Config{Logger: quiet, Wake: worker.WakeConfig{Shared: hub}}},
+		map[string]worker.Handler{"deliver": func(context.Context, *worker.Job) error { return nil }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	stop := runGroup(t, g)
+	// A probe counted after the one at start is the probe loop's: the
+	// group started with no scope, so the scope below is found by a probe.
+	g.ProbeNow()
+	waitfor.Until(t, time.Minute, func() (bool, error) { return g.Stats().IdleProbes >= 2, nil },
+		func() string { return fmt.Sprintf("stats %+v", g.Stats()) })
+	if got := g.Scopes(); len(got) != 0 {
+		t.Fatalf("the group started serving %q, want no scope", got)
+	}
+	ensureScopes(t, qu, "late/a")
+	g.ProbeNow()
+	endpointRows := func() (n int, err error) {
+		err = db.QueryRow("SELECT COUNT(*) FROM wake_endpoint WHERE scope_id = 'late/a'").Scan(&n)
+		return n, err
+	}
+	var rows int
+	waitfor.Until(t, time.Minute, func() (bool, error) {
+		n, err := endpointRows()
+		rows = n
+		return n == 1 && hub.Stats().Subscriptions == 1, err
+	}, func() string {
+		return fmt.Sprintf("scopes %v, %d endpoint rows of late/a, hub stats %+v", g.Scopes(), rows, hub.Stats())
+	})
+
+	stop() // Run returned
+	if n := hub.Stats().Subscriptions; n != 0 {
+		t.Errorf("the shared hub holds %d subscriptions after the group's Run returned, want 0", n)
+	}
+	if n, err := endpointRows(); err != nil || n != 0 {
+		t.Errorf("%d endpoint rows of late/a after the group's Run returned (%v), want 0", n, err)
+	}
 }

@@ -139,9 +139,13 @@ func (qu *Queue) FinishCancelled(ctx context.Context, l Lease, reason string) (F
 // cancelRequested reads the row of a lease whose fenced write matched
 // nothing and returns a *CancelRequestedError when the lease still holds it
 // and its cancellation was requested (the write was refused for that), nil
-// otherwise.
+// otherwise. The read gets a WriteTimeout of its own (see detached), not
+// what the write left of its run: a slow write must not cut the read short
+// and report a cancelled item's lease lost.
 func (qu *Queue) cancelRequested(ctx context.Context, l Lease) error {
-	row, err := qu.q.GetLeaseState(context.WithoutCancel(ctx), l.WorkID)
+	ctx, cancel := qu.detached(ctx)
+	defer cancel()
+	row, err := qu.q.GetLeaseState(ctx, l.WorkID)
 	if err != nil {
 		return nil // the caller reports the lease lost; a renewal or the stale path finds the request
 	}

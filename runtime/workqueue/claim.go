@@ -880,7 +880,7 @@ func (c *Claimer) newRef() sql.NullString {
 // generation is the one the turn read from the scope row; the read-back
 // fences rows of a generation that stopped being active meanwhile.
 func (c *Claimer) claimCAS(ctx context.Context, ids []int64, ref sql.NullString, generation int64) (int64, error) {
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.qu.cfg.WriteTimeout)
+	ctx, cancel := c.qu.detached(ctx)
 	defer cancel()
 	return c.qu.q.ClaimBatchCAS(ctx, gen.ClaimBatchCASParams{
 		ClaimRef: ref, LeaseMicros: store.Micros(c.qu.cfg.Lease), WorkIDs: paddedIDs(ids), Generation: generation,
@@ -1038,7 +1038,7 @@ func (c *Claimer) reclaim(ctx context.Context, sc gen.GetScopeRow, classes, work
 }
 
 func (c *Claimer) reclaimCAS(ctx context.Context, r gen.StaleCandidatesRow, ref sql.NullString) (int64, error) {
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.qu.cfg.WriteTimeout)
+	ctx, cancel := c.qu.detached(ctx)
 	defer cancel()
 	return c.qu.q.ReclaimCAS(ctx, gen.ReclaimCASParams{
 		LeaseOwner: ref, LeaseMicros: store.Micros(c.qu.cfg.Lease), WorkID: r.WorkID, LeaseToken: r.LeaseToken,

@@ -142,13 +142,18 @@ func (qu *Queue) releaseFor(ctx context.Context, l Lease, delay time.Duration) e
 }
 
 // announceLease announces the scope of a leased item; a Lease built by
-// hand does not know it, so its row is read (a primary-key point get).
+// hand does not know it, so its row is read (a primary-key point get),
+// after the write committed: a caller whose context ended meanwhile still
+// announces it, and one whose connection stops answering gives up after
+// WriteTimeout (see detached).
 func (qu *Queue) announceLease(ctx context.Context, l Lease, lookFar bool, began time.Time) {
 	if l.lanes != nil && l.lanes.scope != "" {
 		qu.announceSince(l.lanes.scope, lookFar, began)
 		return
 	}
-	row, err := qu.q.GetLaneIdentity(context.WithoutCancel(ctx), l.WorkID)
+	ctx, cancel := qu.detached(ctx)
+	defer cancel()
+	row, err := qu.q.GetLaneIdentity(ctx, l.WorkID)
 	if err != nil {
 		return // the receivers' probes find it (see Announcement)
 	}

@@ -67,7 +67,11 @@ type Config struct {
 	// WriteTimeout bounds each run of a lease-fenced write (finish, retry,
 	// release, renew) and of a claim's compare-and-swap and read-back, which
 	// run under a context the caller cannot cancel: a write that TiDB may
-	// already be committing is seen through to a known outcome. Default 10s.
+	// already be committing is seen through to a known outcome. It also
+	// bounds each read that follows such a write (a renewal's check for a
+	// requested cancellation, the lookup of a released item's scope to
+	// announce it), so that a connection that stops answering cannot hold
+	// the caller forever. Default 10s.
 	WriteTimeout time.Duration
 	// OnWriteRetry, when set, is called before a write is run again after a
 	// transient error (op names the write); for logs and metrics.
@@ -288,13 +292,27 @@ func (qu *Queue) inRawTx(ctx context.Context, what string, opts *sql.TxOptions, 
 	})
 }
 
+// detached returns the context of a statement that must reach a known
+// outcome whatever becomes of the caller's context (a write that may be
+// committing, a read that follows a committed write): it keeps ctx's
+// values but not its cancellation or deadline, and ends after
+// WriteTimeout. The bound is what keeps it detached safely: on a
+// connection that stops answering without an error (half-open TCP: a peer
+// or a path that died without a reset) nothing else would end the wait,
+// and a worker's heartbeat stuck in one holds up its scheduler's timers
+// and Stop. WriteTimeout, because it is already how long one run of such a
+// write may take (see Config.WriteTimeout).
+func (qu *Queue) detached(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.WithoutCancel(ctx), qu.cfg.WriteTimeout)
+}
+
 // retryWrite runs write until it succeeds, fails for good, or ran
 // TxAttempts times; see inTx.
 func (qu *Queue) retryWrite(ctx context.Context, what string, write func(ctx context.Context) error) error {
 	base := context.WithoutCancel(ctx)
 	var err error
 	for attempt := 1; ; attempt++ {
-		runCtx, cancel := context.WithTimeout(base, qu.cfg.WriteTimeout)
+		runCtx, cancel := qu.detached(base)
 		err = write(runCtx)
 		cancel()
 		timedOut := errors.Is(err, context.DeadlineExceeded) && base.Err() == nil

@@ -343,7 +343,7 @@ func (s *DependencySweep) wakeSatisfied(ctx context.Context, deadline time.Time,
 // under WriteTimeout whatever is left of the pass's budget. A transient
 // error ends the pass instead of being retried in it; the next pass resumes.
 func (s *DependencySweep) writeContext(ctx context.Context) (context.Context, context.CancelFunc) {
-	return context.WithTimeout(context.WithoutCancel(ctx), s.qu.cfg.WriteTimeout)
+	return s.qu.detached(ctx)
 }
 
 // wake is one idempotent CAS on the token the page read saw.
