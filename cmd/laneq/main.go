@@ -142,9 +142,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	}
 	c := &cli{name: cmd.name, stdout: stdout, stderr: stderr}
 	err := cmd.run(c, rest)
-	if c.db != nil {
-		c.db.Close()
-	}
+	c.close()
 	if err == nil {
 		return exitOK
 	}
@@ -195,6 +193,20 @@ type cli struct {
 	json           bool
 	timeout        time.Duration
 	db             *sql.DB
+	qu             *workqueue.Queue // the write commands' (see queue)
+}
+
+// close closes what the command opened, the Queue before the database: a
+// Queue's Close sends the announcements it still holds, which reads the
+// scope's wake endpoints. Every command ends through it, whatever it
+// returned.
+func (c *cli) close() {
+	if c.qu != nil {
+		_ = c.qu.Close() // it only stops the publisher: nothing to report
+	}
+	if c.db != nil {
+		_ = c.db.Close()
+	}
 }
 
 // flags starts the command's flag set with the common flags.
@@ -245,12 +257,20 @@ func (c *cli) open(ctx context.Context) error {
 }
 
 // queue opens the database and a work queue on it (for the commands that
-// write through the runtime).
+// write through the runtime). Each commit that makes work claimable is
+// announced to the scope's quiet workers before the call returns (the
+// Queue waits for its datagrams: nothing else in this process listens on
+// it), and run closes the Queue as the command ends.
 func (c *cli) queue(ctx context.Context) (*workqueue.Queue, error) {
 	if err := c.open(ctx); err != nil {
 		return nil, err
 	}
-	return workqueue.New(c.db, workqueue.Config{})
+	qu, err := workqueue.New(c.db, workqueue.Config{})
+	if err != nil {
+		return nil, fmt.Errorf("open the work queue: %w", err)
+	}
+	c.qu = qu
+	return qu, nil
 }
 
 func (c *cli) context() (context.Context, context.CancelFunc) {

@@ -352,14 +352,16 @@ type jobs struct {
 }
 
 // Close stops the bulk actions still running and waits for them: what
-// each did stays done, and its progress is logged. Call it after the HTTP
-// server's Shutdown.
+// each did stays done, and its progress is logged. Then it closes the
+// dashboard's Queue, sending the announcements it still holds. Call it
+// after the HTTP server's Shutdown.
 func (s *Server) Close() {
 	s.jobs.mu.Lock()
 	s.jobs.closed = true
 	s.jobs.mu.Unlock()
 	s.jobs.cancel()
 	s.jobs.wg.Wait()
+	_ = s.qu.Close() // it only stops the publisher: nothing to report
 }
 
 var errTooManyJobs = errors.New("dashboard: bulk actions already running")
