@@ -63,8 +63,8 @@ commands:
   scope set-generation     move a scope's active generation (needs --yes)
   ui                       the web dashboard (--listen 127.0.0.1:8080; read-only unless --allow-writes;
                            --allowed-host NAME for a name beyond loopback: other Host headers get 421;
-                           --login-file FILE, a user:password every request must log in with, needed beyond loopback;
-                           GET /metrics for Prometheus)
+                           --login-file FILE, a user:password every request must log in with, needed beyond loopback
+                           and with --allow-writes; GET /metrics for Prometheus)
 
 every command takes:
   --dsn DSN        TiDB DSN (go-sql-driver syntax); default $LANEQ_TIDB_DSN
@@ -213,7 +213,9 @@ func (c *cli) close() {
 func (c *cli) flags() *flag.FlagSet {
 	c.fs = flag.NewFlagSet("laneq "+c.name, flag.ContinueOnError)
 	c.fs.SetOutput(io.Discard) // a bad flag is one line (run prints it); -h prints the flags
-	c.fs.StringVar(&c.dsn, "dsn", os.Getenv("LANEQ_TIDB_DSN"), "TiDB DSN (default $LANEQ_TIDB_DSN)")
+	// No default value: -h prints a flag's default, and the DSN in the
+	// environment may hold a password. parse falls back to it.
+	c.fs.StringVar(&c.dsn, "dsn", "", "TiDB DSN (default $LANEQ_TIDB_DSN)")
 	c.fs.BoolVar(&c.json, "json", false, "JSON instead of tables")
 	c.fs.DurationVar(&c.timeout, "timeout", 30*time.Second, "give up after this long")
 	return c.fs
@@ -235,6 +237,9 @@ func (c *cli) parse(args []string) error {
 	}
 	if c.timeout <= 0 {
 		return &usageError{"--timeout must be positive"}
+	}
+	if c.dsn == "" {
+		c.dsn = os.Getenv("LANEQ_TIDB_DSN")
 	}
 	return nil
 }
