@@ -240,7 +240,7 @@ func (s *Server) token(session, path, subject string) string {
 func (s *Server) confirm(a action) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		if !s.cfg.AllowWrites {
-			s.render(w, r, http.StatusForbidden, "error.html", page{Title: "Read-only", Error: "this dashboard is read-only: start it with --allow-writes to act on items"})
+			s.render(w, r, http.StatusForbidden, "error.html", page{Title: "Read-only", Error: "this dashboard is read-only: start it with --allow-writes --login-file FILE to act on items"})
 			return
 		}
 		ctx, cancel := s.ctx(r)
