@@ -63,8 +63,8 @@ commands:
   scope set-generation     move a scope's active generation (needs --yes)
   ui                       the web dashboard (--listen 127.0.0.1:8080; read-only unless --allow-writes;
                            --allowed-host NAME for a name beyond loopback: other Host headers get 421;
-                           --login-file FILE, a user:password every request must log in with, needed beyond loopback;
-                           GET /metrics for Prometheus)
+                           --login-file FILE, a user:password every request must log in with, needed beyond loopback
+                           and with --allow-writes; GET /metrics for Prometheus)
 
 every command takes:
   --dsn DSN        TiDB DSN (go-sql-driver syntax); default $LANEQ_TIDB_DSN
@@ -142,9 +142,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	}
 	c := &cli{name: cmd.name, stdout: stdout, stderr: stderr}
 	err := cmd.run(c, rest)
-	if c.db != nil {
-		c.db.Close()
-	}
+	c.close()
 	if err == nil {
 		return exitOK
 	}
@@ -195,13 +193,29 @@ type cli struct {
 	json           bool
 	timeout        time.Duration
 	db             *sql.DB
+	qu             *workqueue.Queue // the write commands' (see queue)
+}
+
+// close closes what the command opened, the Queue before the database: a
+// Queue's Close sends the announcements it still holds, which reads the
+// scope's wake endpoints. Every command ends through it, whatever it
+// returned.
+func (c *cli) close() {
+	if c.qu != nil {
+		_ = c.qu.Close() // it only stops the publisher: nothing to report
+	}
+	if c.db != nil {
+		_ = c.db.Close()
+	}
 }
 
 // flags starts the command's flag set with the common flags.
 func (c *cli) flags() *flag.FlagSet {
 	c.fs = flag.NewFlagSet("laneq "+c.name, flag.ContinueOnError)
 	c.fs.SetOutput(io.Discard) // a bad flag is one line (run prints it); -h prints the flags
-	c.fs.StringVar(&c.dsn, "dsn", os.Getenv("LANEQ_TIDB_DSN"), "TiDB DSN (default $LANEQ_TIDB_DSN)")
+	// No default value: -h prints a flag's default, and the DSN in the
+	// environment may hold a password. parse falls back to it.
+	c.fs.StringVar(&c.dsn, "dsn", "", "TiDB DSN (default $LANEQ_TIDB_DSN)")
 	c.fs.BoolVar(&c.json, "json", false, "JSON instead of tables")
 	c.fs.DurationVar(&c.timeout, "timeout", 30*time.Second, "give up after this long")
 	return c.fs
@@ -224,6 +238,9 @@ func (c *cli) parse(args []string) error {
 	if c.timeout <= 0 {
 		return &usageError{"--timeout must be positive"}
 	}
+	if c.dsn == "" {
+		c.dsn = os.Getenv("LANEQ_TIDB_DSN")
+	}
 	return nil
 }
 
@@ -245,12 +262,20 @@ func (c *cli) open(ctx context.Context) error {
 }
 
 // queue opens the database and a work queue on it (for the commands that
-// write through the runtime).
+// write through the runtime). Each commit that makes work claimable is
+// announced to the scope's quiet workers before the call returns (the
+// Queue waits for its datagrams: nothing else in this process listens on
+// it), and run closes the Queue as the command ends.
 func (c *cli) queue(ctx context.Context) (*workqueue.Queue, error) {
 	if err := c.open(ctx); err != nil {
 		return nil, err
 	}
-	return workqueue.New(c.db, workqueue.Config{})
+	qu, err := workqueue.New(c.db, workqueue.Config{})
+	if err != nil {
+		return nil, fmt.Errorf("open the work queue: %w", err)
+	}
+	c.qu = qu
+	return qu, nil
 }
 
 func (c *cli) context() (context.Context, context.CancelFunc) {

@@ -15,6 +15,7 @@ import (
 	"regexp"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/laneq/laneq/internal/queuetest"
 	"github.com/laneq/laneq/internal/tidbtest"
@@ -53,11 +54,28 @@ type result struct {
 // laneq runs the binary with args; dsn goes in through the environment.
 func laneq(t *testing.T, dsn string, args ...string) result {
 	t.Helper()
-	cmd := exec.Command(binary, args...)
+	return laneqWithin(t, 0, dsn, args...)
+}
+
+// laneqWithin is laneq for a command that must exit within guard (0: no
+// bound), such as a server that should refuse to start: one still running
+// then is killed and fails the test.
+func laneqWithin(t *testing.T, guard time.Duration, dsn string, args ...string) result {
+	t.Helper()
+	ctx := context.Background()
+	if guard > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, guard)
+		defer cancel()
+	}
+	cmd := exec.CommandContext(ctx, binary, args...)
 	cmd.Env = append(os.Environ(), "LANEQ_TIDB_DSN="+dsn)
 	var out, errOut bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errOut
 	err := cmd.Run()
+	if ctx.Err() != nil {
+		t.Fatalf("laneq %s still ran after %s (killed)\nstderr:\n%s", strings.Join(args, " "), guard, errOut.String())
+	}
 	code := 0
 	var exit *exec.ExitError
 	if errors.As(err, &exit) {
@@ -255,32 +273,11 @@ func TestUI(t *testing.T) {
 		t.Fatal(err)
 	}
 	laneq(t, dsn, "ui", "--listen", "0.0.0.0:0", "--login-file", short).oneLine(t, 2, "at least 12 characters")
-	cmd := exec.Command(binary, "ui", "--listen", "127.0.0.1:0")
-	cmd.Env = append(os.Environ(), "LANEQ_TIDB_DSN="+dsn)
-	stderr, err := cmd.StderrPipe()
-	if err != nil {
-		t.Fatal(err)
+	ui := startUI(t, dsn, "--listen", "127.0.0.1:0")
+	if !strings.Contains(ui.banner, "(read-only)") {
+		t.Fatalf("laneq ui without --allow-writes: %q", ui.banner)
 	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	defer cmd.Process.Kill()
-	lines := bufio.NewScanner(stderr)
-	var addr string
-	for lines.Scan() {
-		if m := regexp.MustCompile(`serving (http://\S+/) \(read-only\)`).FindStringSubmatch(lines.Text()); m != nil {
-			addr = m[1]
-			break
-		}
-	}
-	if addr == "" {
-		t.Fatal("laneq ui never said where it serves")
-	}
-	go func() { // keep the pipe drained
-		for lines.Scan() {
-		}
-	}()
-	res, err := http.Get(addr)
+	res, err := http.Get(ui.addr)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -289,7 +286,7 @@ func TestUI(t *testing.T) {
 	if res.StatusCode != 200 || !strings.Contains(string(body), "Scopes") {
 		t.Fatalf("GET /: %d\n%s", res.StatusCode, body)
 	}
-	req, _ := http.NewRequest("GET", addr, nil)
+	req, _ := http.NewRequest("GET", ui.addr, nil)
 	req.Host = "attacker.example:" + req.URL.Port() // a DNS-rebinding page's
 	if res, err = http.DefaultClient.Do(req); err != nil {
 		t.Fatal(err)
@@ -298,12 +295,76 @@ func TestUI(t *testing.T) {
 	if res.StatusCode != http.StatusMisdirectedRequest {
 		t.Fatalf("GET / for another host: %d, want 421", res.StatusCode)
 	}
-	if err := cmd.Process.Signal(os.Interrupt); err != nil {
+	if err := ui.cmd.Process.Signal(os.Interrupt); err != nil {
 		t.Fatal(err)
 	}
-	if err := cmd.Wait(); err != nil {
+	if err := ui.cmd.Wait(); err != nil {
 		t.Fatalf("laneq ui after SIGINT: %v", err)
 	}
+}
+
+// uiProcess is a running laneq ui.
+type uiProcess struct {
+	cmd    *exec.Cmd
+	banner string // its "serving" line
+	addr   string // http://host:port/
+}
+
+// startUI starts laneq ui with args and waits for the line that says where
+// it serves; the test's end kills it if it still runs.
+func startUI(t *testing.T, dsn string, args ...string) *uiProcess {
+	t.Helper()
+	cmd := exec.Command(binary, append([]string{"ui"}, args...)...)
+	cmd.Env = append(os.Environ(), "LANEQ_TIDB_DSN="+dsn)
+	stderr, err := cmd.StderrPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if cmd.ProcessState == nil {
+			_ = cmd.Process.Kill()
+			_ = cmd.Wait()
+		}
+	})
+	ui := &uiProcess{cmd: cmd}
+	lines := bufio.NewScanner(stderr)
+	var said []string
+	for ui.addr == "" && lines.Scan() {
+		said = append(said, lines.Text())
+		if m := regexp.MustCompile(`serving (http://\S+/) \(`).FindStringSubmatch(lines.Text()); m != nil {
+			ui.banner, ui.addr = lines.Text(), m[1]
+		}
+	}
+	if ui.addr == "" {
+		t.Fatalf("laneq ui never said where it serves; it said:\n%s", strings.Join(said, "\n"))
+	}
+	go func() { // keep the pipe drained
+		for lines.Scan() {
+		}
+	}()
+	return ui
+}
+
+// get requests path, with the login of TestUIWritesNeedLogin when
+// withLogin, and returns the status.
+func (ui *uiProcess) get(t *testing.T, path string, withLogin bool) int {
+	t.Helper()
+	req, err := http.NewRequest("GET", strings.TrimSuffix(ui.addr, "/")+path, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if withLogin {
+		req.SetBasicAuth("ops", "correct horse battery")
+	}
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res.Body.Close()
+	return res.StatusCode
 }
 
 // laneq bench runs its workers as this binary re-executed, on the DSN's

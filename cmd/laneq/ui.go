@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"log/slog"
 	"net"
@@ -21,9 +22,9 @@ func runUI(c *cli, args []string) error {
 	fs := c.flags()
 	listen := fs.String("listen", "127.0.0.1:8080", "address to serve on (loopback by default; beyond loopback it needs --login-file)")
 	loginFile := fs.String("login-file", "", "a file holding one line user:password (12+ characters of password): every request must log in "+
-		"with it (HTTP basic auth; put TLS in front of it); required to listen beyond loopback")
+		"with it (HTTP basic auth; put TLS in front of it); required to listen beyond loopback and with --allow-writes")
 	allowWrites := fs.Bool("allow-writes", false, "enable the write actions: replay, bulk replay, retry now, skip, pause and resume a class "+
-		"(each behind a confirmation page and a CSRF token); read-only without it")
+		"(each behind a confirmation page and a CSRF token); needs --login-file; read-only without it")
 	fs.BoolVar(allowWrites, "allow-replay", false, "the former name of --allow-writes")
 	var allowedHosts listFlag
 	fs.Var(&allowedHosts, "allowed-host", "a further `name` (or name:port) browsers reach the dashboard by, such as its DNS name or a proxy's "+
@@ -31,6 +32,18 @@ func runUI(c *cli, args []string) error {
 		"or localhost/127.x.x.x/[::1] with its port gets 421")
 	if err := c.parse(args); err != nil {
 		return err
+	}
+	if *allowWrites && *loginFile == "" {
+		// CSRF tokens and the Host check stop browsers; any process on
+		// this host can post to a loopback listener as it likes.
+		used := "--allow-writes"
+		fs.Visit(func(f *flag.Flag) {
+			if f.Name == "allow-replay" {
+				used = "--allow-replay"
+			}
+		})
+		return &usageError{used + " needs --login-file FILE (one line user:password, a password of 12 or more characters): " +
+			"without a login any local process could replay, skip and pause through the dashboard"}
 	}
 	ctx, cancel := c.context()
 	err := c.open(ctx)
@@ -64,8 +77,7 @@ func runUI(c *cli, args []string) error {
 	}
 	if host, _, _ := net.SplitHostPort(ln.Addr().String()); !net.ParseIP(host).IsLoopback() && login == nil {
 		ln.Close()
-		return &usageError{fmt.Sprintf("--listen %s is beyond loopback: give --login-file, so that only those who log in can read dead letters"+
-			map[bool]string{true: " and act on them", false: ""}[*allowWrites], *listen)}
+		return &usageError{fmt.Sprintf("--listen %s is beyond loopback: give --login-file, so that only those who log in can read dead letters", *listen)}
 	}
 	d, err := dashboard.New(c.db, dashboard.Config{AllowWrites: *allowWrites, Timeout: c.timeout, Logger: log, AllowedHosts: hosts, Login: login})
 	if err != nil {

@@ -60,6 +60,9 @@ type PublisherStats struct {
 	Dropped        uint64 // datagrams PublisherConfig.Drop dropped
 	EndpointReads  uint64 // endpoint list reads done (the list is cached by then)
 	EndpointErrors uint64 // failed endpoint list reads (that burst was not announced)
+	// WaitsCut counts MarkAndWait calls that returned at their bound,
+	// before their scope was sent (it was sent later, or at Close).
+	WaitsCut uint64
 	// Scopes is how many scopes the publisher keeps state for (marked,
 	// recently sent or cached): it follows the scopes announced lately,
 	// not every scope ever announced.
@@ -70,7 +73,8 @@ type PublisherStats struct {
 // sends, so a commit never waits for the network or for the endpoint list,
 // and a burst of announcements of one scope becomes one datagram per
 // endpoint per CoalesceEvery. The goroutine starts with the first Mark and
-// ends at Close.
+// ends at Close. MarkAndWait also waits for the send, for a caller whose
+// process may exit before the goroutine got to it.
 type Publisher struct {
 	cfg   PublisherConfig
 	start sync.Once
@@ -79,8 +83,11 @@ type Publisher struct {
 	stop  chan struct{}
 	done  chan struct{}
 
-	mu      sync.Mutex
-	dirty   map[string]Flags // scope -> what its receivers are asked to do
+	mu    sync.Mutex
+	dirty map[string]Flags // scope -> what its receivers are asked to do
+	// waiters are the MarkAndWait calls of each dirty scope: closed once
+	// the scope's send that took their mark is done.
+	waiters map[string][]chan struct{}
 	closed  bool
 	started bool
 
@@ -92,7 +99,7 @@ type Publisher struct {
 	lastPrune time.Time
 	scopes    atomic.Int64
 
-	publishes, sent, sendErrors, dropped, endpointReads, endpointErrors atomic.Uint64
+	publishes, sent, sendErrors, dropped, endpointReads, endpointErrors, waitsCut atomic.Uint64
 }
 
 type cachedEndpoints struct {
@@ -120,7 +127,7 @@ func NewPublisher(cfg PublisherConfig) *Publisher {
 		cfg.Logger = slog.Default()
 	}
 	return &Publisher{cfg: cfg, kick: make(chan struct{}, 1), flush: make(chan chan struct{}), stop: make(chan struct{}), done: make(chan struct{}),
-		dirty: map[string]Flags{}, lastSent: map[string]time.Time{}, cache: map[string]cachedEndpoints{}, conn: cfg.Conn}
+		dirty: map[string]Flags{}, waiters: map[string][]chan struct{}{}, lastSent: map[string]time.Time{}, cache: map[string]cachedEndpoints{}, conn: cfg.Conn}
 }
 
 // Flags are what an announcement asks its receivers beyond a look.
@@ -135,15 +142,46 @@ type Flags struct {
 
 // Mark announces that work may be claimable in scope. It never blocks.
 // After Close it does nothing.
-func (p *Publisher) Mark(scope string, f Flags) {
+func (p *Publisher) Mark(scope string, f Flags) { p.mark(scope, f, nil) }
+
+// MarkAndWait is Mark, then waits until the scope was sent: its
+// datagrams written, or found to have no endpoint to go to (or none that
+// could be read). The first mark of a burst goes at once; one in the
+// coalescing gap of the scope's last datagram waits for the gap's end. It
+// waits at most bound and reports whether the send came within it (a mark
+// still waiting then goes out later, or at Close). After Close it does
+// nothing and reports false.
+func (p *Publisher) MarkAndWait(scope string, f Flags, bound time.Duration) (sent bool) {
+	done := make(chan struct{})
+	if !p.mark(scope, f, done) {
+		return false
+	}
+	t := p.cfg.Clock.NewTimer()
+	defer t.Stop()
+	t.Reset(bound)
+	select {
+	case <-done:
+		return true
+	case <-t.C():
+		p.waitsCut.Add(1)
+		return false
+	}
+}
+
+// mark marks scope and, when done is not nil, has the send that takes the
+// mark close it. It reports false after Close.
+func (p *Publisher) mark(scope string, f Flags, done chan struct{}) bool {
 	p.mu.Lock()
 	if p.closed {
 		p.mu.Unlock()
-		return
+		return false
 	}
 	p.publishes.Add(1)
 	was := p.dirty[scope]
 	p.dirty[scope] = Flags{LookFar: was.LookFar || f.LookFar, Rewind: was.Rewind || f.Rewind}
+	if done != nil {
+		p.waiters[scope] = append(p.waiters[scope], done)
+	}
 	if !p.started {
 		p.started = true
 		go p.loop()
@@ -153,6 +191,7 @@ func (p *Publisher) Mark(scope string, f Flags) {
 	case p.kick <- struct{}{}:
 	default:
 	}
+	return true
 }
 
 // Flush sends every marked scope now, coalescing waived, and returns
@@ -194,7 +233,7 @@ func (p *Publisher) Close() {
 func (p *Publisher) Stats() PublisherStats {
 	return PublisherStats{
 		Publishes: p.publishes.Load(), Sent: p.sent.Load(), SendErrors: p.sendErrors.Load(), Dropped: p.dropped.Load(),
-		EndpointReads: p.endpointReads.Load(), EndpointErrors: p.endpointErrors.Load(), Scopes: int(p.scopes.Load()),
+		EndpointReads: p.endpointReads.Load(), EndpointErrors: p.endpointErrors.Load(), WaitsCut: p.waitsCut.Load(), Scopes: int(p.scopes.Load()),
 	}
 }
 
@@ -225,13 +264,14 @@ func (p *Publisher) loop() {
 	}
 }
 
-// sendDue sends every marked scope whose last send is CoalesceEvery old
-// (every marked scope when flushing) and returns how long until the next
-// marked one may go (0: none waits).
+// sendDue sends every marked scope whose last datagram is CoalesceEvery
+// old (every marked scope when flushing), releases the scope's waiters,
+// and returns how long until the next marked one may go (0: none waits).
 func (p *Publisher) sendDue(flush bool) time.Duration {
 	now := p.cfg.Clock.Now()
 	p.mu.Lock()
 	due := map[string]Flags{}
+	waiters := map[string][]chan struct{}{}
 	var wait time.Duration
 	for scope, f := range p.dirty {
 		left := p.cfg.CoalesceEvery - now.Sub(p.lastSent[scope])
@@ -243,12 +283,23 @@ func (p *Publisher) sendDue(flush bool) time.Duration {
 		}
 		delete(p.dirty, scope)
 		due[scope] = f
+		if w, ok := p.waiters[scope]; ok {
+			waiters[scope] = w
+			delete(p.waiters, scope)
+		}
 	}
 	dirty := len(p.dirty)
 	p.mu.Unlock()
 	for scope, f := range due {
-		p.lastSent[scope] = now
-		p.send(scope, f, now)
+		// Coalescing bounds the datagrams an endpoint gets: a send that
+		// had no endpoint to go to starts no gap, so the next mark of a
+		// scope nobody listens for (and its waiter) is not held back.
+		if p.send(scope, f, now) {
+			p.lastSent[scope] = now
+		}
+		for _, done := range waiters[scope] {
+			close(done)
+		}
 	}
 	p.prune(now, dirty)
 	return wait
@@ -277,17 +328,19 @@ func (p *Publisher) prune(now time.Time, dirty int) {
 }
 
 // send sends scope's live endpoints, other than the skipped ones, one
-// datagram each.
-func (p *Publisher) send(scope string, f Flags, now time.Time) {
+// datagram each; it reports whether it addressed any (a datagram sent,
+// refused or dropped).
+func (p *Publisher) send(scope string, f Flags, now time.Time) (addressed bool) {
 	eps, ok := p.endpoints(scope, now)
 	if !ok {
-		return
+		return false
 	}
 	var b []byte
 	for _, ep := range eps {
 		if ep.addr == nil || (p.cfg.Skip != nil && p.cfg.Skip(ep.ID)) {
 			continue
 		}
+		addressed = true
 		if p.cfg.Drop != nil && p.cfg.Drop() {
 			p.dropped.Add(1)
 			continue
@@ -297,7 +350,7 @@ func (p *Publisher) send(scope string, f Flags, now time.Time) {
 			if err != nil {
 				p.sendErrors.Add(1)
 				p.cfg.Logger.Warn("wake: could not open a socket to send wakes; this burst is not announced", "err", err)
-				return
+				return addressed
 			}
 			p.conn, p.ownConn = conn, true
 		}
@@ -310,6 +363,7 @@ func (p *Publisher) send(scope string, f Flags, now time.Time) {
 		}
 		p.sent.Add(1)
 	}
+	return addressed
 }
 
 // endpoints returns scope's endpoints from the cache, or reads them when

@@ -91,3 +91,74 @@ func TestPublisherForgetsOldScopes(t *testing.T) {
 		t.Fatalf("state for %d scopes a cache period later, want 1 (the new one)", st.Scopes)
 	}
 }
+
+// MarkAndWait returns once its scope's datagram was written: one marked in
+// the coalescing gap of the last send waits for the gap's end, not more.
+func TestMarkAndWaitReturnsOnceSent(t *testing.T) {
+	e := listen(t, "ep-1")
+	p := NewPublisher(PublisherConfig{
+		List:          func(context.Context, string) ([]Endpoint, error) { return []Endpoint{e.ep}, nil },
+		CoalesceEvery: 200 * time.Millisecond,
+	})
+	defer p.Close()
+	for round := uint64(1); round <= 3; round++ {
+		start := time.Now()
+		if !p.MarkAndWait("s", Flags{}, time.Minute) {
+			t.Fatalf("round %d: MarkAndWait reports its datagram not sent within a minute", round)
+		}
+		if st := p.Stats(); st.Sent != round || st.WaitsCut != 0 {
+			t.Fatalf("round %d: MarkAndWait returned with %+v, want %d datagrams sent", round, st, round)
+		}
+		// The first goes at once; each later one in the gap of the one
+		// before it.
+		if waited := time.Since(start); round > 1 && waited > 10*time.Second {
+			t.Fatalf("round %d waited %s for a 200ms gap", round, waited)
+		}
+	}
+}
+
+// A scope nobody listens for is not held back by the coalescing gap: no
+// datagram went, so none is coalesced, and a wait for it ends at once.
+func TestMarkAndWaitWithoutEndpointsIsNotCoalesced(t *testing.T) {
+	var reads atomic.Int64
+	p := NewPublisher(PublisherConfig{
+		List:          func(context.Context, string) ([]Endpoint, error) { reads.Add(1); return nil, nil },
+		CoalesceEvery: time.Hour,
+	})
+	defer p.Close()
+	for i := range 3 {
+		if !p.MarkAndWait("s", Flags{}, time.Minute) {
+			t.Fatalf("wait %d of a scope without endpoints was cut (an hour's coalescing gap held it)", i)
+		}
+	}
+	if n := reads.Load(); n != 1 {
+		t.Fatalf("%d endpoint reads, want 1 (the list is cached)", n)
+	}
+}
+
+// A wait is bounded: a mark held back by the coalescing gap returns after
+// the bound, counted, and still goes out at Close; after Close,
+// MarkAndWait sends nothing and says so at once.
+func TestMarkAndWaitIsBounded(t *testing.T) {
+	e := listen(t, "ep-1")
+	p := NewPublisher(PublisherConfig{
+		List:          func(context.Context, string) ([]Endpoint, error) { return []Endpoint{e.ep}, nil },
+		CoalesceEvery: time.Hour,
+	})
+	if !p.MarkAndWait("s", Flags{}, time.Minute) {
+		t.Fatal("the first mark of a scope was not sent at once")
+	}
+	if p.MarkAndWait("s", Flags{}, 50*time.Millisecond) {
+		t.Fatal("a mark in an hour's coalescing gap reported sent within 50ms")
+	}
+	if st := p.Stats(); st.Sent != 1 || st.WaitsCut != 1 {
+		t.Fatalf("after the cut wait: %+v, want 1 sent, 1 wait cut", st)
+	}
+	p.Close()
+	if st := p.Stats(); st.Sent != 2 {
+		t.Fatalf("after Close: %d sent, want the held-back mark sent too", st.Sent)
+	}
+	if p.MarkAndWait("s", Flags{}, time.Minute) || p.Stats().Publishes != 2 {
+		t.Fatalf("MarkAndWait after Close: %+v", p.Stats())
+	}
+}

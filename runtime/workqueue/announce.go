@@ -21,6 +21,20 @@ import (
 // datagram through the attached announcer (a runtime/wake Hub), or, when
 // none is attached, through the Queue's own publisher. A lost announcement
 // costs at most the receivers' probe period (see runtime/worker).
+//
+// A process may end right after a commit: a CLI command, a script, a cron
+// job, a request handler of a serverless platform. So when nothing in the
+// process listens on the Queue (no worker runs on it, no hub is attached),
+// the committing call waits until the Queue's own publisher has written
+// the commit's datagrams, at most AnnounceConfig.DeliveryWait: delivery
+// does not depend on the process calling Close before it exits. The first
+// commit of a burst waits for one endpoint list read (cached for
+// EndpointCacheTTL) and the sends; a commit in the coalescing gap of the
+// scope's last datagram waits for the gap's end (at most CoalesceEvery),
+// and so paces one goroutine's commits to a scope others listen for at
+// one per CoalesceEvery. A process with a worker on the Queue does not
+// wait: it lives on, and its Close (laneq.Client.Close) sends what is
+// left.
 
 // Announcement says work may have become claimable in Scope.
 type Announcement struct {
@@ -65,6 +79,13 @@ type AnnounceConfig struct {
 	// endpoint for one scope; the first of a burst goes at once. Default
 	// 10ms.
 	CoalesceEvery time.Duration
+	// DeliveryWait bounds how long a commit waits for its datagrams while
+	// nothing in this process listens on the Queue (see Announcement):
+	// the wait ends once they were written, so it costs the sends, and the
+	// rest of the coalescing gap for a commit inside one. Default 1s;
+	// negative: commits do not wait, and the process must Close the Queue
+	// before it exits or lose the announcements still coalescing.
+	DeliveryWait time.Duration
 	// Drop, when set, is asked before each datagram; true drops it. For
 	// fault tests of lost wakes.
 	Drop func() bool
@@ -72,13 +93,17 @@ type AnnounceConfig struct {
 	Logger *slog.Logger
 }
 
+// DefaultDeliveryWait is AnnounceConfig.DeliveryWait when zero.
+const DefaultDeliveryWait = time.Second
+
 // announcer state of a Queue (see the rule above).
 type announcing struct {
-	mu         sync.Mutex
-	nextID     uint64
-	listeners  map[uint64]func(Announcement)
-	announcers map[uint64]Announcer
-	pub        *wakewire.Publisher // nil when AnnounceConfig.Off
+	mu           sync.Mutex
+	nextID       uint64
+	listeners    map[uint64]func(Announcement)
+	announcers   map[uint64]Announcer
+	pub          *wakewire.Publisher // nil when AnnounceConfig.Off
+	deliveryWait time.Duration       // AnnounceConfig.DeliveryWait with its default; negative: none
 }
 
 func (qu *Queue) initAnnouncing() {
@@ -86,6 +111,10 @@ func (qu *Queue) initAnnouncing() {
 	a.listeners, a.announcers = map[uint64]func(Announcement){}, map[uint64]Announcer{}
 	if qu.cfg.Announce.Off {
 		return
+	}
+	a.deliveryWait = qu.cfg.Announce.DeliveryWait
+	if a.deliveryWait == 0 {
+		a.deliveryWait = DefaultDeliveryWait
 	}
 	a.pub = wakewire.NewPublisher(wakewire.PublisherConfig{
 		List: func(ctx context.Context, scope string) ([]wakewire.Endpoint, error) {
@@ -173,9 +202,17 @@ func (qu *Queue) send(n Announcement) {
 	for _, an := range ans {
 		an.Announce(n)
 	}
-	if len(ans) == 0 && a.pub != nil {
-		a.pub.Mark(n.Scope, wakewire.Flags{LookFar: n.LookFar, Rewind: n.Rewind})
+	if len(ans) > 0 || a.pub == nil {
+		return
 	}
+	f := wakewire.Flags{LookFar: n.LookFar, Rewind: n.Rewind}
+	if len(fns) == 0 && a.deliveryWait > 0 {
+		// Nothing here runs on this Queue: the process may exit as soon
+		// as this call returns, and the publisher's goroutine with it.
+		a.pub.MarkAndWait(n.Scope, f, a.deliveryWait)
+		return
+	}
+	a.pub.Mark(n.Scope, f)
 }
 
 // AnnounceStats counts the datagrams the Queue's own publisher sent (an
@@ -188,7 +225,12 @@ func (qu *Queue) AnnounceStats() wakewire.PublisherStats {
 }
 
 // Close sends the announcements still coalescing and stops the Queue's
-// publisher. The Queue stays usable for everything else; later
+// publisher (its goroutine and socket). A process that holds only a
+// Queue has sent its commits' announcements before Close already (see
+// AnnounceConfig.DeliveryWait); one with a worker on the Queue, or with
+// DeliveryWait negative, must Close before it exits, or the announcements
+// still coalescing are lost (other processes then find that work on their
+// probes only). The Queue stays usable for everything else; later
 // announcements reach in-process listeners and attached announcers only.
 // It does not close the database.
 func (qu *Queue) Close() error {

@@ -48,6 +48,9 @@ func runHelperProcess() int {
 	if unique, ok := os.LookupEnv(helperUniqueEnv); ok {
 		return enqueueUniqueHelper(qu, owner, scopeID, unique)
 	}
+	if os.Getenv(helperExitAfterEnqueueEnv) != "" {
+		enqueueThenExit(qu, scopeID) // never returns
+	}
 	c, err := qu.NewClaimer(scopeID, owner, workqueue.ClaimerConfig{})
 	if err != nil {
 		return fail(err)

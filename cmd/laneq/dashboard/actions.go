@@ -240,7 +240,7 @@ func (s *Server) token(session, path, subject string) string {
 func (s *Server) confirm(a action) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		if !s.cfg.AllowWrites {
-			s.render(w, r, http.StatusForbidden, "error.html", page{Title: "Read-only", Error: "this dashboard is read-only: start it with --allow-writes to act on items"})
+			s.render(w, r, http.StatusForbidden, "error.html", page{Title: "Read-only", Error: "this dashboard is read-only: start it with --allow-writes --login-file FILE to act on items"})
 			return
 		}
 		ctx, cancel := s.ctx(r)
@@ -352,14 +352,16 @@ type jobs struct {
 }
 
 // Close stops the bulk actions still running and waits for them: what
-// each did stays done, and its progress is logged. Call it after the HTTP
-// server's Shutdown.
+// each did stays done, and its progress is logged. Then it closes the
+// dashboard's Queue, sending the announcements it still holds. Call it
+// after the HTTP server's Shutdown.
 func (s *Server) Close() {
 	s.jobs.mu.Lock()
 	s.jobs.closed = true
 	s.jobs.mu.Unlock()
 	s.jobs.cancel()
 	s.jobs.wg.Wait()
+	_ = s.qu.Close() // it only stops the publisher: nothing to report
 }
 
 var errTooManyJobs = errors.New("dashboard: bulk actions already running")

@@ -44,8 +44,8 @@ func ReadLogin(path string) (Login, error) {
 
 // checkLogin refuses, with 401 and a basic-auth challenge, a request
 // without the configured credential; it reports whether the request may go
-// on. Without a configured credential every request may (the loopback
-// default). The comparison takes the same time whatever the guess.
+// on. Without a configured credential every request may (laneq ui's
+// read-only dashboard on loopback). The comparison takes the same time whatever the guess.
 func (s *Server) checkLogin(w http.ResponseWriter, r *http.Request) bool {
 	if s.cfg.Login == nil {
 		return true

@@ -58,8 +58,9 @@ type Config struct {
 	// malformed entry with a *ConfigError.
 	AllowedHosts []string
 	// Login, when set, is the credential every request must carry (HTTP
-	// basic auth; see Login). laneq ui refuses to listen beyond loopback
-	// without one.
+	// basic auth; see Login). laneq ui refuses to listen beyond loopback,
+	// or to start with AllowWrites, without one: CSRF tokens stop
+	// browsers, not a local process posting to a loopback listener.
 	Login *Login
 }
 
