@@ -383,6 +383,8 @@ func (v Verification) write(w io.Writer, phase string) {
 	fmt.Fprintf(w, "\nverification (%s): %s — %d items, %d attempts, %d lane pairs checked\n", phase, verdict, v.ItemsChecked, v.AttemptsChecked, v.LanePairsChecked)
 	fmt.Fprintf(w, "  repeated executions explained: %d retried after a designed failure or release, %d after their process was killed, %d rejected finalizations under a fault, %d rejected without one (a lease lost to a slow renewal); %d overlapped the next attempt; %d completed by a holder killed before its verdict was written\n",
 		v.RepeatsRetried, v.RepeatsKilled, v.RejectedWithFault, v.RejectedWithoutFault, v.OverlappingExecutions, v.CompletedByKilledHolder)
+	fmt.Fprintf(w, "  lane overlaps by handler time: %d (an item started before an earlier item of its lane had returned from its handler); same-item overlaps: %d; %d overlaps explained by a lost lease (killed, frozen, or lost the database)\n",
+		v.LaneOverlaps, v.SameItemOverlaps, v.OverlapsExplained)
 	if v.Ticks > 0 {
 		fmt.Fprintf(w, "  periodic: %d ticks stored, one item each, none lost (%d stored while the processes stopped)\n", v.Ticks, v.TicksAfterDrain)
 	}

@@ -108,3 +108,88 @@ func TestFreezeCatchesAnAttemptAwaitingItsVerdict(t *testing.T) {
 		t.Fatalf("freeze report %+v, want 1 caught, 1 rejected, recovered in 2s", got)
 	}
 }
+
+// TestVerifierCatchesOverlapsByHandlerTime: a lane item's handler that
+// ignored its cancellation was abandoned and its item finished while it
+// still ran (the defect of issue 54), so its lane follower and a retry of
+// the same item started beside it. Both became terminal in order, so only
+// the attempts' handler times show it: the follower started before the
+// head's handler ended, and the retry before the first attempt's did. A
+// process that lost its lease as the rule allows (killed: no end; frozen;
+// TiDB paused; its connections dropped) explains the overlap; a fault of
+// another process does not.
+func TestVerifierCatchesOverlapsByHandlerTime(t *testing.T) {
+	t0 := time.Date(2026, 12, 4, 6, 0, 0, 0, time.UTC)
+	at := func(d time.Duration) time.Time { return t0.Add(d) }
+	when := func(d time.Duration) sql.NullTime { return sql.NullTime{Time: at(d), Valid: true} }
+	word := func(s string) sql.NullString { return sql.NullString{String: s, Valid: true} }
+	const s = time.Second
+	// Work 1 heads source lane src-0 and work 2 follows it; work 3 is in no
+	// lane. p1 runs work 1 and work 3's first attempt for 6s, ignoring the
+	// cancellation and the deadline that ended their contexts at 2s; the
+	// defect finished both items at 3s.
+	items := []benchdb.ListRunItemsRow{
+		{WorkID: 1, ScopeID: "bench-0", WorkType: typeDeliver, State: "skipped", SourceLaneKey: word("src-0"), LaneOrdinal: 1, TerminalAt: when(3 * s)},
+		{WorkID: 2, ScopeID: "bench-0", WorkType: typeDeliver, State: "completed", SourceLaneKey: word("src-0"), LaneOrdinal: 2, TerminalAt: when(3400 * time.Millisecond)},
+		{WorkID: 3, ScopeID: "bench-0", WorkType: typeDeliver, State: "completed", TerminalAt: when(3400 * time.Millisecond)},
+	}
+	stubbornHead := benchdb.BenchAttempt{AttemptID: 1, Process: "p1", WorkID: 1, LeaseToken: 1, Attempt: 1, StartedAt: at(0), EndedAt: when(6 * s),
+		Outcome: word("canceled"), Finish: word("accepted"), FinishAt: when(3 * s)}
+	follower := benchdb.BenchAttempt{AttemptID: 2, Process: "p2", WorkID: 2, LeaseToken: 1, Attempt: 1, StartedAt: at(3100 * time.Millisecond),
+		EndedAt: when(3200 * time.Millisecond), Outcome: word("ok"), Finish: word("accepted"), FinishAt: when(3400 * time.Millisecond)}
+	stubbornFirst := benchdb.BenchAttempt{AttemptID: 3, Process: "p1", WorkID: 3, LeaseToken: 1, Attempt: 1, StartedAt: at(0), EndedAt: when(6 * s),
+		Outcome: word("canceled"), Finish: word("accepted"), FinishAt: when(3 * s)}
+	retry := benchdb.BenchAttempt{AttemptID: 4, Process: "p2", WorkID: 3, LeaseToken: 2, Attempt: 2, StartedAt: at(3100 * time.Millisecond),
+		EndedAt: when(3200 * time.Millisecond), Outcome: word("ok"), Finish: word("accepted"), FinishAt: when(3400 * time.Millisecond)}
+	wl := workload{events: make([]scopedEvent, len(items)), perEvent: len(items)}
+	run := func(faults []benchdb.BenchFault, attempts ...benchdb.BenchAttempt) Verification {
+		d := runData{items: items, attempts: attempts, faults: faults, events: int64(len(items))}
+		return verify(d, wl, 3*s, false, false)
+	}
+	mentions := func(v Verification, words string) bool {
+		for _, p := range v.Problems {
+			if strings.Contains(p, words) {
+				return true
+			}
+		}
+		return false
+	}
+	v := run(nil, stubbornHead, follower, stubbornFirst, retry)
+	if !mentions(v, "work 2 (ordinal 2) started") || !mentions(v, "before work 1's handler") {
+		t.Errorf("lane overlap by handler time not caught: problems %q", v.Problems)
+	}
+	if !mentions(v, "work 3: attempt by p2 (token 2) started") {
+		t.Errorf("same-item overlap by handler time not caught: problems %q", v.Problems)
+	}
+	if v.LaneOverlaps != 1 || v.SameItemOverlaps != 1 || v.OverlapsExplained != 0 {
+		t.Errorf("%d lane overlaps, %d same-item overlaps, %d explained; want 1, 1, 0", v.LaneOverlaps, v.SameItemOverlaps, v.OverlapsExplained)
+	}
+
+	killed := func(a benchdb.BenchAttempt) benchdb.BenchAttempt {
+		a.EndedAt, a.Outcome, a.Finish, a.FinishAt = sql.NullTime{}, sql.NullString{}, sql.NullString{}, sql.NullTime{}
+		return a
+	}
+	for _, tc := range []struct {
+		name      string
+		faults    []benchdb.BenchFault
+		head      benchdb.BenchAttempt
+		first     benchdb.BenchAttempt
+		explained bool
+	}{
+		{"its process killed (no end)", []benchdb.BenchFault{{Kind: faultKill, Process: "p1", StartedAt: at(s)}}, killed(stubbornHead), killed(stubbornFirst), true},
+		{"its process frozen", []benchdb.BenchFault{{Kind: faultFreeze, Process: "p1", StartedAt: at(s), EndedAt: when(5 * s)}}, stubbornHead, stubbornFirst, true},
+		{"TiDB paused", []benchdb.BenchFault{{Kind: faultPause, StartedAt: at(s), EndedAt: when(4 * s)}}, stubbornHead, stubbornFirst, true},
+		{"its connections dropped", []benchdb.BenchFault{{Kind: faultDrop, Process: "p1", StartedAt: at(s), EndedAt: when(s)}}, stubbornHead, stubbornFirst, true},
+		{"another process frozen", []benchdb.BenchFault{{Kind: faultFreeze, Process: "p3", StartedAt: at(s), EndedAt: when(5 * s)}}, stubbornHead, stubbornFirst, false},
+		{"its process frozen after the handler ended", []benchdb.BenchFault{{Kind: faultFreeze, Process: "p1", StartedAt: at(7 * s), EndedAt: when(12 * s)}}, stubbornHead, stubbornFirst, false},
+	} {
+		v := run(tc.faults, tc.head, follower, tc.first, retry)
+		if caught := mentions(v, "before work 1's handler") || mentions(v, "work 3: attempt by p2"); caught == tc.explained {
+			t.Errorf("%s: explained %v, but problems are %q", tc.name, tc.explained, v.Problems)
+		}
+		overlaps := v.LaneOverlaps + v.SameItemOverlaps
+		if tc.explained && (overlaps != 0 || (tc.head.EndedAt.Valid && v.OverlapsExplained != 2)) || !tc.explained && overlaps != 2 {
+			t.Errorf("%s: %d lane and %d same-item overlaps, %d explained", tc.name, v.LaneOverlaps, v.SameItemOverlaps, v.OverlapsExplained)
+		}
+	}
+}
