@@ -253,19 +253,28 @@ func (r *recorder) run(ctx context.Context, cfg processConfig, job *worker.Job, 
 	r.attempts[keyOf(c.Lease)] = id
 	r.mu.Unlock()
 	outcome := r.work(ctx, cfg, job, q)
-	word := "ok"
-	switch {
-	case ctx.Err() != nil:
-		word = "canceled"
-	case outcome != nil:
-		word = "error"
-	}
+	word := outcomeWord(outcome, ctx.Err() != nil)
 	// The end is recorded even when the context ended: a frozen process
 	// that wakes past its lease still says when its handler returned.
 	if err := r.end(ctx, id, word); err != nil {
 		return err
 	}
 	return outcome
+}
+
+// outcomeWord is what bench_attempt.outcome says of a handler's return:
+// the outcome's word, whatever the context says now. A handler that
+// returned nil is "ok" even when its context ended just after it returned
+// (a deadline passing before this is asked), since the worker completes
+// its item.
+func outcomeWord(outcome error, ctxEnded bool) string {
+	switch {
+	case outcome != nil && ctxEnded:
+		return "canceled"
+	case outcome != nil:
+		return "error"
+	}
+	return "ok"
 }
 
 // end records an attempt's end, also when ctx ended, and again after a
