@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/laneq/laneq/internal/benchdb"
+	"github.com/laneq/laneq/runtime/workqueue"
 )
 
 // Verification is what the database says about a finished run.
@@ -77,6 +78,7 @@ type runData struct {
 	attempts []benchdb.BenchAttempt
 	faults   []benchdb.BenchFault
 	events   int64
+	cancels  []benchdb.BenchCancel
 	ticks    []benchdb.ListTickKeysRow
 	grants   benchdb.RateGrantsRow
 	// drainedAt is when the queue was seen drained (database clock).
@@ -94,6 +96,9 @@ func readRun(ctx context.Context, bq *benchdb.Queries) (runData, error) {
 	}
 	if d.faults, err = bq.ListFaults(ctx); err != nil {
 		return d, fmt.Errorf("bench: read faults: %w", err)
+	}
+	if d.cancels, err = bq.ListCancels(ctx); err != nil {
+		return d, fmt.Errorf("bench: read cancellations: %w", err)
 	}
 	if d.events, err = bq.CountRunEvents(ctx); err != nil {
 		return d, fmt.Errorf("bench: count events: %w", err)
@@ -280,6 +285,14 @@ func verify(d runData, wl workload, lease time.Duration, naive, allowUnfinished 
 			v.problem("attempts recorded for work %d, which is not a work item of the run", id)
 		}
 	}
+	// Items the bench asked to cancel: every request Cancel did not refuse,
+	// its answer lost included (the request may have committed).
+	cancelAsked := map[int64]bool{}
+	for _, c := range d.cancels {
+		if c.Outcome.String != cancelRefused {
+			cancelAsked[c.WorkID] = true
+		}
+	}
 	for _, it := range d.items {
 		atts := byItem[it.WorkID]
 		if allowUnfinished && !terminal(it.State) {
@@ -290,14 +303,23 @@ func verify(d runData, wl workload, lease time.Duration, naive, allowUnfinished 
 			v.TicksAfterDrain++ // stored while the processes were being stopped
 			continue
 		}
-		verifyItem(&v, fi, it, atts, lease, naive)
+		verifyItem(&v, fi, it, atts, lease, naive, cancelAsked[it.WorkID])
 	}
 	verifyLanes(&v, fi, d.items, byItem, lease)
 	v.OK = v.ProblemCount == 0
 	return v
 }
 
-func verifyItem(v *Verification, fi faultIndex, it benchdb.ListRunItemsRow, atts []benchdb.BenchAttempt, lease time.Duration, naive bool) {
+// cancelled is an item that ended as a cancellation ends it.
+func cancelled(it benchdb.ListRunItemsRow) bool {
+	return it.State == "skipped" && it.FailureClass.String == workqueue.FailureCancelled
+}
+
+// verifyItem checks one item's end and attempts. cancelAsked: the bench
+// asked to cancel it, so it may end cancelled (skipped, failure class
+// cancelled), at once when it was not running, or when its handler
+// returned; or completed, when its handler returned success first.
+func verifyItem(v *Verification, fi faultIndex, it benchdb.ListRunItemsRow, atts []benchdb.BenchAttempt, lease time.Duration, naive, cancelAsked bool) {
 	// In lease order: each claim or takeover raises the token, so this
 	// is the order the queue handed the item out. A process that was
 	// frozen holding a claim it had not started yet can start it on
@@ -311,8 +333,15 @@ func verifyItem(v *Verification, fi faultIndex, it benchdb.ListRunItemsRow, atts
 		v.problem("work %d (%s, %s) is %s at the end: not finished", it.WorkID, it.WorkType, laneText(it), it.State)
 		return
 	}
+	switch {
+	case cancelled(it) && !cancelAsked:
+		v.problem("work %d (%s) ended cancelled, but the bench never asked to cancel it", it.WorkID, laneText(it))
+	case cancelAsked && !cancelled(it) && it.State != "completed":
+		v.problem("work %d (%s) was cancelled but ended %s (failure class %q): want skipped as cancelled, or completed by a handler that returned success first",
+			it.WorkID, laneText(it), it.State, it.FailureClass.String)
+	}
 	if len(atts) == 0 {
-		if it.State != "dead" {
+		if it.State != "dead" && !cancelled(it) {
 			v.problem("work %d is %s but no attempt of it ever ran", it.WorkID, it.State)
 		}
 		v.ItemsWithoutAnyAttempt++

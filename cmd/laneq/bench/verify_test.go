@@ -2,11 +2,13 @@ package bench
 
 import (
 	"database/sql"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/laneq/laneq/internal/benchdb"
+	"github.com/laneq/laneq/runtime/workqueue"
 )
 
 // TestKilledDuring: which attempts a process's kill explains. The kill's
@@ -68,7 +70,7 @@ func TestStaleClaimStartedAfterAFreeze(t *testing.T) {
 		{"on the takeover's lease", stale(2, "rejected"), "same lease"},
 	} {
 		var v Verification
-		verifyItem(&v, fi, item, []benchdb.BenchAttempt{takeover, tc.stale}, time.Second, false)
+		verifyItem(&v, fi, item, []benchdb.BenchAttempt{takeover, tc.stale}, time.Second, false, false)
 		got := strings.Join(v.Problems, "; ")
 		switch {
 		case tc.wantProblem == "" && v.ProblemCount != 0:
@@ -191,5 +193,75 @@ func TestVerifierCatchesOverlapsByHandlerTime(t *testing.T) {
 		if tc.explained && (overlaps != 0 || (tc.head.EndedAt.Valid && v.OverlapsExplained != 2)) || !tc.explained && overlaps != 2 {
 			t.Errorf("%s: %d lane and %d same-item overlaps, %d explained", tc.name, v.LaneOverlaps, v.SameItemOverlaps, v.OverlapsExplained)
 		}
+	}
+}
+
+// TestVerifierAcceptsCancelledItems: an item the bench cancelled may end
+// skipped as cancelled (at once, unrun, or when its handler returned) or
+// completed (its handler returned success first); one that ended
+// cancelled without a cancellation the queue accepted, or a cancelled one
+// that ended otherwise, is a problem.
+func TestVerifierAcceptsCancelledItems(t *testing.T) {
+	t0 := time.Date(2026, 12, 4, 6, 0, 0, 0, time.UTC)
+	at := func(d time.Duration) time.Time { return t0.Add(d) }
+	when := func(d time.Duration) sql.NullTime { return sql.NullTime{Time: at(d), Valid: true} }
+	word := func(s string) sql.NullString { return sql.NullString{String: s, Valid: true} }
+	const s = time.Second
+	item := func(id int64, state, class string) benchdb.ListRunItemsRow {
+		it := benchdb.ListRunItemsRow{WorkID: id, ScopeID: "bench-0", WorkType: typeDeliver, State: state, TerminalAt: when(5 * s)}
+		if class != "" {
+			it.FailureClass = word(class)
+		}
+		return it
+	}
+	attempt := func(id int64, outcome string) benchdb.BenchAttempt {
+		return benchdb.BenchAttempt{AttemptID: id, Process: "p1", WorkID: id, LeaseToken: 1, Attempt: 1, StartedAt: at(s), EndedAt: when(4 * s),
+			Outcome: word(outcome), Finish: word("accepted"), FinishAt: when(4 * s), Stubborn: true}
+	}
+	asked := func(id int64, outcome string) benchdb.BenchCancel {
+		c := benchdb.BenchCancel{CancelID: id, WorkID: id, Process: "p1", RequestedAt: at(2 * s), AnsweredAt: when(2 * s)}
+		if outcome != "" {
+			c.Outcome = word(outcome)
+		}
+		return c
+	}
+	const cancelledClass = workqueue.FailureCancelled
+	d := runData{
+		items: []benchdb.ListRunItemsRow{
+			item(1, "skipped", cancelledClass),  // ended at once, never ran
+			item(2, "skipped", cancelledClass),  // ended when its stubborn handler returned
+			item(3, "skipped", cancelledClass),  // the answer was lost, the request committed
+			item(4, "completed", ""),            // its handler returned success first
+			item(5, "skipped", cancelledClass),  // never asked
+			item(6, "skipped", cancelledClass),  // asked, but Cancel refused
+			item(7, "dead", "designed-failure"), // asked, ended otherwise
+		},
+		attempts: []benchdb.BenchAttempt{attempt(2, "canceled"), attempt(3, "canceled"), attempt(4, "ok"), attempt(5, "canceled"), attempt(6, "canceled"), attempt(7, "error")},
+		cancels:  []benchdb.BenchCancel{asked(1, cancelEnded), asked(2, cancelRunning), asked(3, ""), asked(4, cancelRunning), asked(6, cancelRefused), asked(7, cancelRunning)},
+		events:   7,
+	}
+	v := verify(d, workload{events: make([]scopedEvent, 7), perEvent: 7}, 3*s, false, false)
+	got := strings.Join(v.Problems, "; ")
+	for _, want := range []string{"work 5 (no lane) ended cancelled, but the bench never asked", "work 6 (no lane) ended cancelled, but the bench never asked", "work 7 (no lane) was cancelled but ended dead"} {
+		if !strings.Contains(got, want) {
+			t.Errorf("no problem says %q: %q", want, v.Problems)
+		}
+	}
+	if v.ProblemCount != 3 {
+		t.Errorf("%d problems, want 3 (works 5, 6, 7): %q", v.ProblemCount, v.Problems)
+	}
+	want := CancelReport{Requested: 5, Running: 3, EndedAtOnce: 1, Unanswered: 1, Refused: 1, ItemsCancelled: 5, CompletedAnyway: 1}
+	if r := cancelReport(d); !reflect.DeepEqual(r, want) {
+		t.Errorf("cancel report %+v, want %+v", r, want)
+	}
+	// Each stubborn attempt ran from 1s to 4s. With a 2s deadline (at 3s),
+	// the cancellations at 2s told works 2, 3, 4 and 7 to stop (work 6's
+	// was refused) and the deadline works 5 and 6; with a 500ms deadline
+	// (at 1.5s) the deadline told every one, before any cancellation.
+	if r := stubbornReport(d, 2*s); r != (StubbornReport{Attempts: 6, Cancelled: 4, PastDeadline: 2}) {
+		t.Errorf("stubborn report with a 2s deadline %+v, want 6 attempts, 4 cancelled, 2 past the deadline", r)
+	}
+	if r := stubbornReport(d, s/2); r != (StubbornReport{Attempts: 6, Cancelled: 0, PastDeadline: 6}) {
+		t.Errorf("stubborn report with a 500ms deadline %+v, want 6 attempts, all 6 past the deadline", r)
 	}
 }
