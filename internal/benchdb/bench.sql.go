@@ -12,6 +12,24 @@ import (
 	"time"
 )
 
+const beginCancel = `-- name: BeginCancel :execlastid
+INSERT INTO bench_cancel (work_id, process, requested_at)
+VALUES (?, ?, NOW(6))
+`
+
+type BeginCancelParams struct {
+	WorkID  int64
+	Process string
+}
+
+func (q *Queries) BeginCancel(ctx context.Context, arg BeginCancelParams) (int64, error) {
+	result, err := q.db.ExecContext(ctx, beginCancel, arg.WorkID, arg.Process)
+	if err != nil {
+		return 0, err
+	}
+	return result.LastInsertId()
+}
+
 const beginFault = `-- name: BeginFault :execlastid
 INSERT INTO bench_fault (kind, process, detail, started_at)
 VALUES (?, ?, ?, NOW(6))
@@ -142,6 +160,21 @@ func (q *Queries) EndAttempt(ctx context.Context, arg EndAttemptParams) error {
 	return err
 }
 
+const endCancel = `-- name: EndCancel :exec
+UPDATE bench_cancel SET outcome = ?, answered_at = NOW(6)
+WHERE cancel_id = ?
+`
+
+type EndCancelParams struct {
+	Outcome  sql.NullString
+	CancelID int64
+}
+
+func (q *Queries) EndCancel(ctx context.Context, arg EndCancelParams) error {
+	_, err := q.db.ExecContext(ctx, endCancel, arg.Outcome, arg.CancelID)
+	return err
+}
+
 const endFault = `-- name: EndFault :exec
 UPDATE bench_fault SET ended_at = NOW(6), detail = ?
 WHERE fault_id = ?
@@ -181,7 +214,7 @@ func (q *Queries) LeasesHeldBy(ctx context.Context, process string) (int64, erro
 
 const listAttempts = `-- name: ListAttempts :many
 SELECT attempt_id, process, work_id, lease_token, attempt, reclaimed, claim_us,
-       started_at, ended_at, outcome, finish, finish_error, finish_at
+       started_at, ended_at, outcome, finish, finish_error, finish_at, stubborn
 FROM bench_attempt
 ORDER BY work_id, started_at, attempt_id
 `
@@ -209,6 +242,43 @@ func (q *Queries) ListAttempts(ctx context.Context) ([]BenchAttempt, error) {
 			&i.Finish,
 			&i.FinishError,
 			&i.FinishAt,
+			&i.Stubborn,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Close(); err != nil {
+		return nil, err
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const listCancels = `-- name: ListCancels :many
+SELECT cancel_id, work_id, process, requested_at, outcome, answered_at
+FROM bench_cancel
+ORDER BY requested_at, cancel_id
+`
+
+func (q *Queries) ListCancels(ctx context.Context) ([]BenchCancel, error) {
+	rows, err := q.db.QueryContext(ctx, listCancels)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []BenchCancel{}
+	for rows.Next() {
+		var i BenchCancel
+		if err := rows.Scan(
+			&i.CancelID,
+			&i.WorkID,
+			&i.Process,
+			&i.RequestedAt,
+			&i.Outcome,
+			&i.AnsweredAt,
 		); err != nil {
 			return nil, err
 		}
@@ -262,7 +332,7 @@ func (q *Queries) ListFaults(ctx context.Context) ([]BenchFault, error) {
 const listRunItems = `-- name: ListRunItems :many
 SELECT work_id, scope_id, work_type, queue_class, state, lease_token, attempt_count,
        source_lane_key, target_lane_key, lane_ordinal, projection_key,
-       created_at, terminal_at
+       created_at, terminal_at, failure_class
 FROM work_item AS bench_items
 ORDER BY scope_id, lane_ordinal, work_id
 `
@@ -281,10 +351,12 @@ type ListRunItemsRow struct {
 	ProjectionKey sql.NullString
 	CreatedAt     time.Time
 	TerminalAt    sql.NullTime
+	FailureClass  sql.NullString
 }
 
 // Every work item of the bench database with what the verifier needs:
-// lanes and ordinal for lane order, terminal time for end-to-end latency.
+// lanes and ordinal for lane order, terminal time for end-to-end latency,
+// the failure class that says a skipped item was cancelled.
 func (q *Queries) ListRunItems(ctx context.Context) ([]ListRunItemsRow, error) {
 	rows, err := q.db.QueryContext(ctx, listRunItems)
 	if err != nil {
@@ -308,6 +380,7 @@ func (q *Queries) ListRunItems(ctx context.Context) ([]ListRunItemsRow, error) {
 			&i.ProjectionKey,
 			&i.CreatedAt,
 			&i.TerminalAt,
+			&i.FailureClass,
 		); err != nil {
 			return nil, err
 		}
@@ -376,6 +449,37 @@ func (q *Queries) MoveAttemptStart(ctx context.Context, arg MoveAttemptStartPara
 	return err
 }
 
+const nextStubbornToCancel = `-- name: NextStubbornToCancel :one
+SELECT a.work_id, w.scope_id, a.process
+FROM bench_attempt a
+JOIN work_item w ON w.work_id = a.work_id
+WHERE a.stubborn
+  AND a.ended_at IS NULL
+  AND w.state = 'processing'
+  AND w.lease_token = a.lease_token
+  AND w.cancel_reason IS NULL
+ORDER BY a.started_at DESC
+LIMIT 1
+`
+
+type NextStubbornToCancelRow struct {
+	WorkID  int64
+	ScopeID string
+	Process string
+}
+
+// The cancel driver's pick: the stubborn attempt that started last among
+// those still running (no end) on the lease their item is held by, whose
+// cancellation was not requested yet. The latest start makes the
+// cancellation land before the attempt's deadline, so it is the cancel,
+// not the deadline, that tells the handler to stop.
+func (q *Queries) NextStubbornToCancel(ctx context.Context) (NextStubbornToCancelRow, error) {
+	row := q.db.QueryRowContext(ctx, nextStubbornToCancel)
+	var i NextStubbornToCancelRow
+	err := row.Scan(&i.WorkID, &i.ScopeID, &i.Process)
+	return i, err
+}
+
 const rateGrants = `-- name: RateGrants :one
 SELECT CAST(COALESCE(MAX(granted), 0) AS SIGNED) AS busiest_window,
        CAST(COALESCE(MAX(per_second), 0) AS SIGNED) AS busiest_second
@@ -438,8 +542,8 @@ func (q *Queries) SetFinishRejected(ctx context.Context, arg SetFinishRejectedPa
 
 const startAttempt = `-- name: StartAttempt :execlastid
 
-INSERT INTO bench_attempt (process, work_id, lease_token, attempt, reclaimed, claim_us, started_at)
-VALUES (?, ?, ?, ?, ?, ?, NOW(6))
+INSERT INTO bench_attempt (process, work_id, lease_token, attempt, reclaimed, claim_us, stubborn, started_at)
+VALUES (?, ?, ?, ?, ?, ?, ?, NOW(6))
 `
 
 type StartAttemptParams struct {
@@ -449,6 +553,7 @@ type StartAttemptParams struct {
 	Attempt    int32
 	Reclaimed  bool
 	ClaimUs    int64
+	Stubborn   bool
 }
 
 // Statements of `laneq bench` (cmd/laneq/bench) on its own tables and its
@@ -469,6 +574,7 @@ func (q *Queries) StartAttempt(ctx context.Context, arg StartAttemptParams) (int
 		arg.Attempt,
 		arg.Reclaimed,
 		arg.ClaimUs,
+		arg.Stubborn,
 	)
 	if err != nil {
 		return 0, err

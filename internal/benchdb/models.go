@@ -23,6 +23,16 @@ type BenchAttempt struct {
 	Finish      sql.NullString
 	FinishError sql.NullString
 	FinishAt    sql.NullTime
+	Stubborn    bool
+}
+
+type BenchCancel struct {
+	CancelID    int64
+	WorkID      int64
+	Process     string
+	RequestedAt time.Time
+	Outcome     sql.NullString
+	AnsweredAt  sql.NullTime
 }
 
 type BenchFault struct {

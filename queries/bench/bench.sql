@@ -10,8 +10,8 @@
 -- name: StartAttempt :execlastid
 -- Written by the handler before it does anything, in its own autocommit:
 -- an attempt that a kill cuts short is still on record.
-INSERT INTO bench_attempt (process, work_id, lease_token, attempt, reclaimed, claim_us, started_at)
-VALUES (sqlc.arg(process), sqlc.arg(work_id), sqlc.arg(lease_token), sqlc.arg(attempt), sqlc.arg(reclaimed), sqlc.arg(claim_us), NOW(6));
+INSERT INTO bench_attempt (process, work_id, lease_token, attempt, reclaimed, claim_us, stubborn, started_at)
+VALUES (sqlc.arg(process), sqlc.arg(work_id), sqlc.arg(lease_token), sqlc.arg(attempt), sqlc.arg(reclaimed), sqlc.arg(claim_us), sqlc.arg(stubborn), NOW(6));
 
 -- name: EndAttempt :exec
 -- Written when the handler returns, before the outcome's write.
@@ -43,7 +43,7 @@ WHERE fault_id = sqlc.arg(fault_id);
 
 -- name: ListAttempts :many
 SELECT attempt_id, process, work_id, lease_token, attempt, reclaimed, claim_us,
-       started_at, ended_at, outcome, finish, finish_error, finish_at
+       started_at, ended_at, outcome, finish, finish_error, finish_at, stubborn
 FROM bench_attempt
 ORDER BY work_id, started_at, attempt_id;
 
@@ -54,10 +54,11 @@ ORDER BY started_at, fault_id;
 
 -- name: ListRunItems :many
 -- Every work item of the bench database with what the verifier needs:
--- lanes and ordinal for lane order, terminal time for end-to-end latency.
+-- lanes and ordinal for lane order, terminal time for end-to-end latency,
+-- the failure class that says a skipped item was cancelled.
 SELECT work_id, scope_id, work_type, queue_class, state, lease_token, attempt_count,
        source_lane_key, target_lane_key, lane_ordinal, projection_key,
-       created_at, terminal_at
+       created_at, terminal_at, failure_class
 FROM work_item AS bench_items
 ORDER BY scope_id, lane_ordinal, work_id;
 
@@ -114,3 +115,33 @@ FROM (
     SELECT granted, SUM(granted) OVER (PARTITION BY scope_id, limit_name ORDER BY window_index RANGE BETWEEN 9 PRECEDING AND CURRENT ROW) AS per_second
     FROM rate_window AS bench_rate
 ) AS bench_windows;
+
+-- name: NextStubbornToCancel :one
+-- The cancel driver's pick: the stubborn attempt that started last among
+-- those still running (no end) on the lease their item is held by, whose
+-- cancellation was not requested yet. The latest start makes the
+-- cancellation land before the attempt's deadline, so it is the cancel,
+-- not the deadline, that tells the handler to stop.
+SELECT a.work_id, w.scope_id, a.process
+FROM bench_attempt a
+JOIN work_item w ON w.work_id = a.work_id
+WHERE a.stubborn
+  AND a.ended_at IS NULL
+  AND w.state = 'processing'
+  AND w.lease_token = a.lease_token
+  AND w.cancel_reason IS NULL
+ORDER BY a.started_at DESC
+LIMIT 1;
+
+-- name: BeginCancel :execlastid
+INSERT INTO bench_cancel (work_id, process, requested_at)
+VALUES (sqlc.arg(work_id), sqlc.arg(process), NOW(6));
+
+-- name: EndCancel :exec
+UPDATE bench_cancel SET outcome = sqlc.arg(outcome), answered_at = NOW(6)
+WHERE cancel_id = sqlc.arg(cancel_id);
+
+-- name: ListCancels :many
+SELECT cancel_id, work_id, process, requested_at, outcome, answered_at
+FROM bench_cancel
+ORDER BY requested_at, cancel_id;

@@ -20,8 +20,9 @@ CREATE TABLE bench_attempt (
     claim_us     BIGINT       NOT NULL,
     started_at   DATETIME(6)  NOT NULL,
     ended_at     DATETIME(6)  NULL,
-    -- What the handler returned: ok | error (a designed failure) | canceled
-    -- (its context ended: lease lost, shutdown).
+    -- What the handler returned: ok (nil) | error (a designed failure) |
+    -- canceled (an error after its context ended: lease lost, deadline,
+    -- cancellation, shutdown).
     outcome      VARCHAR(16)  CHARACTER SET ascii COLLATE ascii_bin NULL,
     -- The queue's answer to the outcome's write: accepted | rejected.
     finish       VARCHAR(16)  CHARACTER SET ascii COLLATE ascii_bin NULL,
@@ -32,6 +33,9 @@ CREATE TABLE bench_attempt (
     -- process can have ended its handler and still be waiting for its
     -- outcome's answer; its rejection is recorded after it wakes.
     finish_at    DATETIME(6)  NULL,
+    -- The handler ignored its context (Spec.StubbornEvery): it ran for
+    -- StubbornFor whatever its context said.
+    stubborn     BOOLEAN      NOT NULL DEFAULT FALSE,
     PRIMARY KEY (attempt_id) CLUSTERED,
     KEY idx_bench_attempt_work (work_id, lease_token)
 );
@@ -47,4 +51,24 @@ CREATE TABLE bench_fault (
     started_at DATETIME(6)  NOT NULL,
     ended_at   DATETIME(6)  NULL,
     PRIMARY KEY (fault_id) CLUSTERED
+);
+
+-- One row per cancellation the bench asked for (Spec.Cancels), timed by
+-- the database clock: written before workqueue.Queue.Cancel is called, so
+-- a cancel whose reply was lost is still on record, and given Cancel's
+-- answer after. The verifier accepts an item ended skipped with failure
+-- class cancelled only when a row here was not refused.
+CREATE TABLE bench_cancel (
+    cancel_id    BIGINT       NOT NULL AUTO_RANDOM,
+    work_id      BIGINT       NOT NULL,
+    -- The process whose attempt was running when the item was picked.
+    process      VARCHAR(64)  CHARACTER SET ascii COLLATE ascii_bin NOT NULL,
+    requested_at DATETIME(6)  NOT NULL,
+    -- Cancel's answer: running (its holder is told at its next heartbeat)
+    -- | ended (it was not running: it ended at once) | refused (it had
+    -- ended) | NULL (no answer: the call failed).
+    outcome      VARCHAR(16)  CHARACTER SET ascii COLLATE ascii_bin NULL,
+    answered_at  DATETIME(6)  NULL,
+    PRIMARY KEY (cancel_id) CLUSTERED,
+    KEY idx_bench_cancel_work (work_id)
 );

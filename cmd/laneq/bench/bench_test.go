@@ -37,9 +37,10 @@ func (l *testLog) Write(p []byte) (int, error) {
 // processes, two kill -9s mid-execution (each restarted), a worker frozen
 // with SIGSTOP for four leases, dropped connections under another, and a
 // TiDB pause longer than the lease when this TiDB can be paused (the
-// embedded server or Docker). It fails on any unexplained repeat, loss or
-// lane-order violation the database shows, and on faults that did not
-// happen as planned.
+// embedded server or Docker), with handlers that ignore their context and
+// two of them cancelled while they run. It fails on any unexplained
+// repeat, loss, lane-order violation or overlap by handler time the
+// database shows, and on faults that did not happen as planned.
 func TestBenchFaultsShort(t *testing.T) {
 	srv := tidbtest.Server(t)
 	pauses := 0
@@ -56,6 +57,11 @@ func TestBenchFaultsShort(t *testing.T) {
 		// A tick a second in every process, and one laneless event in five
 		// limited to 50 starts a second, through every fault.
 		Periodic: time.Second, RateLimit: 50,
+		// One event in 50 has a handler that ignores its context for 6s (2s
+		// past its 2s deadline and 1s abandonment), in lanes and in none,
+		// and two of them are cancelled while they run: their lanes and
+		// their retries must wait for the handler, through every fault.
+		StubbornEvery: 50, Cancels: 2, CancelEvery: 4 * time.Second,
 		Faults: FaultPlan{
 			Kills: 2, Freezes: 1, TiDBPauses: pauses, Drops: 1,
 			Every: 1500 * time.Millisecond, Freeze: 4 * time.Second, Pause: 2500 * time.Millisecond, Restart: 200 * time.Millisecond,
@@ -109,6 +115,10 @@ func TestBenchFaultsShort(t *testing.T) {
 	}
 	if u := l.Usage; u.ReadRUPerItem <= 0 || u.WriteRUPerItem <= 0 || u.StatementsPerItem <= 0 {
 		t.Errorf("usage per item %+v: the statement summary counted nothing", u)
+	}
+	if c := l.Cancels; l.Stubborn.Attempts == 0 || c.Requested != spec.Cancels || c.ItemsCancelled == 0 {
+		t.Errorf("%d stubborn attempts, %d of %d cancellations made (%v skipped), %d items cancelled: the run exercised neither",
+			l.Stubborn.Attempts, c.Requested, spec.Cancels, c.Skipped, c.ItemsCancelled)
 	}
 	if l.Reclaims == 0 || l.Verification.LanePairsChecked == 0 {
 		t.Errorf("reclaims %d, lane pairs checked %d: the run exercised neither", l.Reclaims, l.Verification.LanePairsChecked)

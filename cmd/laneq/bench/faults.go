@@ -281,18 +281,33 @@ func (p *phase) beginFault(ctx context.Context, kind, process, detail string) (i
 	return res, nil
 }
 
-// endFault records the fault's end; after a TiDB pause the statement waits
-// for the server to answer again, and a connection the pause broke is
-// tried again.
+// endFault records the fault's end (throughFaults: a TiDB pause may have
+// broken the connection).
 func (p *phase) endFault(ctx context.Context, id int64, detail string) error {
+	if err := throughFaults(ctx, func() error {
+		return p.bq.EndFault(ctx, benchdb.EndFaultParams{FaultID: id, Detail: detail})
+	}); err != nil {
+		return fmt.Errorf("record fault end: %w", err)
+	}
+	return nil
+}
+
+// throughFaults runs a coordinator's bookkeeping write until it succeeds,
+// for up to 30s: after a TiDB pause the statement waits for the server to
+// answer again, and a connection the pause broke is tried again.
+func throughFaults(ctx context.Context, write func() error) error {
 	var err error
 	for range 60 {
-		if err = p.bq.EndFault(ctx, benchdb.EndFaultParams{FaultID: id, Detail: detail}); err == nil || ctx.Err() != nil {
+		if err = write(); err == nil || ctx.Err() != nil {
 			return err
 		}
-		time.Sleep(500 * time.Millisecond)
+		select {
+		case <-time.After(500 * time.Millisecond):
+		case <-ctx.Done():
+			return ctx.Err()
+		}
 	}
-	return fmt.Errorf("record fault end: %w", err)
+	return err
 }
 
 // itemStates says, for a fault's error, how many items are in each state

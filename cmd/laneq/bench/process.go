@@ -54,6 +54,12 @@ type processConfig struct {
 	Periodic       time.Duration `json:"periodic"`
 	RateLimit      int           `json:"rate_limit"`
 	RateKeys       int           `json:"rate_keys"`
+	// StubbornFor is how long a stubborn event's first attempt ignores its
+	// context (Spec.StubbornEvery); HandlerDeadline and AbandonAfter are
+	// the scheduler's (zero: its defaults).
+	StubbornFor     time.Duration `json:"stubborn_for"`
+	HandlerDeadline time.Duration `json:"handler_deadline"`
+	AbandonAfter    time.Duration `json:"abandon_after"`
 }
 
 // IsWorker reports whether this process was started as a bench worker.
@@ -131,6 +137,8 @@ func runLaneq(ctx context.Context, db *sql.DB, cfg processConfig, rec *recorder,
 	for _, scope := range cfg.Scopes {
 		wcfg := worker.Config{Scope: scope, Owner: cfg.Name, Logger: log}
 		wcfg.Scheduler.Executors = cfg.Executors
+		wcfg.Scheduler.HandlerDeadline = cfg.HandlerDeadline
+		wcfg.Scheduler.AbandonAfter = cfg.AbandonAfter
 		wcfg.NoClaimOnPromote = cfg.NoTake
 		if cfg.RateLimit > 0 {
 			wcfg.Limits = []ratelimit.Limit{{WorkType: typeLimited, N: cfg.RateLimit, Per: time.Second, PerKey: cfg.RateKeys > 0}}
@@ -191,6 +199,31 @@ func latency(workID int64, base time.Duration) time.Duration {
 type payload struct {
 	// Satisfies names the dependency key this event's handler satisfies.
 	Satisfies string `json:"satisfies,omitempty"`
+	// Stubborn: the first attempt's handler ignores its context for
+	// processConfig.StubbornFor (Spec.StubbornEvery).
+	Stubborn bool `json:"stubborn,omitempty"`
+}
+
+// payloadOf decodes a job's event payload.
+func payloadOf(job *worker.Job) (payload, error) {
+	var p payload
+	if len(job.Event.Payload) > 0 {
+		if err := json.Unmarshal(job.Event.Payload, &p); err != nil {
+			return p, fmt.Errorf("bench: payload of event %d: %w", job.Event.EventID, err)
+		}
+	}
+	return p, nil
+}
+
+// ignoreContext is a stubborn handler's work: it runs for d whatever ctx
+// says (a handler stuck in a call that takes no context), then returns
+// ctx's cause if ctx ended, so its outcome says why it was told to stop.
+func ignoreContext(ctx context.Context, d time.Duration) error {
+	time.Sleep(d) // on purpose: this handler does not look at ctx
+	if ctx.Err() != nil {
+		return context.Cause(ctx)
+	}
+	return nil
 }
 
 // leaseKey identifies one claim of one item.
@@ -235,6 +268,8 @@ func (r *recorder) run(ctx context.Context, cfg processConfig, job *worker.Job, 
 	if v, ok := claimTook.LoadAndDelete(keyOf(c.Lease)); ok {
 		took = v.(time.Duration)
 	}
+	p, perr := payloadOf(job)
+	stubborn := perr == nil && p.Stubborn && c.Attempt == 1 && cfg.StubbornFor > 0
 	// The start is written under a context of its own: a process frozen
 	// between its pre-start renewal and this call wakes with its heartbeat
 	// due, finds the lease taken over and cancels the handler's context,
@@ -243,7 +278,7 @@ func (r *recorder) run(ctx context.Context, cfg processConfig, job *worker.Job, 
 	sctx, cancel := recordContext(ctx)
 	id, err := r.q.StartAttempt(sctx, benchdb.StartAttemptParams{
 		Process: r.process, WorkID: c.WorkID, LeaseToken: c.Lease.Token, Attempt: c.Attempt,
-		Reclaimed: c.Reclaimed, ClaimUs: took.Microseconds(),
+		Reclaimed: c.Reclaimed, ClaimUs: took.Microseconds(), Stubborn: stubborn,
 	})
 	cancel()
 	if err != nil {
@@ -252,20 +287,39 @@ func (r *recorder) run(ctx context.Context, cfg processConfig, job *worker.Job, 
 	r.mu.Lock()
 	r.attempts[keyOf(c.Lease)] = id
 	r.mu.Unlock()
-	outcome := r.work(ctx, cfg, job, q)
-	word := "ok"
+	var outcome error
 	switch {
-	case ctx.Err() != nil:
-		word = "canceled"
-	case outcome != nil:
-		word = "error"
+	case perr != nil:
+		outcome = perr
+	case stubborn:
+		if outcome = ignoreContext(ctx, cfg.StubbornFor); outcome == nil {
+			outcome = r.work(ctx, cfg, job, p, q)
+		}
+	default:
+		outcome = r.work(ctx, cfg, job, p, q)
 	}
+	word := outcomeWord(outcome, ctx.Err() != nil)
 	// The end is recorded even when the context ended: a frozen process
 	// that wakes past its lease still says when its handler returned.
 	if err := r.end(ctx, id, word); err != nil {
 		return err
 	}
 	return outcome
+}
+
+// outcomeWord is what bench_attempt.outcome says of a handler's return:
+// the outcome's word, whatever the context says now. A handler that
+// returned nil is "ok" even when its context ended just after it returned
+// (a deadline passing before this is asked), since the worker completes
+// its item.
+func outcomeWord(outcome error, ctxEnded bool) string {
+	switch {
+	case outcome != nil && ctxEnded:
+		return "canceled"
+	case outcome != nil:
+		return "error"
+	}
+	return "ok"
 }
 
 // end records an attempt's end, also when ctx ended, and again after a
@@ -287,7 +341,7 @@ func (r *recorder) end(ctx context.Context, id int64, outcome string) error {
 	return fmt.Errorf("bench: record attempt end: %w", err)
 }
 
-func (r *recorder) work(ctx context.Context, cfg processConfig, job *worker.Job, q *workqueue.Queue) error {
+func (r *recorder) work(ctx context.Context, cfg processConfig, job *worker.Job, p payload, q *workqueue.Queue) error {
 	c := job.Item
 	select {
 	case <-time.After(latency(c.WorkID, cfg.HandlerLatency)):
@@ -301,12 +355,6 @@ func (r *recorder) work(ctx context.Context, cfg processConfig, job *worker.Job,
 	}
 	if designedFailure(c.WorkID, c.Attempt, cfg.FailureRate) {
 		return errors.New("bench: designed failure")
-	}
-	var p payload
-	if len(job.Event.Payload) > 0 {
-		if err := json.Unmarshal(job.Event.Payload, &p); err != nil {
-			return fmt.Errorf("bench: payload: %w", err)
-		}
 	}
 	if p.Satisfies != "" {
 		if _, err := q.Satisfy(ctx, c.Scope, p.Satisfies, p.Satisfies); err != nil {

@@ -64,3 +64,26 @@ func TestRecorderKeepsAnAttemptWhoseContextEnded(t *testing.T) {
 		t.Fatalf("attempts on record (-want +got):\n%s", diff)
 	}
 }
+
+// TestOutcomeWord: the recorded outcome is what the handler returned. A
+// handler that returned nil is completed by the worker even when its
+// context ended just after it returned (a deadline passing before the end
+// is written); recording it as "canceled" made the verifier report a
+// completed item whose last attempt did not complete it (seen with a 2s
+// handler deadline on a loaded machine).
+func TestOutcomeWord(t *testing.T) {
+	for _, tc := range []struct {
+		outcome  error
+		ctxEnded bool
+		want     string
+	}{
+		{nil, false, "ok"},
+		{nil, true, "ok"},
+		{errors.New("designed failure"), false, "error"},
+		{context.DeadlineExceeded, true, "canceled"},
+	} {
+		if got := outcomeWord(tc.outcome, tc.ctxEnded); got != tc.want {
+			t.Errorf("outcome %v, context ended %v: recorded %q, want %q", tc.outcome, tc.ctxEnded, got, tc.want)
+		}
+	}
+}

@@ -78,10 +78,12 @@ type PhaseReport struct {
 	// Usage is what TiDB counted for the phase's laneq statements (enqueue,
 	// claims, finishes, maintenance; not the bench's own bench_* tables),
 	// per item: its statement summary (internal/serverusage).
-	Usage         Usage         `json:"usage"`
-	Faults        []FaultReport `json:"faults"`
-	SkippedFaults []string      `json:"skipped_faults,omitempty"`
-	Verification  Verification  `json:"verification"`
+	Usage         Usage          `json:"usage"`
+	Stubborn      StubbornReport `json:"stubborn"`
+	Cancels       CancelReport   `json:"cancels"`
+	Faults        []FaultReport  `json:"faults"`
+	SkippedFaults []string       `json:"skipped_faults,omitempty"`
+	Verification  Verification   `json:"verification"`
 }
 
 // Usage is a phase's server-side cost per item.
@@ -93,6 +95,101 @@ type Usage struct {
 	// KeysPerItem: keys scanned per item, where the engine reports them
 	// (TiKV); 0 on the embedded engine, which reports none.
 	KeysPerItem float64 `json:"keys_per_item"`
+}
+
+// StubbornReport is what the handlers that ignored their context did
+// (Spec.StubbornEvery).
+type StubbornReport struct {
+	// Attempts ran a stubborn handler. Cancelled were told to stop by
+	// their item's cancellation (requested while they ran, before their
+	// deadline); PastDeadline by their deadline (they ran longer than
+	// HandlerDeadline, no cancellation requested before it). Each ran on
+	// past AbandonAfter, so its executor slot was given back: the item
+	// must not have been.
+	Attempts     int `json:"attempts"`
+	Cancelled    int `json:"cancelled"`
+	PastDeadline int `json:"past_deadline"`
+}
+
+// CancelReport is what the bench's cancellations did (Spec.Cancels).
+type CancelReport struct {
+	// Requested is every cancellation made; Running those Cancel answered
+	// running (the holder is told at its next heartbeat and ends the item
+	// when its handler returns), EndedAtOnce those whose item was not
+	// running any more and ended at once, Unanswered those whose answer
+	// was lost. Refused counts picks that had ended before Cancel reached
+	// them (another was picked).
+	Requested   int `json:"requested"`
+	Running     int `json:"running"`
+	EndedAtOnce int `json:"ended_at_once"`
+	Unanswered  int `json:"unanswered"`
+	Refused     int `json:"refused"`
+	// ItemsCancelled is the items that ended cancelled (skipped, failure
+	// class cancelled), each one the bench cancelled (the verifier checks);
+	// CompletedAnyway those cancelled whose handler returned success first.
+	ItemsCancelled  int `json:"items_cancelled"`
+	CompletedAnyway int `json:"completed_anyway"`
+	// Skipped says why planned cancellations were not made.
+	Skipped []string `json:"skipped,omitempty"`
+}
+
+// cancelReport counts d's cancellations and cancelled items.
+func cancelReport(d runData) CancelReport {
+	var r CancelReport
+	asked := map[int64]bool{}
+	for _, c := range d.cancels {
+		switch c.Outcome.String {
+		case cancelRefused:
+			r.Refused++
+			continue
+		case cancelRunning:
+			r.Running++
+		case cancelEnded:
+			r.EndedAtOnce++
+		default:
+			r.Unanswered++
+		}
+		r.Requested++
+		asked[c.WorkID] = true
+	}
+	for _, it := range d.items {
+		switch {
+		case cancelled(it):
+			r.ItemsCancelled++
+		case asked[it.WorkID] && it.State == "completed":
+			r.CompletedAnyway++
+		}
+	}
+	return r
+}
+
+// stubbornReport counts the stubborn attempts and what told each to stop,
+// under the workers' handler deadline.
+func stubbornReport(d runData, deadline time.Duration) StubbornReport {
+	var r StubbornReport
+	cancelsOf := map[int64][]time.Time{}
+	for _, c := range d.cancels {
+		if c.Outcome.String != cancelRefused {
+			cancelsOf[c.WorkID] = append(cancelsOf[c.WorkID], c.RequestedAt)
+		}
+	}
+	for _, a := range d.attempts {
+		if !a.Stubborn {
+			continue
+		}
+		r.Attempts++
+		toldBy := a.StartedAt.Add(deadline) // the deadline, unless a cancellation came first
+		if a.EndedAt.Valid && a.EndedAt.Time.Before(toldBy) {
+			toldBy = a.EndedAt.Time
+		}
+		switch {
+		case slices.ContainsFunc(cancelsOf[a.WorkID], func(t time.Time) bool { return !t.Before(a.StartedAt) && t.Before(toldBy) }):
+			r.Cancelled++
+		case a.EndedAt.Valid && a.EndedAt.Time.Sub(a.StartedAt) > deadline:
+			r.PastDeadline++
+		}
+	}
+	return r
 }
 
 // FaultReport is one injected fault and how the run recovered.
@@ -151,6 +248,9 @@ func (p *phase) report(ctx context.Context) (PhaseReport, error) {
 		return PhaseReport{}, err
 	}
 	rep := summarize(d, p.name)
+	// With StubbornEvery the spec's HandlerDeadline is set (its defaults);
+	// without, there is no stubborn attempt to count.
+	rep.Stubborn, rep.Cancels = stubbornReport(d, p.spec.HandlerDeadline), cancelReport(d)
 	// A baseline phase may stop at its deadline: what did not finish is
 	// counted, not a violation (the naive loop is expected to be slow).
 	rep.Verification = verify(d, p.wl, p.spec.Lease, p.naive, p.name != phaseFaults)
@@ -296,8 +396,13 @@ func (r *Report) WriteText(w io.Writer) {
 		fmt.Fprintln(w, "claim on promote: off (followers are promoted for claim turns)")
 	}
 	sh := r.Shape
-	fmt.Fprintf(w, "events: %d in no lane, %d projection, %d waiting for a dependency, %d in same-target bursts, %d in multi-target bursts, the rest in source lanes only\n\n",
+	fmt.Fprintf(w, "events: %d in no lane, %d projection, %d waiting for a dependency, %d in same-target bursts, %d in multi-target bursts, the rest in source lanes only\n",
 		sh.Free, sh.Projection, sh.Consumers, sh.SameTarget, sh.MultiTarget)
+	if s.StubbornEvery > 0 {
+		fmt.Fprintf(w, "handler mix: one event in %d stubborn (%d, %d of them in lanes): its first attempt ignores its context for %s; workers' handler deadline %s, abandon after %s; %d cancellations of running stubborn items, one every %s\n",
+			s.StubbornEvery, sh.Stubborn, sh.StubbornLaned, s.StubbornFor, s.HandlerDeadline, s.AbandonAfter, s.Cancels, s.CancelEvery)
+	}
+	fmt.Fprintln(w)
 	phases := r.phases()
 	tw := tabwriter.NewWriter(w, 2, 4, 2, ' ', tabwriter.AlignRight)
 	head := "\t"
@@ -347,12 +452,27 @@ func (r *Report) WriteText(w io.Writer) {
 	row("retries (designed failures)", func(p *PhaseReport) string { return fmt.Sprint(p.Retries) }, 0)
 	row("reclaims (expired leases)", func(p *PhaseReport) string { return fmt.Sprint(p.Reclaims) }, 0)
 	row("finalizations rejected", func(p *PhaseReport) string { return fmt.Sprint(p.Rejected) }, 0)
+	if s.StubbornEvery > 0 {
+		row("stubborn handlers (stopped by a cancel / their deadline)", func(p *PhaseReport) string {
+			return fmt.Sprintf("%d (%d / %d)", p.Stubborn.Attempts, p.Stubborn.Cancelled, p.Stubborn.PastDeadline)
+		}, 0)
+		row("cancels (running / ended at once / unanswered)", func(p *PhaseReport) string {
+			c := p.Cancels
+			return fmt.Sprintf("%d (%d / %d / %d)", c.Requested, c.Running, c.EndedAtOnce, c.Unanswered)
+		}, 0)
+		row("items cancelled / completed anyway", func(p *PhaseReport) string {
+			return fmt.Sprintf("%d / %d", p.Cancels.ItemsCancelled, p.Cancels.CompletedAnyway)
+		}, 0)
+	}
 	tw.Flush()
 	if r.Naive != nil {
 		fmt.Fprintln(w, "\nlaneq is the whole workload under the fault plan. laneq-free and naive are the baseline pair: the same number of events, laneless (the naive claim, SELECT … FOR UPDATE of the first due row, knows no lanes, projections or dependencies), without faults or designed failures (it has no lease recovery or retry path), through laneq's worker and through the naive loop, with the same processes, executors and handler.")
 	}
 	fmt.Fprintln(w)
 	r.Laneq.writeFaults(w)
+	for _, s := range r.Laneq.Cancels.Skipped {
+		fmt.Fprintf(w, "cancellation skipped: %s\n", s)
+	}
 	for _, p := range phases {
 		p.Verification.write(w, p.Name)
 	}
@@ -383,6 +503,8 @@ func (v Verification) write(w io.Writer, phase string) {
 	fmt.Fprintf(w, "\nverification (%s): %s — %d items, %d attempts, %d lane pairs checked\n", phase, verdict, v.ItemsChecked, v.AttemptsChecked, v.LanePairsChecked)
 	fmt.Fprintf(w, "  repeated executions explained: %d retried after a designed failure or release, %d after their process was killed, %d rejected finalizations under a fault, %d rejected without one (a lease lost to a slow renewal); %d overlapped the next attempt; %d completed by a holder killed before its verdict was written\n",
 		v.RepeatsRetried, v.RepeatsKilled, v.RejectedWithFault, v.RejectedWithoutFault, v.OverlappingExecutions, v.CompletedByKilledHolder)
+	fmt.Fprintf(w, "  lane overlaps by handler time: %d (an item started before an earlier item of its lane had returned from its handler); same-item overlaps: %d; %d overlaps explained by a lost lease (killed, frozen, or lost the database)\n",
+		v.LaneOverlaps, v.SameItemOverlaps, v.OverlapsExplained)
 	if v.Ticks > 0 {
 		fmt.Fprintf(w, "  periodic: %d ticks stored, one item each, none lost (%d stored while the processes stopped)\n", v.Ticks, v.TicksAfterDrain)
 	}

@@ -119,6 +119,28 @@ type phase struct {
 	faults    int
 	skipped   []string
 	enqueued  int
+	// cancels counts the cancellations made (Spec.Cancels);
+	// skippedCancels says why the others were not.
+	cancels        int
+	skippedCancels []string
+}
+
+// disrupt runs the fault plan and the cancellations side by side, until
+// both are done; the first to fail stops the other, and its error is the
+// phase's.
+func (p *phase) disrupt(ctx context.Context) error {
+	ctx, stop := context.WithCancelCause(ctx)
+	defer stop(nil)
+	var wg sync.WaitGroup
+	for _, run := range []func(context.Context) error{p.injectFaults, p.cancelRunning} {
+		wg.Go(func() {
+			if err := run(ctx); err != nil {
+				stop(err)
+			}
+		})
+	}
+	wg.Wait()
+	return context.Cause(ctx) // nil unless one failed or the phase was cancelled
 }
 
 func runPhase(ctx context.Context, opts Options, spec Spec, name string) (PhaseReport, error) {
@@ -128,6 +150,8 @@ func runPhase(ctx context.Context, opts Options, spec Spec, name string) (PhaseR
 		p.spec.FailureRate = -1     // nor a retry path
 		p.spec.Deadline = spec.BaselineDeadline
 		p.spec.Periodic, p.spec.RateLimit, p.spec.RateKeys = 0, 0, 0 // the naive loop has neither
+		p.spec.StubbornEvery, p.spec.Cancels = 0, 0                  // nor cancellation
+		p.spec.HandlerDeadline, p.spec.AbandonAfter = 0, 0           // nor a handler deadline
 	}
 	dbName := "laneq_bench_" + strings.ReplaceAll(p.name, "-", "_") + "_" + randomHex(4)
 	if err := p.setUp(ctx, dbName); err != nil {
@@ -159,9 +183,9 @@ func runPhase(ctx context.Context, opts Options, spec Spec, name string) (PhaseR
 	p.start = time.Now()
 	enqueueErr := make(chan error, 1)
 	go func() { enqueueErr <- p.enqueue(runCtx) }()
-	faultsDone := make(chan error, 1)
-	go func() { faultsDone <- p.injectFaults(runCtx) }()
-	drained, err := p.waitDrained(ctx, enqueueErr, faultsDone)
+	disrupted := make(chan error, 1)
+	go func() { disrupted <- p.disrupt(runCtx) }()
+	drained, err := p.waitDrained(ctx, enqueueErr, disrupted)
 	if drained {
 		// Ticks enqueued from now until the processes stop may be left
 		// pending: the verifier lets those be.
@@ -195,6 +219,7 @@ func runPhase(ctx context.Context, opts Options, spec Spec, name string) (PhaseR
 	}
 	rep.Verification.OK = rep.Verification.ProblemCount == 0
 	rep.SkippedFaults = p.skipped
+	rep.Cancels.Skipped = p.skippedCancels
 	p.mu.Unlock()
 	verdict := "verified"
 	if !rep.Verification.OK {
@@ -349,10 +374,10 @@ func enqueueRetrying(ctx context.Context, q *workqueue.Queue, scope string, even
 }
 
 // waitDrained waits until every event is enqueued, every fault injected
-// and every item terminal, printing progress; false when the deadline
+// and cancellation made, and every item terminal, printing progress; false when the deadline
 // passed first.
-func (p *phase) waitDrained(ctx context.Context, enqueueErr, faultsDone <-chan error) (bool, error) {
-	enqueued, faulted := false, false
+func (p *phase) waitDrained(ctx context.Context, enqueueErr, disrupted <-chan error) (bool, error) {
+	enqueued, disruptionsDone := false, false
 	var deadline <-chan time.Time
 	tick := time.NewTicker(250 * time.Millisecond)
 	defer tick.Stop()
@@ -364,18 +389,18 @@ func (p *phase) waitDrained(ctx context.Context, enqueueErr, faultsDone <-chan e
 				return false, err
 			}
 			enqueued = true
-		case err := <-faultsDone:
+		case err := <-disrupted:
 			if err != nil {
 				return false, err
 			}
-			faulted = true
+			disruptionsDone = true
 		case <-deadline:
 			return false, nil
 		case <-ctx.Done():
 			return false, ctx.Err()
 		case <-tick.C:
 		}
-		if enqueued && faulted && deadline == nil {
+		if enqueued && disruptionsDone && deadline == nil {
 			deadline = time.After(p.spec.Deadline)
 		}
 		states, err := p.bq.CountRunItemStates(ctx)
@@ -395,12 +420,16 @@ func (p *phase) waitDrained(ctx context.Context, enqueueErr, faultsDone <-chan e
 			lastPrint = time.Now()
 			p.mu.Lock()
 			el := time.Since(p.start)
-			fmt.Fprintf(p.opts.Progress, "%s: %6.1fs  events %d/%d  items terminal %d, live %d  %.0f items/s  faults %d/%d%s\n",
+			cancels := ""
+			if p.spec.Cancels > 0 {
+				cancels = fmt.Sprintf("  cancels %d/%d", p.cancels+len(p.skippedCancels), p.spec.Cancels)
+			}
+			fmt.Fprintf(p.opts.Progress, "%s: %6.1fs  events %d/%d  items terminal %d, live %d  %.0f items/s%s  faults %d/%d%s\n",
 				p.name, el.Seconds(), p.enqueued, len(p.wl.events), terminal, live,
-				float64(terminal)/el.Seconds(), p.faults, p.spec.Faults.Total(), p.lastFault)
+				float64(terminal)/el.Seconds(), cancels, p.faults, p.spec.Faults.Total(), p.lastFault)
 			p.mu.Unlock()
 		}
-		if enqueued && faulted && live == 0 {
+		if enqueued && disruptionsDone && live == 0 {
 			return true, nil
 		}
 	}
@@ -430,6 +459,7 @@ func (p *phase) workerEnv(name string) (string, error) {
 		Executors: p.spec.Executors, NoTake: p.spec.NoClaimOnPromote, Lease: p.spec.Lease,
 		HandlerLatency: p.spec.HandlerLatency, FailureRate: max(p.spec.FailureRate, 0),
 		Periodic: p.spec.Periodic, RateLimit: p.spec.RateLimit, RateKeys: p.spec.RateKeys,
+		StubbornFor: p.spec.StubbornFor, HandlerDeadline: p.spec.HandlerDeadline, AbandonAfter: p.spec.AbandonAfter,
 	}
 	b, err := json.Marshal(cfg)
 	return EnvWorker + "=" + string(b), err

@@ -4,10 +4,13 @@
 // re-executed), enqueues a workload with source and target lanes, bursts,
 // projections, dependency waits and designed failures, injects faults on a
 // schedule (kill -9 and restart, a worker frozen past its lease, TiDB
-// paused past the lease, dropped connections), waits for the queue to
-// drain, and then checks every execution attempt the processes recorded in
-// bench_attempt against the work items: nothing lost, nothing run twice
-// without a fault that explains it, lane order held. With Baseline the
+// paused past the lease, dropped connections), optionally runs handlers
+// that ignore their context and cancels some while they run, waits for the
+// queue to drain, and then checks every execution attempt the processes
+// recorded in bench_attempt against the work items: nothing lost, nothing
+// run twice without a fault that explains it, lane order held, and no
+// handler of a lane item or of another attempt of an item running while
+// one started, unless its process lost its lease to a fault. With Baseline the
 // same counts run again on the naive claim loop, so figures come with a
 // ratio.
 package bench
@@ -84,6 +87,35 @@ type Spec struct {
 	RateLimit    int
 	LimitedEvery int
 	RateKeys     int
+	// StubbornEvery makes one event in N (by a hash of its number, so in
+	// lanes and in none alike) stubborn: the first attempt of its item
+	// ignores its context, running for StubbornFor whatever its context
+	// says, and then returns the context's error if it ended, else does
+	// its work as usual. A stubborn event never satisfies a dependency (a
+	// cancelled producer would leave its consumer waiting for ever). 0
+	// means none.
+	StubbornEvery int
+	// StubbornFor is how long a stubborn handler runs. Default
+	// HandlerDeadline + AbandonAfter + 3s: it overruns its deadline, and a
+	// worker that gives an abandoned handler's item up (the defect of issue
+	// 54) has seconds to start its lane follower or a retry beside it.
+	StubbornFor time.Duration
+	// HandlerDeadline and AbandonAfter are the workers'
+	// (scheduler.Config): a handler's bound, and how long one that ignores
+	// its cancelled context keeps its executor slot. Zero takes the
+	// worker's defaults (5m, 5s), or, with StubbornEvery, 2s and 1s, so
+	// that in a short run a stubborn handler either overruns its deadline
+	// or is cancelled first (Cancels), and is abandoned either way.
+	HandlerDeadline time.Duration
+	AbandonAfter    time.Duration
+	// Cancels is how many running items the coordinator cancels
+	// (workqueue.Queue.Cancel), one every CancelEvery (default 3s), the
+	// first after CancelEvery too: each time the stubborn attempt that
+	// started last among those running, so the cancellation lands before
+	// its deadline. A cancel that finds none running within a minute is
+	// skipped and reported.
+	Cancels     int
+	CancelEvery time.Duration
 	// Faults is the fault schedule.
 	Faults FaultPlan
 	// Baseline also runs the baseline pair: the same number of events,
@@ -92,7 +124,7 @@ type Spec struct {
 	// identical work.
 	Baseline bool
 	// Deadline bounds the wait for the queue to drain after the last
-	// fault. Default 10m.
+	// fault and cancellation. Default 10m.
 	Deadline time.Duration
 	// BaselineDeadline bounds each baseline phase after its last enqueue;
 	// what is left is reported as unfinished (the naive loop can be very
@@ -157,6 +189,20 @@ func (s Spec) WithDefaults() (Spec, error) {
 	if s.Deadline == 0 {
 		s.Deadline = 10 * time.Minute
 	}
+	if s.StubbornEvery > 0 {
+		if s.HandlerDeadline == 0 {
+			s.HandlerDeadline = 2 * time.Second
+		}
+		if s.AbandonAfter == 0 {
+			s.AbandonAfter = time.Second
+		}
+		if s.StubbornFor == 0 {
+			s.StubbornFor = s.HandlerDeadline + s.AbandonAfter + 3*time.Second
+		}
+	}
+	if s.CancelEvery == 0 {
+		s.CancelEvery = 3 * time.Second
+	}
 	if s.BaselineDeadline == 0 {
 		s.BaselineDeadline = 3 * time.Minute
 	}
@@ -193,6 +239,13 @@ func (s Spec) WithDefaults() (Spec, error) {
 		{s.RateLimit == 0 || s.RateLimit >= 10, "rate-limit", "want 0 (none) or at least 10 a second"},
 		{s.LimitedEvery >= 0, "limited-every", "want 0 or more"},
 		{s.RateKeys >= 0 && (s.RateKeys == 0 || s.RateLimit > 0), "rate-keys", "want 0 (one budget), or more with --rate-limit"},
+		{s.StubbornEvery >= 0, "stubborn-every", "want 0 (none) or more"},
+		{s.StubbornFor >= 0, "stubborn-for", "want 0 (the default) or more"},
+		{s.HandlerDeadline >= 0, "handler-deadline", "want 0 (the worker's default) or more"},
+		{s.AbandonAfter >= 0, "abandon-after", "want 0 (the worker's default) or more"},
+		{s.Cancels >= 0, "cancels", "want 0 (none) or more"},
+		{s.Cancels == 0 || s.StubbornEvery > 0, "cancels", "the bench cancels running stubborn items: set --stubborn-every too"},
+		{s.CancelEvery > 0, "cancel-every", "want a positive duration"},
 		{f.Kills >= 0 && f.Freezes >= 0 && f.TiDBPauses >= 0 && f.Drops >= 0, "faults", "counts must not be negative"},
 		{f.Every > 0, "fault-every", "want a positive duration"},
 		{f.Freeze > s.Lease, "freeze", "must be longer than the lease (the point of the fault)"},

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/laneq/laneq/internal/benchdb"
+	"github.com/laneq/laneq/runtime/workqueue"
 )
 
 // Verification is what the database says about a finished run.
@@ -24,11 +25,22 @@ type Verification struct {
 	// retried, an attempt whose process was killed (no end, or no
 	// verdict), an attempt whose finalization the queue rejected (its
 	// lease had expired), split by whether a fault overlapped it.
-	RepeatsRetried         int `json:"repeats_retried"`
-	RepeatsKilled          int `json:"repeats_killed"`
-	RejectedWithFault      int `json:"rejected_with_fault"`
-	RejectedWithoutFault   int `json:"rejected_without_fault"`
-	OverlappingExecutions  int `json:"overlapping_executions"`
+	RepeatsRetried        int `json:"repeats_retried"`
+	RepeatsKilled         int `json:"repeats_killed"`
+	RejectedWithFault     int `json:"rejected_with_fault"`
+	RejectedWithoutFault  int `json:"rejected_without_fault"`
+	OverlappingExecutions int `json:"overlapping_executions"`
+	// LaneOverlaps counts attempts of lane items that started before the
+	// handler of an earlier item of the lane had returned (its attempt's
+	// end is later than their start), and SameItemOverlaps pairs of
+	// attempts of one item whose handlers ran at the same time, that no
+	// lost lease explains: each is a violation of "a lane runs one item at
+	// a time, whatever the handler does". OverlapsExplained counts those a
+	// lost lease does explain (the earlier attempt's process was killed,
+	// frozen or lost the database while it held the item).
+	LaneOverlaps           int `json:"lane_overlaps"`
+	SameItemOverlaps       int `json:"same_item_overlaps"`
+	OverlapsExplained      int `json:"overlaps_explained"`
 	LanePairsChecked       int `json:"lane_pairs_checked"`
 	ItemsChecked           int `json:"items_checked"`
 	AttemptsChecked        int `json:"attempts_checked"`
@@ -66,6 +78,7 @@ type runData struct {
 	attempts []benchdb.BenchAttempt
 	faults   []benchdb.BenchFault
 	events   int64
+	cancels  []benchdb.BenchCancel
 	ticks    []benchdb.ListTickKeysRow
 	grants   benchdb.RateGrantsRow
 	// drainedAt is when the queue was seen drained (database clock).
@@ -83,6 +96,9 @@ func readRun(ctx context.Context, bq *benchdb.Queries) (runData, error) {
 	}
 	if d.faults, err = bq.ListFaults(ctx); err != nil {
 		return d, fmt.Errorf("bench: read faults: %w", err)
+	}
+	if d.cancels, err = bq.ListCancels(ctx); err != nil {
+		return d, fmt.Errorf("bench: read cancellations: %w", err)
 	}
 	if d.events, err = bq.CountRunEvents(ctx); err != nil {
 		return d, fmt.Errorf("bench: count events: %w", err)
@@ -189,6 +205,48 @@ func (fi faultIndex) hit(a benchdb.BenchAttempt, lease time.Duration) bool {
 	return false
 }
 
+// lostLease says whether a's process lost its lease on a's item in a way
+// the lane rule allows, so that the item (and its lanes) could go on
+// while a's handler still ran: the process was killed (a has no end), was
+// frozen, or lost the database (TiDB paused, its connections dropped)
+// while it held the item. The claim can come up to a lease before the
+// start (a process frozen holding a claim it had not started yet starts
+// it on waking), so the window opens a lease before it. Unlike hit, a
+// freeze of another process does not count: a process that can still
+// reach the database keeps its item while its handler runs.
+func (fi faultIndex) lostLease(a benchdb.BenchAttempt, lease time.Duration) bool {
+	if !a.EndedAt.Valid {
+		return true // its process died with the handler: nothing ran on after it
+	}
+	from, to := a.StartedAt.Add(-lease), a.EndedAt.Time
+	for _, iv := range fi.frozen[a.Process] {
+		if iv.overlaps(from, to) {
+			return true
+		}
+	}
+	for _, iv := range fi.paused {
+		if iv.overlaps(from, to) {
+			return true
+		}
+	}
+	for _, t := range fi.dropped[a.Process] {
+		if (interval{t, t.Add(lease)}).overlaps(from, to) {
+			return true
+		}
+	}
+	return false
+}
+
+// handlersOverlap: a's handler had not returned when b's started, and b's
+// had not returned when a's started (an attempt without an end is taken
+// to run on).
+func handlersOverlap(a, b benchdb.BenchAttempt) bool {
+	running := func(x benchdb.BenchAttempt, t time.Time) bool {
+		return !x.StartedAt.After(t) && (!x.EndedAt.Valid || x.EndedAt.Time.After(t))
+	}
+	return running(a, b.StartedAt) || running(b, a.StartedAt)
+}
+
 func terminal(state string) bool {
 	return state == "completed" || state == "skipped" || state == "dead"
 }
@@ -227,6 +285,14 @@ func verify(d runData, wl workload, lease time.Duration, naive, allowUnfinished 
 			v.problem("attempts recorded for work %d, which is not a work item of the run", id)
 		}
 	}
+	// Items the bench asked to cancel: every request Cancel did not refuse,
+	// its answer lost included (the request may have committed).
+	cancelAsked := map[int64]bool{}
+	for _, c := range d.cancels {
+		if c.Outcome.String != cancelRefused {
+			cancelAsked[c.WorkID] = true
+		}
+	}
 	for _, it := range d.items {
 		atts := byItem[it.WorkID]
 		if allowUnfinished && !terminal(it.State) {
@@ -237,14 +303,23 @@ func verify(d runData, wl workload, lease time.Duration, naive, allowUnfinished 
 			v.TicksAfterDrain++ // stored while the processes were being stopped
 			continue
 		}
-		verifyItem(&v, fi, it, atts, lease, naive)
+		verifyItem(&v, fi, it, atts, lease, naive, cancelAsked[it.WorkID])
 	}
-	verifyLanes(&v, d.items, byItem)
+	verifyLanes(&v, fi, d.items, byItem, lease)
 	v.OK = v.ProblemCount == 0
 	return v
 }
 
-func verifyItem(v *Verification, fi faultIndex, it benchdb.ListRunItemsRow, atts []benchdb.BenchAttempt, lease time.Duration, naive bool) {
+// cancelled is an item that ended as a cancellation ends it.
+func cancelled(it benchdb.ListRunItemsRow) bool {
+	return it.State == "skipped" && it.FailureClass.String == workqueue.FailureCancelled
+}
+
+// verifyItem checks one item's end and attempts. cancelAsked: the bench
+// asked to cancel it, so it may end cancelled (skipped, failure class
+// cancelled), at once when it was not running, or when its handler
+// returned; or completed, when its handler returned success first.
+func verifyItem(v *Verification, fi faultIndex, it benchdb.ListRunItemsRow, atts []benchdb.BenchAttempt, lease time.Duration, naive, cancelAsked bool) {
 	// In lease order: each claim or takeover raises the token, so this
 	// is the order the queue handed the item out. A process that was
 	// frozen holding a claim it had not started yet can start it on
@@ -258,8 +333,15 @@ func verifyItem(v *Verification, fi faultIndex, it benchdb.ListRunItemsRow, atts
 		v.problem("work %d (%s, %s) is %s at the end: not finished", it.WorkID, it.WorkType, laneText(it), it.State)
 		return
 	}
+	switch {
+	case cancelled(it) && !cancelAsked:
+		v.problem("work %d (%s) ended cancelled, but the bench never asked to cancel it", it.WorkID, laneText(it))
+	case cancelAsked && !cancelled(it) && it.State != "completed":
+		v.problem("work %d (%s) was cancelled but ended %s (failure class %q): want skipped as cancelled, or completed by a handler that returned success first",
+			it.WorkID, laneText(it), it.State, it.FailureClass.String)
+	}
 	if len(atts) == 0 {
-		if it.State != "dead" {
+		if it.State != "dead" && !cancelled(it) {
 			v.problem("work %d is %s but no attempt of it ever ran", it.WorkID, it.State)
 		}
 		v.ItemsWithoutAnyAttempt++
@@ -304,6 +386,7 @@ func verifyItem(v *Verification, fi faultIndex, it benchdb.ListRunItemsRow, atts
 				a.StartedAt.Format(time.StampMicro), a.Outcome.String, a.Finish.String, fi.killText(a.Process))
 		}
 	}
+	verifySameItemOverlaps(v, fi, it, atts, lease)
 	if it.State != "completed" {
 		return
 	}
@@ -317,6 +400,30 @@ func verifyItem(v *Verification, fi faultIndex, it benchdb.ListRunItemsRow, atts
 	default:
 		v.problem("work %d is completed but its last attempt (%s, token %d) has outcome %q and finish %q",
 			it.WorkID, last.Process, last.LeaseToken, last.Outcome.String, last.Finish.String)
+	}
+}
+
+// verifySameItemOverlaps checks that no two attempts of an item ran their
+// handlers at the same time unless the one the queue handed out first (the
+// lower lease token, atts' order) lost its lease as the rule allows. Its
+// finish being accepted or rejected does not matter: a handler that ran on
+// beside another attempt of its item is the violation, whatever the fence
+// then did with its writes.
+func verifySameItemOverlaps(v *Verification, fi faultIndex, it benchdb.ListRunItemsRow, atts []benchdb.BenchAttempt, lease time.Duration) {
+	for i, a := range atts {
+		for _, b := range atts[i+1:] {
+			if !handlersOverlap(a, b) {
+				continue
+			}
+			if fi.lostLease(a, lease) {
+				v.OverlapsExplained++
+				continue
+			}
+			v.SameItemOverlaps++
+			v.problem("work %d: attempt by %s (token %d) started at %s while the handler of %s's attempt (token %d, started %s) ran until %s: two attempts of one item at a time, and no kill, freeze or lost database of %s explains it",
+				it.WorkID, b.Process, b.LeaseToken, b.StartedAt.Format(time.StampMicro), a.Process, a.LeaseToken,
+				a.StartedAt.Format(time.StampMicro), a.EndedAt.Time.Format(time.StampMicro), a.Process)
+		}
 	}
 }
 
@@ -334,8 +441,13 @@ func laneText(it benchdb.ListRunItemsRow) string {
 // verifyLanes checks FIFO order in every source and target lane: every
 // attempt of an item started after its predecessor in the lane became
 // terminal (its finish committed), so no two items of a lane overlapped
-// and they ran in ordinal order.
-func verifyLanes(v *Verification, items []benchdb.ListRunItemsRow, byItem map[int64][]benchdb.BenchAttempt) {
+// and they ran in ordinal order. Terminal is not enough: an item can end
+// while its handler still runs (the defect of issue 54: a handler that
+// ignored its cancellation was abandoned and its item finished), so it
+// also checks handler time: no attempt started before the handler of an
+// earlier item of the lane returned, unless that handler's process lost
+// its lease (lostLease).
+func verifyLanes(v *Verification, fi faultIndex, items []benchdb.ListRunItemsRow, byItem map[int64][]benchdb.BenchAttempt, lease time.Duration) {
 	type laneID struct{ scope, kind, key string }
 	lanes := map[laneID][]benchdb.ListRunItemsRow{}
 	for _, it := range items {
@@ -352,20 +464,66 @@ func verifyLanes(v *Verification, items []benchdb.ListRunItemsRow, byItem map[in
 		slices.SortFunc(its, func(a, b benchdb.ListRunItemsRow) int {
 			return cmp.Or(cmp.Compare(a.LaneOrdinal, b.LaneOrdinal), cmp.Compare(a.WorkID, b.WorkID))
 		})
-		for i := 1; i < len(its); i++ {
-			prev, cur := its[i-1], its[i]
-			if !prev.TerminalAt.Valid {
-				continue // reported as not finished
-			}
-			v.LanePairsChecked++
+		// The earlier items' handler that returned last, among those whose
+		// lease no fault took (running) and among all (anyRunning).
+		var running, anyRunning laneHandler
+		for i, cur := range its {
 			for _, a := range byItem[cur.WorkID] {
-				if a.StartedAt.Before(prev.TerminalAt.Time) {
-					v.problem("%s lane %q of %s: work %d (ordinal %d) started at %s, before work %d (ordinal %d) finished at %s",
+				switch {
+				case running.endsAfter(a.StartedAt):
+					v.LaneOverlaps++
+					v.problem("%s lane %q of %s: work %d (ordinal %d) started at %s, before work %d's handler (ordinal %d, %s's attempt, token %d) returned at %s: a lane overlap that no kill, freeze or lost database of %s explains",
 						id.kind, id.key, id.scope, cur.WorkID, cur.LaneOrdinal, a.StartedAt.Format(time.RFC3339Nano),
-						prev.WorkID, prev.LaneOrdinal, prev.TerminalAt.Time.Format(time.RFC3339Nano))
-					break
+						running.item.WorkID, running.item.LaneOrdinal, running.attempt.Process, running.attempt.LeaseToken,
+						running.attempt.EndedAt.Time.Format(time.RFC3339Nano), running.attempt.Process)
+				case anyRunning.endsAfter(a.StartedAt):
+					v.OverlapsExplained++
 				}
 			}
+			if i > 0 {
+				verifyLaneOrder(v, id.kind, id.key, id.scope, its[i-1], cur, byItem[cur.WorkID])
+			}
+			for _, a := range byItem[cur.WorkID] {
+				anyRunning.fold(cur, a)
+				if !fi.lostLease(a, lease) {
+					running.fold(cur, a)
+				}
+			}
+		}
+	}
+}
+
+// laneHandler is the attempt, among a lane's earlier items, whose handler
+// returned last.
+type laneHandler struct {
+	item    benchdb.ListRunItemsRow
+	attempt benchdb.BenchAttempt
+}
+
+func (h *laneHandler) fold(it benchdb.ListRunItemsRow, a benchdb.BenchAttempt) {
+	if a.EndedAt.Valid && (!h.attempt.EndedAt.Valid || a.EndedAt.Time.After(h.attempt.EndedAt.Time)) {
+		*h = laneHandler{it, a}
+	}
+}
+
+// endsAfter: the handler had not returned at t.
+func (h laneHandler) endsAfter(t time.Time) bool {
+	return h.attempt.EndedAt.Valid && h.attempt.EndedAt.Time.After(t)
+}
+
+// verifyLaneOrder checks that every attempt of cur started after prev,
+// its predecessor in the lane, became terminal.
+func verifyLaneOrder(v *Verification, kind, key, scope string, prev, cur benchdb.ListRunItemsRow, atts []benchdb.BenchAttempt) {
+	if !prev.TerminalAt.Valid {
+		return // reported as not finished
+	}
+	v.LanePairsChecked++
+	for _, a := range atts {
+		if a.StartedAt.Before(prev.TerminalAt.Time) {
+			v.problem("%s lane %q of %s: work %d (ordinal %d) started at %s, before work %d (ordinal %d) finished at %s",
+				kind, key, scope, cur.WorkID, cur.LaneOrdinal, a.StartedAt.Format(time.RFC3339Nano),
+				prev.WorkID, prev.LaneOrdinal, prev.TerminalAt.Time.Format(time.RFC3339Nano))
+			return
 		}
 	}
 }

@@ -23,6 +23,10 @@ type workload struct {
 	multiTgt   int // events of multi-target bursts
 	free       int // events in no lane (consumers aside)
 	limited    int // of those, events of the rate-limited work type
+	stubborn   int // events whose first attempt ignores its context
+	// stubbornLaned counts the stubborn events in a lane: heads their
+	// followers must wait for.
+	stubbornLaned int
 	// periodic and rateLimit are the spec's: what the verifier checks of
 	// ticks and of the limited work type.
 	periodic  time.Duration
@@ -38,11 +42,14 @@ type Shape struct {
 	SameTarget  int `json:"same_target_burst"`
 	MultiTarget int `json:"multi_target_burst"`
 	Limited     int `json:"rate_limited"`
+	Stubborn    int `json:"stubborn"`
+	// StubbornLaned is the stubborn events in a lane (the rest are in none).
+	StubbornLaned int `json:"stubborn_laned"`
 }
 
 func (w workload) shape() Shape {
 	return Shape{Events: len(w.events), Free: w.free, Projection: w.projection, Consumers: w.consumers,
-		SameTarget: w.sameTarget, MultiTarget: w.multiTgt, Limited: w.limited}
+		SameTarget: w.sameTarget, MultiTarget: w.multiTgt, Limited: w.limited, Stubborn: w.stubborn, StubbornLaned: w.stubbornLaned}
 }
 
 type scopedEvent struct {
@@ -66,6 +73,19 @@ func spread(n int) uint64 {
 	h := fnv.New64a()
 	fmt.Fprintf(h, "lane/%d", n)
 	return h.Sum64()
+}
+
+// stubbornEvent says whether event i is one of the one in every that
+// ignore their context: chosen by a hash of the event's number, like
+// spread, so stubborn events fall in lanes and in none whatever FreeEvery
+// is.
+func stubbornEvent(i, every int) bool {
+	if every <= 0 {
+		return false
+	}
+	h := fnv.New64a()
+	fmt.Fprintf(h, "stubborn/%d", i)
+	return h.Sum64()%uint64(every) == 0
 }
 
 // scopeName is the bench's name of scope i.
@@ -94,9 +114,15 @@ func buildWorkload(s Spec, laneless bool) workload {
 			kinds[i] = kindLaned
 		}
 	}
+	stubborn := make([]bool, s.Items)
+	for i := range stubborn {
+		stubborn[i] = !laneless && stubbornEvent(i, s.StubbornEvery)
+	}
 	// Each consumer's producer is the next per-event deliver event of its
 	// scope (or the previous one at the end): usually later, so consumers
 	// really wait; sometimes earlier, so some find their key satisfied.
+	// Never a stubborn event: the bench cancels those, and a cancelled
+	// producer would leave its consumer waiting for ever.
 	satisfies := map[int]string{}
 	for i, k := range kinds {
 		if k != kindConsumer {
@@ -105,7 +131,7 @@ func buildWorkload(s Spec, laneless bool) workload {
 		producer := -1
 		for _, step := range []int{s.Scopes, -s.Scopes} {
 			for j := i + step; j >= 0 && j < len(kinds); j += step {
-				if (kinds[j] == kindFree || kinds[j] == kindLaned) && satisfies[j] == "" {
+				if (kinds[j] == kindFree || kinds[j] == kindLaned) && satisfies[j] == "" && !stubborn[j] {
 					producer = j
 					break
 				}
@@ -126,7 +152,7 @@ func buildWorkload(s Spec, laneless bool) workload {
 			RouteID:        "bench", RouteVersion: 1, EventKind: "bench",
 			SourceKind: "bench", SourceID: fmt.Sprintf("src-%d", i%s.SourceLanes),
 		}
-		p := payload{Satisfies: satisfies[i]}
+		p := payload{Satisfies: satisfies[i], Stubborn: stubborn[i]}
 		ev.Payload, _ = json.Marshal(p)
 		work := workqueue.Work{WorkType: typeDeliver, QueueClass: s.Classes[i%len(s.Classes)]}
 		switch k {
@@ -163,6 +189,12 @@ func buildWorkload(s Spec, laneless bool) workload {
 		}
 		if k != kindProjection {
 			w.perEvent++
+		}
+		if stubborn[i] {
+			w.stubborn++
+			if work.SourceLane != "" || work.TargetLane != "" {
+				w.stubbornLaned++
+			}
 		}
 		ev.Work = []workqueue.Work{work}
 		w.events = append(w.events, scopedEvent{scope: w.scopes[i%s.Scopes], event: ev})

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"slices"
 	"testing"
+	"time"
 )
 
 // The workload has what the spec asks for: every consumer's key is
@@ -94,5 +95,43 @@ func TestWorkloadRateKeys(t *testing.T) {
 	}
 	if _, err := (Spec{RateKeys: 3}).WithDefaults(); err == nil {
 		t.Fatal("rate keys without a rate limit were accepted")
+	}
+}
+
+// With --stubborn-every, about one event in N is stubborn, in lanes and in
+// none (the hash does not follow FreeEvery), and none is a dependency's
+// producer: the bench cancels stubborn items, and a cancelled producer
+// would leave its consumer waiting for ever. The laneless baseline
+// workload has none. The mix's defaults make a stubborn handler overrun
+// its deadline and its abandonment; cancels need stubborn items.
+func TestWorkloadStubborn(t *testing.T) {
+	for _, freeEvery := range []int{2, 10} {
+		spec, err := Spec{Items: 2000, FreeEvery: freeEvery, StubbornEvery: 10}.WithDefaults()
+		if err != nil {
+			t.Fatal(err)
+		}
+		w := buildWorkload(spec, false)
+		if w.stubborn < 150 || w.stubborn > 250 || w.stubbornLaned == 0 || w.stubbornLaned == w.stubborn {
+			t.Fatalf("free every %d: %d stubborn events, %d of them in lanes: want about 200, in lanes and in none", freeEvery, w.stubborn, w.stubbornLaned)
+		}
+		for _, se := range w.events {
+			var p payload
+			if err := json.Unmarshal(se.event.Payload, &p); err != nil {
+				t.Fatal(err)
+			}
+			if p.Stubborn && p.Satisfies != "" {
+				t.Fatalf("stubborn event %s satisfies %s", se.event.IdempotencyKey, p.Satisfies)
+			}
+		}
+		if n := buildWorkload(spec, true).stubborn; n != 0 {
+			t.Fatalf("laneless baseline workload has %d stubborn events", n)
+		}
+		if spec.HandlerDeadline != 2*time.Second || spec.AbandonAfter != time.Second || spec.StubbornFor <= spec.HandlerDeadline+spec.AbandonAfter {
+			t.Fatalf("deadline %s, abandon after %s, stubborn for %s: a stubborn handler must outlive its abandonment past the deadline",
+				spec.HandlerDeadline, spec.AbandonAfter, spec.StubbornFor)
+		}
+	}
+	if _, err := (Spec{Cancels: 2}).WithDefaults(); err == nil {
+		t.Fatal("cancels without stubborn events were accepted")
 	}
 }
