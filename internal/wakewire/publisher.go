@@ -146,11 +146,14 @@ func (p *Publisher) Mark(scope string, f Flags) { p.mark(scope, f, nil) }
 
 // MarkAndWait is Mark, then waits until the scope was sent: its
 // datagrams written, or found to have no endpoint to go to (or none that
-// could be read). The first mark of a burst goes at once; one in the
-// coalescing gap of the scope's last datagram waits for the gap's end. It
-// waits at most bound and reports whether the send came within it (a mark
-// still waiting then goes out later, or at Close). After Close it does
-// nothing and reports false.
+// could be read). A scope with a waiter goes at once, coalescing gap or
+// not: a waiter's process may end as soon as it returns, and holding it
+// for the gap would pace a goroutine's commits to one per CoalesceEvery.
+// Marks that came together still share one datagram per endpoint, and
+// receivers fold wakes beyond their rate (runtime/wake). It waits at most
+// bound and reports whether the send came within it (a mark still waiting
+// then goes out later, or at Close). After Close it does nothing and
+// reports false.
 func (p *Publisher) MarkAndWait(scope string, f Flags, bound time.Duration) (sent bool) {
 	done := make(chan struct{})
 	if !p.mark(scope, f, done) {
@@ -275,7 +278,7 @@ func (p *Publisher) sendDue(flush bool) time.Duration {
 	var wait time.Duration
 	for scope, f := range p.dirty {
 		left := p.cfg.CoalesceEvery - now.Sub(p.lastSent[scope])
-		if left > 0 && !flush {
+		if left > 0 && !flush && len(p.waiters[scope]) == 0 { // a waiter's scope goes at once (MarkAndWait)
 			if wait == 0 || left < wait {
 				wait = left
 			}

@@ -27,13 +27,12 @@ import (
 // process listens on the Queue (no worker runs on it, no hub is attached),
 // the committing call waits until the Queue's own publisher has written
 // the commit's datagrams, at most AnnounceConfig.DeliveryWait: delivery
-// does not depend on the process calling Close before it exits. The first
-// commit of a burst waits for one endpoint list read (cached for
-// EndpointCacheTTL) and the sends; a commit in the coalescing gap of the
-// scope's last datagram waits for the gap's end (at most CoalesceEvery),
-// and so paces one goroutine's commits to a scope others listen for at
-// one per CoalesceEvery. A process with a worker on the Queue does not
-// wait: it lives on, and its Close (laneq.Client.Close) sends what is
+// does not depend on the process calling Close before it exits. A commit
+// waits for an endpoint list read (cached for EndpointCacheTTL) and the
+// sends, not for the coalescing gap (a waiting commit's scope goes at
+// once; commits that came together share a datagram), so one goroutine's
+// commits are not paced by it. A process with a worker on the Queue does
+// not wait: it lives on, and its Close (laneq.Client.Close) sends what is
 // left.
 
 // Announcement says work may have become claimable in Scope.
@@ -81,8 +80,8 @@ type AnnounceConfig struct {
 	CoalesceEvery time.Duration
 	// DeliveryWait bounds how long a commit waits for its datagrams while
 	// nothing in this process listens on the Queue (see Announcement):
-	// the wait ends once they were written, so it costs the sends, and the
-	// rest of the coalescing gap for a commit inside one. Default 1s;
+	// the wait ends once they were written, so it costs the sends (not the
+	// coalescing gap: a waiting commit's scope goes at once). Default 1s;
 	// negative: commits do not wait, and the process must Close the Queue
 	// before it exits or lose the announcements still coalescing.
 	DeliveryWait time.Duration
