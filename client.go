@@ -53,7 +53,8 @@ type Config struct {
 	// Worker configures the worker Start runs: executors, queue profile,
 	// controller periods, wake hub (worker.Config). Its Scope is the
 	// Client's; its OnFinished is called before the Client's events are
-	// published.
+	// published (a panic in it is recovered and logged, and the event is
+	// published still).
 	Worker worker.Config
 	// Logger for the client, its queue's worker and their parts. Default
 	// slog.Default().
@@ -428,10 +429,12 @@ func (c *Client) workerConfig() worker.Config {
 	}
 	userFinished := wcfg.OnFinished
 	wcfg.OnFinished = func(f worker.Finished) {
+		// Deferred: the Client's event is published even when the user's
+		// callback panics (the worker recovers and logs the panic).
+		defer c.events.publish(eventOf(f))
 		if userFinished != nil {
 			userFinished(f)
 		}
-		c.events.publish(eventOf(f))
 	}
 	return wcfg
 }

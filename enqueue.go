@@ -66,8 +66,10 @@ func WithDelay(d time.Duration) EnqueueOption {
 
 // WithUniqueKey makes the item unique while live in its scope: while an
 // item enqueued with the same key is pending, running, retrying or
-// waiting, Enqueue creates nothing and reports that item with Refused
-// (not an error); once it is terminal the key is free again
+// waiting, Enqueue creates no live item and reports that item with
+// Refused (not an error); the refusal is stored, so the same idempotency
+// key enqueued again gets the same refusal even once the key is free. New
+// events find the key free once that item is terminal
 // (workqueue.Work.UniqueKey).
 func WithUniqueKey(key string) EnqueueOption {
 	return func(o *enqueueOptions) { o.work.UniqueKey = key }
@@ -103,9 +105,10 @@ type Enqueued struct {
 	State string
 	// Duplicate: the idempotency key existed; nothing was written.
 	Duplicate bool
-	// Refused: an item with the same unique key (WithUniqueKey) is live;
-	// WorkID and State are that item's and no item was created (the event
-	// is stored).
+	// Refused: an item with the same unique key (WithUniqueKey) was live
+	// when this event was first enqueued; WorkID and State are that item's
+	// (its current state) and no live item was created (the event and the
+	// refused item's terminal record are stored).
 	Refused bool
 }
 

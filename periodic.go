@@ -28,7 +28,9 @@ type PeriodicJob struct {
 	// missed while every process was down once at start;
 	// periodic.MissedSkip drops it.
 	Missed periodic.Missed
-	// Args builds the job's arguments for one tick.
+	// Args builds the job's arguments for one tick. A tick whose Args are
+	// nil, do not encode or panic (recovered) is logged and retried after a
+	// backoff while it is due; it holds up only this job's later ticks.
 	Args func(tick time.Time) Args
 	// Opts shape each enqueue (a class, a lane, a delay, a unique key);
 	// WithIdempotencyKey and WithScope are ignored: the tick decides the
@@ -38,28 +40,26 @@ type PeriodicJob struct {
 
 // schedules turns Config.Periodic into the worker's schedules, checking
 // each job's arguments for a sample tick so a bad job fails Start, not
-// every tick.
+// every tick. A tick whose Args fail (or panic) later is logged and
+// retried by its schedule alone (runtime/periodic); the other jobs tick on.
 func schedules(jobs []PeriodicJob) ([]periodic.Schedule, error) {
 	var out []periodic.Schedule
 	for _, j := range jobs {
 		if j.Args == nil {
 			return nil, fmt.Errorf("%w: periodic job %q has no Args", workqueue.ErrInvalid, j.Name)
 		}
-		event := func(tick time.Time) (workqueue.Event, error) {
-			ev, err := NewEvent(j.Args(tick), j.Opts...)
-			if err != nil {
-				return ev, fmt.Errorf("laneq: periodic job %q: %w", j.Name, err)
-			}
-			return ev, nil
+		s := periodic.Schedule{Name: j.Name, Cron: j.Cron, Every: j.Every, Location: j.Location, Missed: j.Missed,
+			Event: func(tick time.Time) (workqueue.Event, error) {
+				ev, err := NewEvent(j.Args(tick), j.Opts...)
+				if err != nil {
+					return ev, fmt.Errorf("its Args or Opts: %w", err)
+				}
+				return ev, nil
+			}}
+		if _, err := s.TickEvent(time.Unix(0, 0).UTC()); err != nil {
+			return nil, fmt.Errorf("laneq: a periodic job fails for a sample tick (fix its Args or Opts): %w", err)
 		}
-		if _, err := event(time.Unix(0, 0).UTC()); err != nil {
-			return nil, err
-		}
-		out = append(out, periodic.Schedule{Name: j.Name, Cron: j.Cron, Every: j.Every, Location: j.Location, Missed: j.Missed,
-			Event: func(tick time.Time) workqueue.Event {
-				ev, _ := event(tick) // checked at Start; an event without work fails its enqueue, which is logged and retried
-				return ev
-			}})
+		out = append(out, s)
 	}
 	return out, nil
 }

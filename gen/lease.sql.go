@@ -268,7 +268,9 @@ type LeaseStatesRow struct {
 
 // GetLeaseState for a batch (one batch point get): after FinishLanelessBatch
 // changed fewer rows than it was given, or a run's reply was lost, which
-// entries committed (their token plus one, in the state written).
+// entries committed (their token plus one, in the state written); and, for
+// an enqueue that repeats a refused event, the state of the items that
+// held the refused unique keys.
 func (q *Queries) LeaseStates(ctx context.Context, workIds []int64) ([]LeaseStatesRow, error) {
 	query := leaseStates
 	var queryParams []interface{}

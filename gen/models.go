@@ -144,4 +144,5 @@ type WorkItem struct {
 	UniqueLiveKey        sql.NullString
 	CancelReason         sql.NullString
 	RateKey              sql.NullString
+	RefusedByWorkID      sql.NullInt64
 }

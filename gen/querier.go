@@ -425,6 +425,8 @@ type Querier interface {
 	// uk_work_item_event_type only fires for a writer that bypassed it. A
 	// dependency declared at enqueue is stored, not checked: the item is
 	// claimable and the worker checks it before any work (see dependency.sql).
+	// A refused item's record (refused_by_work_id set: its unique key was held,
+	// see schema 00027) arrives terminal, ended now by the database's clock.
 	InsertWorkItem(ctx context.Context, arg InsertWorkItemParams) (int64, error)
 	// One work item with its event's and receipt's context and the database's
 	// clock (for due and lease times relative to now): primary-key point gets,
@@ -452,7 +454,9 @@ type Querier interface {
 	LeaseOwnerCounts(ctx context.Context, arg LeaseOwnerCountsParams) ([]LeaseOwnerCountsRow, error)
 	// GetLeaseState for a batch (one batch point get): after FinishLanelessBatch
 	// changed fewer rows than it was given, or a run's reply was lost, which
-	// entries committed (their token plus one, in the state written).
+	// entries committed (their token plus one, in the state written); and, for
+	// an enqueue that repeats a refused event, the state of the items that
+	// held the refused unique keys.
 	LeaseStates(ctx context.Context, workIds []int64) ([]LeaseStatesRow, error)
 	// The scopes, a page at a time in key order after a cursor (the dashboard's
 	// first page): a range of the clustered primary key, LIMIT rows. The paused
@@ -553,7 +557,9 @@ type Querier interface {
 	// chooses by class and type those it may take (TakePromotedBatch).
 	LockWorkItems(ctx context.Context, workIds []int64) ([]LockWorkItemsRow, error)
 	// Existing work of duplicate events, read current and locked for the same
-	// reason as LockEventsByIdempotencyKeys. Rides uk_work_item_event_type.
+	// reason as LockEventsByIdempotencyKeys. Rides uk_work_item_event_type. A
+	// row with refused_by_work_id is a refusal's record: a repeat of its event
+	// reports the same refusal (see enqueueTx).
 	LockWorkItemsByEvents(ctx context.Context, eventIds []int64) ([]LockWorkItemsByEventsRow, error)
 	// Last statement of the materializing transaction: the batch's receipts
 	// become materialized with the event ids they became, fenced per row by

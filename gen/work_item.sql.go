@@ -12,7 +12,7 @@ import (
 )
 
 const getWorkItem = `-- name: GetWorkItem :one
-SELECT work_id, event_id, scope_id, generation, work_type, queue_class, state, run_after, priority, attempt_count, safe_retry_count, lease_owner, lease_token, source_lane_key, target_lane_key, lane_ordinal, projection_key, projection_active_key, terminal_at, replay_of_work_id, replayed_at, failure_class, failure_summary, dependency_wake_key, dependency_probe_after, created_at, updated_at, dependency_keys, replay_depth, projection_queued_key, unique_live_key, cancel_reason, rate_key
+SELECT work_id, event_id, scope_id, generation, work_type, queue_class, state, run_after, priority, attempt_count, safe_retry_count, lease_owner, lease_token, source_lane_key, target_lane_key, lane_ordinal, projection_key, projection_active_key, terminal_at, replay_of_work_id, replayed_at, failure_class, failure_summary, dependency_wake_key, dependency_probe_after, created_at, updated_at, dependency_keys, replay_depth, projection_queued_key, unique_live_key, cancel_reason, rate_key, refused_by_work_id
 FROM work_item
 WHERE work_id = ?
 `
@@ -55,12 +55,13 @@ func (q *Queries) GetWorkItem(ctx context.Context, workID int64) (WorkItem, erro
 		&i.UniqueLiveKey,
 		&i.CancelReason,
 		&i.RateKey,
+		&i.RefusedByWorkID,
 	)
 	return i, err
 }
 
 const getWorkItemByEventAndType = `-- name: GetWorkItemByEventAndType :one
-SELECT work_id, event_id, scope_id, generation, work_type, queue_class, state, run_after, priority, attempt_count, safe_retry_count, lease_owner, lease_token, source_lane_key, target_lane_key, lane_ordinal, projection_key, projection_active_key, terminal_at, replay_of_work_id, replayed_at, failure_class, failure_summary, dependency_wake_key, dependency_probe_after, created_at, updated_at, dependency_keys, replay_depth, projection_queued_key, unique_live_key, cancel_reason, rate_key
+SELECT work_id, event_id, scope_id, generation, work_type, queue_class, state, run_after, priority, attempt_count, safe_retry_count, lease_owner, lease_token, source_lane_key, target_lane_key, lane_ordinal, projection_key, projection_active_key, terminal_at, replay_of_work_id, replayed_at, failure_class, failure_summary, dependency_wake_key, dependency_probe_after, created_at, updated_at, dependency_keys, replay_depth, projection_queued_key, unique_live_key, cancel_reason, rate_key, refused_by_work_id
 FROM work_item
 WHERE event_id = ?
   AND work_type = ?
@@ -112,6 +113,7 @@ func (q *Queries) GetWorkItemByEventAndType(ctx context.Context, arg GetWorkItem
 		&i.UniqueLiveKey,
 		&i.CancelReason,
 		&i.RateKey,
+		&i.RefusedByWorkID,
 	)
 	return i, err
 }
@@ -121,7 +123,8 @@ INSERT INTO work_item (
     event_id, scope_id, generation, work_type, queue_class, state, run_after,
     priority, source_lane_key, target_lane_key, lane_ordinal,
     projection_key, projection_active_key, projection_queued_key,
-    dependency_wake_key, dependency_keys, unique_live_key, rate_key, created_at, updated_at
+    dependency_wake_key, dependency_keys, unique_live_key, rate_key,
+    refused_by_work_id, failure_class, failure_summary, terminal_at, created_at, updated_at
 ) VALUES (
     ?, ?, ?,
     ?, ?, ?,
@@ -130,7 +133,9 @@ INSERT INTO work_item (
     ?, ?,
     ?, ?,
     ?, ?, ?,
-    ?, ?, NOW(6), NOW(6)
+    ?, ?,
+    ?, ?, ?,
+    IF(? IS NULL, NULL, NOW(6)), NOW(6), NOW(6)
 )
 `
 
@@ -153,6 +158,9 @@ type InsertWorkItemParams struct {
 	DependencyKeys      []byte
 	UniqueLiveKey       sql.NullString
 	RateKey             sql.NullString
+	RefusedByWorkID     sql.NullInt64
+	FailureClass        sql.NullString
+	FailureSummary      sql.NullString
 }
 
 // work_id is AUTO_RANDOM; the driver returns the generated id. run_after is
@@ -161,6 +169,8 @@ type InsertWorkItemParams struct {
 // uk_work_item_event_type only fires for a writer that bypassed it. A
 // dependency declared at enqueue is stored, not checked: the item is
 // claimable and the worker checks it before any work (see dependency.sql).
+// A refused item's record (refused_by_work_id set: its unique key was held,
+// see schema 00027) arrives terminal, ended now by the database's clock.
 func (q *Queries) InsertWorkItem(ctx context.Context, arg InsertWorkItemParams) (int64, error) {
 	result, err := q.db.ExecContext(ctx, insertWorkItem,
 		arg.EventID,
@@ -181,6 +191,10 @@ func (q *Queries) InsertWorkItem(ctx context.Context, arg InsertWorkItemParams) 
 		arg.DependencyKeys,
 		arg.UniqueLiveKey,
 		arg.RateKey,
+		arg.RefusedByWorkID,
+		arg.FailureClass,
+		arg.FailureSummary,
+		arg.RefusedByWorkID,
 	)
 	if err != nil {
 		return 0, err
@@ -301,21 +315,24 @@ func (q *Queries) LockWorkItems(ctx context.Context, workIds []int64) ([]LockWor
 }
 
 const lockWorkItemsByEvents = `-- name: LockWorkItemsByEvents :many
-SELECT work_id, event_id, work_type, state
+SELECT work_id, event_id, work_type, state, refused_by_work_id
 FROM work_item
 WHERE event_id IN (/*SLICE:event_ids*/?)
 FOR UPDATE
 `
 
 type LockWorkItemsByEventsRow struct {
-	WorkID   int64
-	EventID  int64
-	WorkType string
-	State    string
+	WorkID          int64
+	EventID         int64
+	WorkType        string
+	State           string
+	RefusedByWorkID sql.NullInt64
 }
 
 // Existing work of duplicate events, read current and locked for the same
-// reason as LockEventsByIdempotencyKeys. Rides uk_work_item_event_type.
+// reason as LockEventsByIdempotencyKeys. Rides uk_work_item_event_type. A
+// row with refused_by_work_id is a refusal's record: a repeat of its event
+// reports the same refusal (see enqueueTx).
 func (q *Queries) LockWorkItemsByEvents(ctx context.Context, eventIds []int64) ([]LockWorkItemsByEventsRow, error) {
 	query := lockWorkItemsByEvents
 	var queryParams []interface{}
@@ -340,6 +357,7 @@ func (q *Queries) LockWorkItemsByEvents(ctx context.Context, eventIds []int64) (
 			&i.EventID,
 			&i.WorkType,
 			&i.State,
+			&i.RefusedByWorkID,
 		); err != nil {
 			return nil, err
 		}

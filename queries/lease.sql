@@ -180,7 +180,9 @@ WHERE work_id = sqlc.arg(work_id);
 -- name: LeaseStates :many
 -- GetLeaseState for a batch (one batch point get): after FinishLanelessBatch
 -- changed fewer rows than it was given, or a run's reply was lost, which
--- entries committed (their token plus one, in the state written).
+-- entries committed (their token plus one, in the state written); and, for
+-- an enqueue that repeats a refused event, the state of the items that
+-- held the refused unique keys.
 SELECT work_id, state, lease_token, cancel_reason
 FROM work_item
 WHERE work_id IN (sqlc.slice(work_ids));

@@ -5,11 +5,14 @@
 -- uk_work_item_event_type only fires for a writer that bypassed it. A
 -- dependency declared at enqueue is stored, not checked: the item is
 -- claimable and the worker checks it before any work (see dependency.sql).
+-- A refused item's record (refused_by_work_id set: its unique key was held,
+-- see schema 00027) arrives terminal, ended now by the database's clock.
 INSERT INTO work_item (
     event_id, scope_id, generation, work_type, queue_class, state, run_after,
     priority, source_lane_key, target_lane_key, lane_ordinal,
     projection_key, projection_active_key, projection_queued_key,
-    dependency_wake_key, dependency_keys, unique_live_key, rate_key, created_at, updated_at
+    dependency_wake_key, dependency_keys, unique_live_key, rate_key,
+    refused_by_work_id, failure_class, failure_summary, terminal_at, created_at, updated_at
 ) VALUES (
     sqlc.arg(event_id), sqlc.arg(scope_id), sqlc.arg(generation),
     sqlc.arg(work_type), sqlc.arg(queue_class), sqlc.arg(state),
@@ -18,7 +21,9 @@ INSERT INTO work_item (
     sqlc.narg(target_lane_key), sqlc.arg(lane_ordinal),
     sqlc.narg(projection_key), sqlc.narg(projection_active_key),
     sqlc.narg(projection_queued_key), sqlc.narg(dependency_wake_key), sqlc.narg(dependency_keys),
-    sqlc.narg(unique_live_key), sqlc.narg(rate_key), NOW(6), NOW(6)
+    sqlc.narg(unique_live_key), sqlc.narg(rate_key),
+    sqlc.narg(refused_by_work_id), sqlc.narg(failure_class), sqlc.narg(failure_summary),
+    IF(sqlc.narg(refused_by_work_id) IS NULL, NULL, NOW(6)), NOW(6), NOW(6)
 );
 
 -- name: GetWorkItem :one
@@ -38,8 +43,10 @@ WHERE event_id = sqlc.arg(event_id)
 
 -- name: LockWorkItemsByEvents :many
 -- Existing work of duplicate events, read current and locked for the same
--- reason as LockEventsByIdempotencyKeys. Rides uk_work_item_event_type.
-SELECT work_id, event_id, work_type, state
+-- reason as LockEventsByIdempotencyKeys. Rides uk_work_item_event_type. A
+-- row with refused_by_work_id is a refusal's record: a repeat of its event
+-- reports the same refusal (see enqueueTx).
+SELECT work_id, event_id, work_type, state, refused_by_work_id
 FROM work_item
 WHERE event_id IN (sqlc.slice(event_ids))
 FOR UPDATE;

@@ -179,4 +179,5 @@ type WorkItem struct {
 	UniqueLiveKey        sql.NullString
 	CancelReason         sql.NullString
 	RateKey              sql.NullString
+	RefusedByWorkID      sql.NullInt64
 }

@@ -11,6 +11,14 @@
 // and neither enqueues a tick before it is due nor counts one as missed.
 // Between ticks a Runner waits on a timer; it sends no statement.
 //
+// A schedule's failures stay in it: each schedule's due ticks are
+// enqueued apart from the others' (in batches of the Queue's
+// MaxEnqueueBatch), so a tick whose event cannot be built (Event fails or
+// panics, or names no work) or is refused (an invalid event) holds up only
+// its own schedule. It is logged and retried with a backoff while the
+// other schedules tick on. A panic in Event or Config.OnTick is recovered
+// and logged: it never ends the process.
+//
 // Cron expressions are parsed by github.com/robfig/cron/v3 (standard five
 // fields, an optional leading seconds field, descriptors such as @daily,
 // and a CRON_TZ=Zone prefix for a time zone): the parser most Go schedulers
@@ -25,6 +33,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"runtime/debug"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -76,8 +85,9 @@ type Schedule struct {
 	// empty fields default to RouteID "periodic", RouteVersion 1,
 	// EventKind "tick", SourceKind "periodic", SourceID the name and a
 	// JSON payload {"schedule": name, "tick": RFC 3339}. Work must name
-	// at least one work item.
-	Event func(tick time.Time) workqueue.Event
+	// at least one work item. An error (or a panic) leaves the tick due:
+	// the Runner logs it and tries again after a backoff (see TickEvent).
+	Event func(tick time.Time) (workqueue.Event, error)
 
 	spec cron.Schedule
 }
@@ -160,12 +170,29 @@ func (s *Schedule) latest(t time.Time) time.Time {
 // key is a tick's idempotency key: the schedule and the tick's instant in
 // UTC to the microsecond.
 func (s *Schedule) key(tick time.Time) string {
-	return "periodic/" + s.Name + "/" + tick.UTC().Format("2006-01-02T15:04:05.000000Z")
+	return "periodic/" + s.Name + "/" + stamp(tick)
 }
 
-// event builds a tick's event with its key and the defaults filled in.
-func (s *Schedule) event(tick time.Time) workqueue.Event {
-	ev := s.Event(tick)
+// TickEvent is the event a Runner enqueues for tick: Event's, with the
+// tick's idempotency key and the empty fields defaulted. It fails when
+// Event fails, when it panics (recovered: the error holds the panic
+// value; the Runner logs it with its stack), or when the event names no work
+// (workqueue.ErrInvalid). A caller can check a schedule with a sample
+// tick before running it (the laneq Client does at Start).
+func (s *Schedule) TickEvent(tick time.Time) (ev workqueue.Event, err error) {
+	defer func() {
+		if v := recover(); v != nil {
+			ev, err = workqueue.Event{}, &panicError{what: fmt.Sprintf("schedule %q: Event for tick %s", s.Name, stamp(tick)), value: v, stack: debug.Stack()}
+		}
+	}()
+	ev, err = s.Event(tick)
+	if err != nil {
+		return workqueue.Event{}, fmt.Errorf("periodic: schedule %q: the event of tick %s: %w", s.Name, stamp(tick), err)
+	}
+	if len(ev.Work) == 0 {
+		return workqueue.Event{}, fmt.Errorf("%w: periodic: schedule %q: the event of tick %s names no work: Event must return at least one work item",
+			workqueue.ErrInvalid, s.Name, stamp(tick))
+	}
 	ev.IdempotencyKey = s.key(tick)
 	if ev.RouteID == "" {
 		ev.RouteID = "periodic"
@@ -185,7 +212,45 @@ func (s *Schedule) event(tick time.Time) workqueue.Event {
 	if ev.Payload == nil {
 		ev.Payload, _ = json.Marshal(map[string]string{"schedule": s.Name, "tick": tick.Format(time.RFC3339Nano)}) // strings always marshal
 	}
-	return ev
+	return ev, nil
+}
+
+// stamp is a tick's instant as its idempotency key spells it.
+func stamp(tick time.Time) string { return tick.UTC().Format("2006-01-02T15:04:05.000000Z") }
+
+// panicError is a recovered panic of a user callback (Schedule.Event).
+type panicError struct {
+	what  string
+	value any
+	stack []byte
+}
+
+func (e *panicError) Error() string {
+	return fmt.Sprintf("periodic: %s panicked: %v (fix the callback)", e.what, e.value)
+}
+
+// due lists the ticks of s due at now, in order: those after seen (every
+// tick at or before it is enqueued; zero on the first pass, when only the
+// latest tick is due). Ticks at or before now-onTimeWithin were missed:
+// MissedRunOnce keeps the latest of them, unless a later tick is due and
+// on time (it runs, and stands for the missed ones).
+func (s *Schedule) due(seen, now time.Time, onTimeWithin time.Duration) []time.Time {
+	onTimeFrom := now.Add(-onTimeWithin)
+	from := seen
+	if from.IsZero() {
+		from = s.latest(now).Add(-time.Microsecond)
+	}
+	var ticks []time.Time
+	if from.Before(onTimeFrom) {
+		if last := s.latest(onTimeFrom); !last.IsZero() && last.After(from) && s.Missed == MissedRunOnce && s.next(last).After(now) {
+			ticks = append(ticks, last)
+		}
+		from = onTimeFrom
+	}
+	for t := s.next(from); !t.After(now); t = s.next(t) {
+		ticks = append(ticks, t)
+	}
+	return ticks
 }
 
 // DefaultOnTimeWithin is Config.OnTimeWithin's default.
@@ -209,6 +274,7 @@ type Config struct {
 	Logger *slog.Logger
 	// OnTick, when set, is called after each enqueue of a tick: created
 	// is false when another process (or an earlier run) stored it first.
+	// A panic in it is recovered and logged (the tick is stored).
 	OnTick func(schedule string, tick time.Time, created bool)
 }
 
@@ -224,10 +290,12 @@ type Runner struct {
 
 // Stats counts what a Runner did.
 type Stats struct {
-	Passes     uint64 // reads of the database clock that enqueued what was due
+	Passes     uint64 // reads of the database clock after which every schedule's due ticks were tried
 	Created    uint64 // ticks this Runner stored first
 	Duplicates uint64 // ticks another process (or an earlier run) had stored
-	Failures   uint64 // passes that failed and were retried
+	// Failures counts failed reads of the database clock, and failed
+	// tries at one schedule's due ticks; each is logged and retried.
+	Failures uint64
 }
 
 // Stats returns the counters.
@@ -274,8 +342,10 @@ func New(qu *workqueue.Queue, cfg Config) (*Runner, error) {
 // Run enqueues due ticks until ctx ends, and returns nil then. At start
 // each schedule's latest tick is enqueued if it is on time, or, with
 // MissedRunOnce, however old it is; from then on every tick as it falls
-// due. A failed read or enqueue is retried (1s doubling to 30s, ±20%),
-// and the ticks it covered stay due until one succeeds.
+// due. A failed read of the database's clock is retried (1s doubling to
+// 30s, ±20%). A schedule whose due ticks fail (see TickEvent; or their
+// enqueue fails) is retried on the same curve, on its own: the ticks it
+// covered stay due until one succeeds, and the other schedules go on.
 func (r *Runner) Run(ctx context.Context) error {
 	if len(r.schedules) == 0 {
 		<-ctx.Done()
@@ -283,32 +353,33 @@ func (r *Runner) Run(ctx context.Context) error {
 	}
 	timer := r.cfg.Clock.NewTimer()
 	defer timer.Stop()
-	seen := make([]time.Time, len(r.schedules)) // per schedule: every tick at or before it is enqueued
-	failures := 0
+	states := make([]dueState, len(r.schedules))
+	clockFailures := 0
 	for {
 		now, err := r.qu.DatabaseNow(ctx)
-		if err == nil {
-			err = r.enqueueDue(ctx, now, seen)
-		}
 		var wait time.Duration
 		switch {
 		case ctx.Err() != nil:
 			return nil
 		case err != nil:
 			r.failures.Add(1)
-			failures++
-			wait = r.retry.Next(failures)
-			r.cfg.Logger.Warn("periodic: enqueueing due ticks failed; retrying", "scope", r.cfg.Scope, "err", err, "in", wait)
+			clockFailures++
+			wait = r.retry.Next(clockFailures)
+			r.cfg.Logger.Warn("periodic: reading the database's clock failed; retrying", "scope", r.cfg.Scope, "err", err, "in", wait)
 		default:
-			r.passes.Add(1)
-			failures = 0
-			next := r.schedules[0].next(seen[0])
-			for i, s := range r.schedules[1:] {
-				next = minTime(next, s.next(seen[i+1]))
+			clockFailures = 0
+			for i, s := range r.schedules {
+				if st := &states[i]; st.failures == 0 || !now.Before(st.retryAt) {
+					r.enqueueDue(ctx, s, st, now)
+				}
 			}
+			if ctx.Err() != nil {
+				return nil
+			}
+			r.passes.Add(1)
 			// A duration of the database's clock, waited on this process's
 			// timer: a clock that is off only moves when it looks again.
-			wait = next.Sub(now)
+			wait = r.nextDue(states).Sub(now)
 		}
 		timer.Reset(max(wait, time.Millisecond))
 		select {
@@ -319,67 +390,100 @@ func (r *Runner) Run(ctx context.Context) error {
 	}
 }
 
-// enqueueDue enqueues the due ticks of every schedule in one Enqueue and
-// moves seen past them. On the first pass (seen zero) a schedule's due
-// tick is its latest; later, every tick after seen. Ticks older than
-// OnTimeWithin are missed: MissedRunOnce keeps the latest of them.
-func (r *Runner) enqueueDue(ctx context.Context, now time.Time, seen []time.Time) error {
-	onTimeFrom := now.Add(-r.cfg.OnTimeWithin)
-	var events []workqueue.Event
-	type due struct {
-		schedule *Schedule
-		tick     time.Time
-	}
-	var ticks []due
-	for i, s := range r.schedules {
-		from := seen[i]
-		if from.IsZero() {
-			from = s.latest(now).Add(-time.Microsecond) // the first pass: only the latest tick is due
-		}
-		if from.Before(onTimeFrom) {
-			// Ticks at or before onTimeFrom are missed.
-			if last := s.latest(onTimeFrom); !last.IsZero() && last.After(from) && s.Missed == MissedRunOnce {
-				if !s.next(last).After(now) {
-					// A later tick is due and on time: it runs, and stands for
-					// the missed ones.
-				} else {
-					ticks = append(ticks, due{s, last})
-				}
-			}
-			from = onTimeFrom
-		}
-		for t := s.next(from); !t.After(now); t = s.next(t) {
-			ticks = append(ticks, due{s, t})
-		}
-	}
-	for _, d := range ticks {
-		events = append(events, d.schedule.event(d.tick))
-	}
-	if len(events) > 0 {
-		res, err := r.qu.Enqueue(ctx, r.cfg.Scope, events)
-		if err != nil {
-			return fmt.Errorf("periodic: enqueue %d ticks: %w", len(events), err)
-		}
-		for k, d := range ticks {
-			if res[k].Duplicate {
-				r.duplicates.Add(1)
-			} else {
-				r.created.Add(1)
-			}
-			if r.cfg.OnTick != nil {
-				r.cfg.OnTick(d.schedule.Name, d.tick, !res[k].Duplicate)
-			}
-		}
-	}
-	for i := range seen {
-		seen[i] = now
-	}
-	return nil
+// dueState is what Run knows of one schedule between passes.
+type dueState struct {
+	seen     time.Time // every tick at or before it is enqueued; zero before the first success
+	failures int       // consecutive failed tries at the schedule's due ticks
+	retryAt  time.Time // with failures: when, by the database's clock, to try them again
 }
 
-func minTime(a, b time.Time) time.Time {
-	if b.Before(a) {
-		return b
+// nextDue is when, by the database's clock, some schedule next has work:
+// its next tick, or its retry after a failure.
+func (r *Runner) nextDue(states []dueState) time.Time {
+	var next time.Time
+	for i, s := range r.schedules {
+		at := s.next(states[i].seen)
+		if states[i].failures > 0 {
+			at = states[i].retryAt
+		}
+		if i == 0 || at.Before(next) {
+			next = at
+		}
 	}
-	return a
+	return next
+}
+
+// enqueueDue enqueues the due ticks of one schedule, in order, in batches
+// of the Queue's MaxEnqueueBatch, moving st.seen past each batch stored.
+// The first tick that fails (its event cannot be built, or its batch is
+// refused) stops it there: that tick and the later ones stay due, and the
+// schedule is retried after a backoff (st.retryAt).
+func (r *Runner) enqueueDue(ctx context.Context, s *Schedule, st *dueState, now time.Time) {
+	ticks := s.due(st.seen, now, r.cfg.OnTimeWithin)
+	events := make([]workqueue.Event, 0, len(ticks))
+	var buildErr error
+	for _, tick := range ticks {
+		ev, err := s.TickEvent(tick)
+		if err != nil {
+			buildErr = err
+			break
+		}
+		events = append(events, ev)
+	}
+	batch := r.qu.MaxEnqueueBatch()
+	for from := 0; from < len(events); from += batch {
+		to := min(from+batch, len(events))
+		res, err := r.qu.Enqueue(ctx, r.cfg.Scope, events[from:to])
+		if err != nil {
+			if ctx.Err() == nil {
+				r.failed(s, st, now, fmt.Errorf("periodic: schedule %q: enqueue %d ticks from %s: %w", s.Name, to-from, stamp(ticks[from]), err))
+			}
+			return
+		}
+		for k, tick := range ticks[from:to] {
+			created := !res[k].Duplicate
+			if created {
+				r.created.Add(1)
+			} else {
+				r.duplicates.Add(1)
+			}
+			r.onTick(s.Name, tick, created)
+		}
+		st.seen = ticks[to-1]
+	}
+	if buildErr != nil {
+		r.failed(s, st, now, buildErr)
+		return
+	}
+	st.seen, st.failures = now, 0
+}
+
+// failed counts and logs a failed try at a schedule's due ticks and sets
+// when to retry them.
+func (r *Runner) failed(s *Schedule, st *dueState, now time.Time, err error) {
+	r.failures.Add(1)
+	st.failures++
+	wait := r.retry.Next(st.failures)
+	st.retryAt = now.Add(wait)
+	attrs := []any{"scope", r.cfg.Scope, "schedule", s.Name, "err", err, "in", wait}
+	if p := (*panicError)(nil); errors.As(err, &p) {
+		r.cfg.Logger.Error("periodic: a schedule's Event panicked; its due ticks are retried, the other schedules go on", append(attrs, "stack", string(p.stack))...)
+		return
+	}
+	r.cfg.Logger.Warn("periodic: a schedule's due ticks could not be enqueued; they are retried, the other schedules go on", attrs...)
+}
+
+// onTick calls Config.OnTick, recovering a panic: the tick is stored
+// already, and a panicking callback must not end the process.
+func (r *Runner) onTick(schedule string, tick time.Time, created bool) {
+	if r.cfg.OnTick == nil {
+		return
+	}
+	defer func() {
+		if v := recover(); v != nil {
+			r.cfg.Logger.Error("periodic: OnTick panicked; the tick is stored and the runner goes on", "scope", r.cfg.Scope,
+				"schedule", schedule, "tick", stamp(tick), "panic", fmt.Sprint(v), "stack", string(debug.Stack()))
+		}
+	}()
+	r.cfg.OnTick(schedule, tick, created)
 }

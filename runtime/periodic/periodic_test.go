@@ -20,8 +20,8 @@ func TestMain(m *testing.M) { os.Exit(tidbtest.Main(m)) }
 
 const scope = "tenant-a/periodic"
 
-func work(time.Time) workqueue.Event {
-	return workqueue.Event{Work: []workqueue.Work{{WorkType: "tick"}}}
+func work(time.Time) (workqueue.Event, error) {
+	return workqueue.Event{Work: []workqueue.Work{{WorkType: "tick"}}}, nil
 }
 
 // runner starts a Runner of cfg on qu until the test ends.

@@ -11,7 +11,7 @@ import (
 func must(t *testing.T, s Schedule) *Schedule {
 	t.Helper()
 	if s.Event == nil {
-		s.Event = func(time.Time) workqueue.Event { return workqueue.Event{} }
+		s.Event = func(time.Time) (workqueue.Event, error) { return workqueue.Event{}, nil }
 	}
 	if err := s.compile(); err != nil {
 		t.Fatalf("compile %+v: %v", s, err)
@@ -71,7 +71,7 @@ func TestTicks(t *testing.T) {
 
 // Bad schedules are refused with workqueue.ErrInvalid.
 func TestScheduleValidation(t *testing.T) {
-	ev := func(time.Time) workqueue.Event { return workqueue.Event{} }
+	ev := func(time.Time) (workqueue.Event, error) { return workqueue.Event{}, nil }
 	for _, s := range []Schedule{
 		{Name: "", Every: time.Second, Event: ev},
 		{Name: "has space", Every: time.Second, Event: ev},

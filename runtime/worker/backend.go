@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"runtime/debug"
 	"slices"
 	"time"
 
@@ -326,7 +327,7 @@ func (b backend) Finish(ctx context.Context, cp *workqueue.Claimed, outcome erro
 		return fmt.Errorf("worker: %s work %d: %w", kind, c.WorkID, err)
 	}
 	if w.cfg.OnFinished != nil {
-		w.cfg.OnFinished(Finished{Item: c, Outcome: kind, Err: outcome, RetryIn: retryIn})
+		w.onFinished(Finished{Item: c, Outcome: kind, Err: outcome, RetryIn: retryIn})
 	}
 	// Promoted followers, a released item and a retry were announced by
 	// the queue itself (see workqueue.Announcement).
@@ -403,4 +404,16 @@ func failureOf(outcome error) workqueue.Failure {
 		summary = summary[:1024]
 	}
 	return workqueue.Failure{Class: class, Summary: string(summary)}
+}
+
+// onFinished calls Config.OnFinished, recovering a panic: the outcome is
+// durable already, and a panicking callback must not end the process.
+func (w *Worker) onFinished(f Finished) {
+	defer func() {
+		if v := recover(); v != nil {
+			w.log.Error("worker: OnFinished panicked; the item's outcome stands and the worker goes on",
+				"work_id", f.Item.WorkID, "outcome", f.Outcome, "panic", fmt.Sprint(v), "stack", string(debug.Stack()))
+		}
+	}()
+	w.cfg.OnFinished(f)
 }

@@ -105,7 +105,8 @@ type Config struct {
 	// OnFinished, when set, is called once an attempt's outcome is durable
 	// (see Finished), on the executor's goroutine: keep it short and
 	// non-blocking. An outcome whose write failed is not reported: the
-	// lease decides that item, and another attempt reports it.
+	// lease decides that item, and another attempt reports it. A panic in
+	// it is recovered and logged; the worker goes on.
 	OnFinished func(Finished)
 	// Schedules are periodic jobs this worker enqueues into its scope
 	// (runtime/periodic): each tick once, however many processes run the

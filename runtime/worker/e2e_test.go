@@ -159,8 +159,8 @@ func runHelperProcess() int {
 		if err != nil {
 			return fail(err)
 		}
-		cfg.Schedules = []periodic.Schedule{{Name: "every", Every: every, Event: func(tick time.Time) workqueue.Event {
-			return workqueue.Event{Work: []workqueue.Work{{WorkType: "deliver"}}}
+		cfg.Schedules = []periodic.Schedule{{Name: "every", Every: every, Event: func(tick time.Time) (workqueue.Event, error) {
+			return workqueue.Event{Work: []workqueue.Work{{WorkType: "deliver"}}}, nil
 		}}}
 	}
 	stamp := os.Getenv(helperStampEnv) != ""

@@ -69,12 +69,17 @@ type Work struct {
 	// UniqueKey (printable ASCII without spaces, at most 128 bytes; empty
 	// for none) makes the item unique while live in its scope and
 	// generation: while an item enqueued with the same key is pending,
-	// blocked, running, retrying or waiting, this one is not created and
-	// the enqueue reports that item (EnqueuedWork.Refused; the event
-	// itself is still stored). Once that item is terminal (completed,
-	// skipped, dead) the key is free again. Keys compare byte for byte.
-	// Not with a Projection, which already keeps one live generation. A
-	// replay's child (Queue.Replay) holds no key.
+	// blocked, running, retrying or waiting, this one is not created live
+	// and the enqueue reports that item (EnqueuedWork.Refused). The event
+	// is still stored, and so is the refused item's record: terminal at
+	// once, skipped with failure class FailureUniqueRefused, naming the
+	// item that held the key; it never runs. Enqueueing the same event
+	// again (its idempotency key) reports the same refusal, even once the
+	// key is free: a refused item is never created late. Once the live
+	// item is terminal (completed, skipped, dead) the key is free for new
+	// events. Keys compare byte for byte. Not with a Projection, which
+	// already keeps one live generation. A replay's child (Queue.Replay)
+	// holds no key.
 	UniqueKey string
 	// RateKey (printable ASCII without spaces, at most 128 bytes; empty for
 	// none) is the key the item's starts are counted under by a rate limit
@@ -101,9 +106,11 @@ type EnqueuedWork struct {
 	// constants); empty for per-event work. WorkID is the generation that
 	// selects the event (0 when covered and none does any more).
 	Projection string
-	// Refused: an item with the same Work.UniqueKey is live (WorkID and
-	// State are that item's, possibly created earlier in the same batch);
-	// nothing was created for this work.
+	// Refused: an item with the same Work.UniqueKey was live when this
+	// work was first enqueued (WorkID and State are that item's, its
+	// current state; it may have been created earlier in the same batch).
+	// No live item was created for this work, only its terminal record
+	// (see Work.UniqueKey); a repeat of the event is refused the same way.
 	Refused bool
 }
 
@@ -230,8 +237,16 @@ func enqueueTx(ctx context.Context, q *gen.Queries, raw *sql.Tx, scope string, e
 	if err != nil {
 		return nil, err
 	}
-	type refusal struct{ event, work int }
-	refused := map[refusal]*uniqueHolder{}
+	// A work item refused for its unique key is stored as a record,
+	// terminal at once (see Work.UniqueKey), once the item that held the
+	// key has its id; a repeat of its event reports the same refusal.
+	type refusal struct {
+		event, work int // its place in out
+		held        *uniqueHolder
+		record      gen.InsertWorkItemParams
+	}
+	var refused []refusal
+	var repeatedRefusals []refusal // refusals of an earlier enqueue of a duplicate event
 
 	// Source projections (Work.Projection): each projection selects the
 	// batch's newest new event of it (the others are in that generation's
@@ -292,6 +307,13 @@ func enqueueTx(ctx context.Context, q *gen.Queries, raw *sql.Tx, scope string, e
 			proj := projKey[i] != "" && j == projIdx[i]
 			got, exists := existingWork[workKey{res.EventID, work.WorkType}]
 			switch {
+			case res.Duplicate && exists && got.RefusedByWorkID.Valid:
+				// The event's first enqueue was refused this work: the same
+				// refusal, even once the key is free (a late item would run
+				// work its enqueuer was told was refused).
+				res.Work = append(res.Work, EnqueuedWork{WorkID: got.RefusedByWorkID.Int64, WorkType: got.WorkType, Refused: true})
+				repeatedRefusals = append(repeatedRefusals, refusal{event: i, work: len(res.Work) - 1})
+				continue
 			case res.Duplicate && proj && projectionOf[res.EventID]:
 				// Coverage (seed 004 step 11): the event is in the input of
 				// the generation its first enqueue advanced or created.
@@ -312,7 +334,20 @@ func enqueueTx(ctx context.Context, q *gen.Queries, raw *sql.Tx, scope string, e
 				k := uniqueLiveKey(scope, head.ActiveGeneration, work.UniqueKey)
 				if held := uniq[k]; held != nil {
 					res.Work = append(res.Work, EnqueuedWork{WorkType: work.WorkType, Refused: true})
-					refused[refusal{i, len(res.Work) - 1}] = held
+					refused = append(refused, refusal{event: i, work: len(res.Work) - 1, held: held, record: gen.InsertWorkItemParams{
+						EventID:        res.EventID, // 0 for a new event until it is written
+						ScopeID:        scope,
+						Generation:     head.ActiveGeneration,
+						WorkType:       work.WorkType,
+						QueueClass:     queueClass(work.QueueClass),
+						State:          StateSkipped,
+						Priority:       work.Priority,
+						LaneOrdinal:    next,
+						FailureClass:   store.NullString(FailureUniqueRefused),
+						FailureSummary: store.NullString(fmt.Sprintf("refused: unique key %q was held by a live item", work.UniqueKey)),
+					}})
+					made++
+					next++
 					continue
 				}
 				uniq[k] = &uniqueHolder{planned: len(works)}
@@ -419,13 +454,41 @@ func enqueueTx(ctx context.Context, q *gen.Queries, raw *sql.Tx, scope string, e
 	for _, it := range heads {
 		out[it.event].Work[it.work].State = StatePending
 	}
-	for r, held := range refused {
-		w := &out[r.event].Work[r.work]
+	records := make([]gen.InsertWorkItemParams, len(refused))
+	for k, r := range refused {
+		held := r.held
 		if held.planned >= 0 { // created earlier in this batch
 			p := works[held.planned]
 			held.workID, held.state = out[p.event].Work[p.work].WorkID, out[p.event].Work[p.work].State
 		}
+		w := &out[r.event].Work[r.work]
 		w.WorkID, w.State = held.workID, held.state
+		records[k] = r.record
+		records[k].EventID = out[r.event].EventID
+		records[k].RefusedByWorkID = sql.NullInt64{Int64: held.workID, Valid: true}
+	}
+	if _, err := insertWorkItems(ctx, q, raw, records); err != nil {
+		return nil, fmt.Errorf("store the records of %d refused items: %w", len(records), err)
+	}
+	if len(repeatedRefusals) > 0 {
+		// A repeated refusal reports the current state of the item that
+		// held the key, as the first one did (one batch point get).
+		holders := make([]int64, len(repeatedRefusals))
+		for k, r := range repeatedRefusals {
+			holders[k] = out[r.event].Work[r.work].WorkID
+		}
+		rows, err := q.LeaseStates(ctx, holders)
+		if err != nil {
+			return nil, fmt.Errorf("read the state of %d items that held refused unique keys: %w", len(holders), err)
+		}
+		stateOf := make(map[int64]string, len(rows))
+		for _, r := range rows {
+			stateOf[r.WorkID] = r.State
+		}
+		for _, r := range repeatedRefusals {
+			w := &out[r.event].Work[r.work]
+			w.State = stateOf[w.WorkID]
+		}
 	}
 	for _, c := range collapsed {
 		sel := newest[projKey[c.event]]
@@ -443,6 +506,11 @@ func enqueueTx(ctx context.Context, q *gen.Queries, raw *sql.Tx, scope string, e
 
 // MaxUniqueKey bounds Work.UniqueKey.
 const MaxUniqueKey = 128
+
+// FailureUniqueRefused is the failure class of a refused item's record: an
+// enqueue whose Work.UniqueKey was held by a live item stores the item
+// skipped with this class, naming the holder (work_item.refused_by_work_id).
+const FailureUniqueRefused = "unique_refused"
 
 // MaxRateKey bounds Work.RateKey (work_item.rate_key).
 const MaxRateKey = 128

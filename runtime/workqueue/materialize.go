@@ -38,7 +38,8 @@ var (
 		"event_id", "scope_id", "generation", "work_type", "queue_class", "state", "priority",
 		"source_lane_key", "target_lane_key", "lane_ordinal", "projection_key",
 		"projection_active_key", "projection_queued_key", "dependency_wake_key",
-		"dependency_keys", "unique_live_key", "rate_key", "@delay_micros",
+		"dependency_keys", "unique_live_key", "rate_key", "@refused_by_work_id",
+		"failure_class", "failure_summary", "@delay_micros",
 	})
 )
 
@@ -116,7 +117,8 @@ func insertWorkItems(ctx context.Context, q *gen.Queries, raw *sql.Tx, rows []ge
 	for _, r := range rows {
 		data.row(r.EventID, r.ScopeID, r.Generation, r.WorkType, r.QueueClass, r.State, int64(r.Priority),
 			r.SourceLaneKey, r.TargetLaneKey, r.LaneOrdinal, r.ProjectionKey,
-			r.ProjectionActiveKey, r.ProjectionQueuedKey, r.DependencyWakeKey, r.DependencyKeys, r.UniqueLiveKey, r.RateKey, r.DelayMicros)
+			r.ProjectionActiveKey, r.ProjectionQueuedKey, r.DependencyWakeKey, r.DependencyKeys, r.UniqueLiveKey, r.RateKey,
+			r.RefusedByWorkID, r.FailureClass, r.FailureSummary, r.DelayMicros)
 		if !seen[r.EventID] {
 			seen[r.EventID] = true
 			events = append(events, r.EventID)

@@ -371,6 +371,10 @@ func (qu *Queue) Store() *store.Store { return qu.st }
 // Lease is the configured lease duration.
 func (qu *Queue) Lease() time.Duration { return qu.cfg.Lease }
 
+// MaxEnqueueBatch is the configured bound on the events of one Enqueue,
+// for callers that split a larger set into batches (runtime/periodic).
+func (qu *Queue) MaxEnqueueBatch() int { return qu.cfg.MaxEnqueueBatch }
+
 // DatabaseNow reads the database's clock (DatabaseNowMicros), the clock
 // every due time and lease of laneq is measured by, as an absolute instant
 // in UTC whatever the session's time zone.

@@ -42,9 +42,9 @@ func (f *fixture) enqueueUnique(q *workqueue.Queue, idempotencyKey, unique strin
 
 // TestUniqueWhileLiveRace: 32 concurrent enqueues of one unique key, each
 // through its own Queue (its own pool, as separate processes have), create
-// one live item; the other 31 are refused with that item. Completing it
-// frees the key: one more enqueue is accepted, and refused again behind
-// the new item. A key with a trailing space is refused as invalid, never
+// one live item; the other 31 are refused with that item (each stores a
+// terminal record naming it). Completing it frees the key: one more
+// enqueue is accepted, and refused again behind the new item. A key with a trailing space is refused as invalid, never
 // taken for the key without it.
 func TestUniqueWhileLiveRace(t *testing.T) {
 	t.Parallel()
@@ -86,8 +86,11 @@ func TestUniqueWhileLiveRace(t *testing.T) {
 			t.Fatalf("writer %d: %+v, want refused with the live item %d (pending)", i, r, live.WorkID)
 		}
 	}
-	if n := f.count("SELECT COUNT(*) FROM work_item WHERE scope_id = ?", scope); n != 1 {
-		t.Fatalf("%d work items, want the one live item", n)
+	if n := f.count("SELECT COUNT(*) FROM work_item WHERE scope_id = ? AND refused_by_work_id IS NULL", scope); n != 1 {
+		t.Fatalf("%d work items besides refusal records, want the one live item", n)
+	}
+	if n := f.count("SELECT COUNT(*) FROM work_item WHERE scope_id = ? AND refused_by_work_id = ? AND state = 'skipped'", scope, live.WorkID); n != writers-1 {
+		t.Fatalf("%d refusal records naming the live item, want one per refused enqueue (%d)", n, writers-1)
 	}
 	if n := f.count("SELECT COUNT(*) FROM event WHERE scope_id = ?", scope); n != writers {
 		t.Fatalf("%d events, want every enqueue's event stored (%d)", n, writers)
@@ -197,5 +200,107 @@ func TestUniqueWhileLiveAcrossProcesses(t *testing.T) {
 		if len(refusedWith) != 1 || refusedWith[id] != 31 {
 			t.Fatalf("refused with %v, want all 31 others with %s", refusedWith, id)
 		}
+	}
+}
+
+// TestUniqueRefusalSurvivesIdempotentRetry: an enqueue refused by a unique
+// key stores its item's record, terminal at once (skipped, failure class
+// unique_refused, naming the live item that held the key). Enqueued again
+// with the same idempotency key (a redeploy re-enqueueing the latest
+// periodic tick), it gets the same refusal: while that item is live, and
+// once it completed and the key is free, so the refused work never runs
+// late. A batch whose refusals are written with one load, and its repeat,
+// behave the same. A new idempotency key then takes the free key.
+func TestUniqueRefusalSurvivesIdempotentRetry(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, workqueue.Config{})
+	const unique = "nightly-report"
+	tick := func(key string) workqueue.Event {
+		return workqueue.Event{IdempotencyKey: key, RouteID: "r", RouteVersion: 1, EventKind: "k", SourceKind: "s", SourceID: key,
+			Payload: []byte("{}"), Work: []workqueue.Work{{WorkType: "deliver", UniqueKey: unique}}}
+	}
+	enqueue := func(keys ...string) []workqueue.EnqueuedEvent {
+		t.Helper()
+		evs := make([]workqueue.Event, len(keys))
+		for i, k := range keys {
+			evs[i] = tick(k)
+		}
+		res, err := f.qu.Enqueue(f.ctx, scope, evs)
+		if err != nil {
+			t.Fatalf("enqueue %v: %v", keys, err)
+		}
+		return res
+	}
+	// refusedWith fails unless every event of res was refused with the
+	// item holder, in holderState, and created nothing.
+	refusedWith := func(what string, res []workqueue.EnqueuedEvent, duplicate bool, holder int64, holderState string) {
+		t.Helper()
+		for i, ev := range res {
+			w := ev.Work[0]
+			if ev.Duplicate != duplicate || !w.Refused || w.Created || w.WorkID != holder || w.State != holderState {
+				t.Fatalf("%s, event %d: duplicate=%v %+v; want duplicate=%v, refused with item %d (%s), nothing created",
+					what, i, ev.Duplicate, w, duplicate, holder, holderState)
+			}
+		}
+	}
+
+	first := enqueue("tick-1")[0].Work[0]
+	if !first.Created {
+		t.Fatalf("the first tick: %+v, want its item created", first)
+	}
+	refusedWith("a second tick while the first runs", enqueue("tick-2"), false, first.WorkID, workqueue.StatePending)
+	batch := []string{"tick-3", "tick-4", "tick-5", "tick-6", "tick-7"} // more refusals than a load's minimum
+	refusedWith("a batch of ticks", enqueue(batch...), false, first.WorkID, workqueue.StatePending)
+	refusedWith("tick-2 again while the key is held", enqueue("tick-2"), true, first.WorkID, workqueue.StatePending)
+
+	c := f.claimer("w")
+	got := f.claim(c, workqueue.ClaimRequest{Max: 10})
+	if len(got) != 1 || got[0].WorkID != first.WorkID {
+		t.Fatalf("claimed %v, want only the first tick's item %d", ids(got), first.WorkID)
+	}
+	f.complete(got[0])
+
+	refusedWith("tick-2 again once the key is free", enqueue("tick-2"), true, first.WorkID, workqueue.StateCompleted)
+	refusedWith("the batch again once the key is free", enqueue(batch...), true, first.WorkID, workqueue.StateCompleted)
+	if n := f.count("SELECT COUNT(*) FROM work_item WHERE scope_id = ? AND state <> 'skipped' AND work_id <> ?", scope, first.WorkID); n != 0 {
+		t.Fatalf("%d items besides the first tick's that are not refusal records: a refused tick's work was created late", n)
+	}
+	if late := f.claim(c, workqueue.ClaimRequest{Max: 10}); len(late) != 0 {
+		t.Fatalf("claimed %v after the repeats: a refused tick's work runs late", ids(late))
+	}
+
+	// Each refused tick's record says it was refused, and by which item.
+	rows, err := f.db.Query(`SELECT e.idempotency_key, w.state, COALESCE(w.failure_class, ''), COALESCE(w.refused_by_work_id, 0),
+		w.terminal_at IS NOT NULL, w.unique_live_key IS NULL
+		FROM event e JOIN work_item w ON w.event_id = e.event_id
+		WHERE e.scope_id = ? AND e.idempotency_key <> 'tick-1' ORDER BY e.idempotency_key`, scope)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	records := 0
+	for rows.Next() {
+		var key, state, class string
+		var by int64
+		var terminal, keyless bool
+		if err := rows.Scan(&key, &state, &class, &by, &terminal, &keyless); err != nil {
+			t.Fatal(err)
+		}
+		if state != workqueue.StateSkipped || class != workqueue.FailureUniqueRefused || by != first.WorkID || !terminal || !keyless {
+			t.Errorf("%s's record: state %s, class %q, refused by %d, terminal %v, holds no key %v; want skipped, %q, %d, terminal, no key",
+				key, state, class, by, terminal, keyless, workqueue.FailureUniqueRefused, first.WorkID)
+		}
+		records++
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	if records != 1+len(batch) {
+		t.Fatalf("%d refusal records, want one per refused tick (%d)", records, 1+len(batch))
+	}
+
+	next := enqueue("tick-8")[0].Work[0]
+	if !next.Created || next.WorkID == first.WorkID {
+		t.Fatalf("a new tick once the key is free: %+v, want a new item", next)
 	}
 }

@@ -145,8 +145,8 @@ func runLaneq(ctx context.Context, db *sql.DB, cfg processConfig, rec *recorder,
 			wcfg.RateWindowsKept = 24 * time.Hour // the verifier reads every window's grants back
 		}
 		if cfg.Periodic > 0 {
-			wcfg.Schedules = []periodic.Schedule{{Name: tickSchedule, Every: cfg.Periodic, Event: func(time.Time) workqueue.Event {
-				return workqueue.Event{Work: []workqueue.Work{{WorkType: typeTick}}}
+			wcfg.Schedules = []periodic.Schedule{{Name: tickSchedule, Every: cfg.Periodic, Event: func(time.Time) (workqueue.Event, error) {
+				return workqueue.Event{Work: []workqueue.Work{{WorkType: typeTick}}}, nil
 			}}}
 		}
 		wcfg.Hooks = &worker.Hooks{
