@@ -33,6 +33,11 @@ SQLC_KEY    := $(shell cat tools/sqlc/go.mod tools/sqlc/go.sum | sha256sum | cut
 SQLC_CACHED := $(LANEQ_CACHE)/sqlc-$(SQLC_KEY)/sqlc
 SQLC_BIN    := $(ROOT)/bin/sqlc
 
+# --- golangci-lint (tools/golangci) ---------------------------------------------
+GOLANGCI_KEY    := $(shell cat tools/golangci/go.mod tools/golangci/go.sum | sha256sum | cut -c1-16)
+GOLANGCI_CACHED := $(LANEQ_CACHE)/golangci-lint-$(GOLANGCI_KEY)/golangci-lint
+GOLANGCI_BIN    := $(ROOT)/bin/golangci-lint
+
 # Tests and plancheck find the embedded server through this variable.
 export LANEQ_TIDB_SERVER ?= $(TIDB_BIN)
 
@@ -86,6 +91,20 @@ $(SQLC_BIN): $(SQLC_CACHED)
 .PHONY: sqlc
 sqlc: $(SQLC_BIN) ## Build the pinned sqlc (v1.31.1).
 
+$(GOLANGCI_CACHED):
+	@echo "==> building golangci-lint (tools/golangci, ~3 min cold)"
+	@mkdir -p $(dir $@)
+	cd tools/golangci && $(GO) build -o $@.tmp github.com/golangci/golangci-lint/v2/cmd/golangci-lint
+	@mv $@.tmp $@
+
+$(GOLANGCI_BIN): $(GOLANGCI_CACHED)
+	@mkdir -p $(dir $@)
+	@ln -sfn $< $@
+	@touch -h $@
+
+.PHONY: golangci-lint
+golangci-lint: $(GOLANGCI_BIN) ## Build the pinned golangci-lint (v2.15.0).
+
 # --- code generation ------------------------------------------------------------
 
 .PHONY: generate
@@ -99,11 +118,18 @@ check-generate: $(SQLC_BIN) ## Fail when gen/ differs from a fresh sqlc generati
 # --- quality --------------------------------------------------------------------
 
 .PHONY: lint
-lint: ## go vet (the root module and tools/uitest) and a gofmt check.
+# The code modules' go.mod must be what `go mod tidy` writes: a direct import
+# marked indirect (or a stale requirement) fails here, not in a user's build.
+MODULES = . tools/uitest
+lint: $(GOLANGCI_BIN) ## go vet, gofmt, golangci-lint (depguard keeps test harnesses out of library code) and go.mod tidiness.
 	$(GO) vet ./...
 	cd tools/uitest && $(GO) vet ./...
 	@out=$$(gofmt -l $$(git ls-files --cached --others --exclude-standard '*.go')); \
 		if [ -n "$$out" ]; then echo "gofmt needed on:"; echo "$$out"; exit 1; fi
+	$(GOLANGCI_BIN) run ./...
+	@for m in $(MODULES); do \
+		(cd $$m && $(GO) mod tidy -diff >/dev/null) || { echo "$$m/go.mod is not tidy: run 'cd $$m && go mod tidy' and commit it"; exit 1; }; \
+	done
 	@echo "lint: ok"
 
 # --- headless Chromium (tools/uitest drives the dashboard in it) -------------------
@@ -128,11 +154,48 @@ screenshots: tidb chromium ## Retake the dashboard screenshots in cmd/laneq/dash
 # The controller, scheduler and crash-matrix suites are deterministic call
 # budgets; they also run 50 times plain and 20 times under -race.
 BUDGET_PKGS = ./runtime/controller/ ./runtime/scheduler/ ./runtime/crashmatrix/ ./runtime/clock/
+# One TiDB for every test binary (see internal/tidbenv/cmd/withtidb): found
+# by LANEQ_TIDB_DSN, else a Docker container, else the embedded server.
+WITHTIDB = $(GO) run ./internal/tidbenv/cmd/withtidb --
+# Most tests wait on leases, timers and round trips, not on the CPU: run
+# more of them at once than there are cores.
+TEST_PARALLEL ?= 8
 test: check-generate lint tidb tidb-image-if-docker chromium ## Run every test (race detector on) against real TiDB.
-	$(GO) test -race -count=1 -timeout 45m $(TEST_FLAGS) ./...
+	$(WITHTIDB) $(MAKE) --no-print-directory test-suites
+
+.PHONY: test-suites
+test-suites:
+	$(GO) test -race -count=1 -parallel $(TEST_PARALLEL) -timeout 45m $(TEST_FLAGS) ./...
 	cd tools/uitest && $(GO) test -race -count=1 -timeout 10m $(TEST_FLAGS) ./...
 	$(GO) test -count=50 -timeout 10m $(BUDGET_PKGS)
 	$(GO) test -race -count=20 -timeout 10m $(BUDGET_PKGS)
+
+.PHONY: check
+# Packages whose tests never touch TiDB (computed: their test binaries do
+# not link internal/tidbenv), and the TiDB-free tests of the others. `make
+# check` runs them with LANEQ_TIDB=dsn and no DSN, so a test listed here that
+# starts needing TiDB fails at once instead of quietly finding a server.
+PURE_PKGS = $(shell $(GO) list -test -f '{{.ImportPath}} {{join .Deps " "}}' ./... \
+	| awk '$$1 ~ /\.test$$/ && $$0 !~ /internal\/tidbenv/ {sub(/\.test$$/, "", $$1); print $$1}')
+# One regex over the mixed packages: a name that also matches a TiDB test
+# somewhere fails `make check` at once, so the list cannot drift silently.
+CHECK_PKGS = ./cmd/laneq/bench/ ./cmd/laneq/dashboard/ ./runtime/worker/ ./runtime/workqueue/ \
+	./runtime/ratelimit/ ./runtime/periodic/ ./runtime/stats/ ./runtime/ingress/ ./plancheck/ \
+	./queries/ ./internal/store/ ./internal/tidbenv/
+CHECK_RUN = ^(TestFaultSchedule|TestKilledDuring|TestOutcomeWord|TestWorkloadRateKeys|TestWorkloadShape|TestWorkloadStubborn$\
+	|TestAllowedHostsValidated|TestHostAllowed|TestMetricsLabelEscaping|TestReadLogin$\
+	|TestFromEnv|TestFromEnvRejectsBadValuesTogether|TestUnsafeSettingsAreReported|TestFailureOf$\
+	|TestChooseTakesItsBlockFirst|TestJitterNeverExceedsTheCap|TestLoadDataEscapesWhatTheFormatReads$\
+	|TestNoteLossesSpreadsAndNarrows|TestPaddedIDsBoundTheStatementTexts|TestPartialRetryPolicyTakesFieldDefaults$\
+	|TestRetryDelays|TestSustainedFailureIsBounded$\
+	|TestBudgetNames|TestLimitValidation|TestLimitsSharingAKey|TestRefusalsFillLaterWindowsOnce$\
+	|TestSweepForgetsOnlyIdleKeys|TestWindowsHoldNPerPeriod|TestScheduleValidation|TestTicks|TestFormatCount$\
+	|TestBindExpandsEmbed|TestExecTime|TestGoldenShapes|TestInterleavedMediansShareABurst$\
+	|TestJudgeChurn|TestJudgeTime|TestParsePlan|TestLoadsParse|TestStatementsMatchGeneratedMethods$\
+	|TestConversions|TestDSNBranchErrors|TestOptionsFromEnv|TestSessionSettingsMatchWorkqueue)$$
+check: check-generate lint ## The edit loop: generation drift, lint, and every test that needs no TiDB (< 60 s).
+	LANEQ_TIDB=dsn LANEQ_TIDB_DSN= $(GO) test -count=1 $(PURE_PKGS)
+	LANEQ_TIDB=dsn LANEQ_TIDB_DSN= $(GO) test -count=1 -run '$(CHECK_RUN)' $(CHECK_PKGS)
 
 # Benchmarks on the embedded TiDB: laneq's claim path against the naive loop
 # (BenchmarkClaimComplete), the MVCC-churn proof (BenchmarkChurn), the

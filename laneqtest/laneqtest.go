@@ -1,5 +1,6 @@
 // Package laneqtest is a test kit for code that uses laneq: a real TiDB for
-// each test (never a mock), and waits and checks over a laneq.Client.
+// each test binary (never a mock), a migrated database of its own for each
+// test, and waits and checks over a laneq.Client.
 //
 //	func TestMain(m *testing.M) { os.Exit(laneqtest.Main(m)) }
 //
@@ -17,6 +18,12 @@
 // test that needs it starts it, Main stops it. A test fails, never skips,
 // when none can start. Every wait is for a condition, bounded by Guard as
 // a failure guard only.
+//
+// Databases come from one pool per test binary: each is migrated once,
+// emptied when its test ends and handed to the next test, and serves one
+// test at a time. Mark tests t.Parallel(): parallel tests get a database
+// each, and a suite pays laneq's migrations once per test running at a
+// time, not once per test.
 package laneqtest
 
 import (
@@ -40,16 +47,17 @@ var Guard = 2 * time.Minute
 // TestMain.
 func Main(m *testing.M) int { return tidbtest.Main(m) }
 
-// DSN creates a database for this test with laneq's schema, dropped when
-// the test ends, and returns its DSN (for laneq.Open, or another process).
+// DSN returns the DSN (for laneq.Open, or another process) of a database
+// with laneq's schema and no rows, used by this test alone until it ends,
+// then emptied and reused by a later test of the binary.
 func DSN(t testing.TB) string {
 	t.Helper()
 	_, dsn := tidbtest.NewDBWithDSN(t)
 	return dsn
 }
 
-// Open opens a Client on a fresh database (DSN), closed when the test
-// ends. An empty cfg.Scope becomes "test".
+// Open opens a Client on a database of this test's own (DSN), closed when
+// the test ends. An empty cfg.Scope becomes "test".
 func Open(t testing.TB, cfg laneq.Config) *laneq.Client {
 	t.Helper()
 	if cfg.Scope == "" {

@@ -34,7 +34,7 @@ func scales(t *testing.T) []plancheck.Fixture {
 // and runs every rule's test on them.
 func TestPlancheck(t *testing.T) {
 	for _, n := range []int{100, 2000} {
-		db := tidbtest.NewDB(t)
+		db, _ := tidbtest.NewFreshDB(t)
 		if err := plancheck.Seed(context.Background(), db, int64(n), io.Discard); err != nil {
 			t.Fatalf("seed %d: %v", n, err)
 		}
@@ -418,7 +418,7 @@ func testOwnDatabaseIsChecked(t *testing.T) {
 // due (seeded long before the check) fails loudly instead of measuring
 // something else.
 func testStaleFixtureIsRefused(t *testing.T) {
-	db := tidbtest.NewDB(t)
+	db, _ := tidbtest.NewFreshDB(t)
 	if err := plancheck.Seed(context.Background(), db, 10, io.Discard); err != nil {
 		t.Fatal(err)
 	}

@@ -13,6 +13,7 @@ import (
 // exactly once, and sqlc must never see the files (they are outside its
 // queries/*.sql glob).
 func TestLoadsParse(t *testing.T) {
+	t.Parallel()
 	loads, err := queries.Loads()
 	if err != nil {
 		t.Fatal(err)

@@ -15,6 +15,7 @@ import (
 // written), does its work with it, and refuses (exit 4, one line saying
 // why) what the item's state no longer allows.
 func TestWriteCommands(t *testing.T) {
+	t.Parallel()
 	qu, db, dsn := queuetest.New(t, workqueue.Config{}, scope)
 	ctx := context.Background()
 	res, err := qu.Enqueue(ctx, scope, []workqueue.Event{{IdempotencyKey: "e1", RouteID: "r", RouteVersion: 1, EventKind: "k", SourceKind: "s", SourceID: "1",
@@ -100,6 +101,7 @@ func TestWriteCommands(t *testing.T) {
 }
 
 func TestProcessesCommand(t *testing.T) {
+	t.Parallel()
 	qu, _, dsn := queuetest.New(t, workqueue.Config{}, scope)
 	if err := qu.RegisterWakeEndpoint(context.Background(), scope, workqueue.WakeEndpoint{ID: "p1", Address: "127.0.0.1:7001", Key: make([]byte, 32),
 		Process: &workqueue.ProcessInfo{Host: "web-1", PID: 4242, Owner: "worker-a", Executors: 16, Classes: []string{"default", "bulk"}}}, time.Hour); err != nil {
@@ -115,6 +117,7 @@ func TestProcessesCommand(t *testing.T) {
 }
 
 func TestSkipMatchingCommand(t *testing.T) {
+	t.Parallel()
 	qu, db, dsn := queuetest.New(t, workqueue.Config{}, scope)
 	var events []workqueue.Event
 	for i := range 5 {

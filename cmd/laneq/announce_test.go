@@ -97,6 +97,7 @@ func (qw *quietWorker) expectRan(t *testing.T, id int64, after string) {
 // command's wake datagram, sent before its process exited, can have
 // reached the worker.
 func TestCLIWriteCommandsAnnounce(t *testing.T) {
+	t.Parallel()
 	qu, db, dsn := queuetest.New(t, workqueue.Config{Lease: 10 * time.Minute}, announceScope)
 	ctx := context.Background()
 	n := 0

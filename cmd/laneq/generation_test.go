@@ -12,6 +12,7 @@ import (
 // line on stderr and exit 4 (refused) and changes nothing; the active
 // generation again is success; --rollback needs --yes and moves it back.
 func TestSetGenerationOnlyForward(t *testing.T) {
+	t.Parallel()
 	const sc = "tenant-g/fence"
 	_, _, dsn := queuetest.New(t, workqueue.Config{}, sc)
 	generation := func() int64 {

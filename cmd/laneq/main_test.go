@@ -113,6 +113,7 @@ func decode[T any](t *testing.T, r result) T {
 }
 
 func TestMigrate(t *testing.T) {
+	t.Parallel()
 	_, name := tidbtest.NewEmptyDB(t)
 	dsn := tidbtest.Server(t).DSN(name)
 	first := laneq(t, dsn, "migrate").want(t, 0)
@@ -172,6 +173,7 @@ func seed(t *testing.T) (dsn string, dead []int64) {
 }
 
 func TestStatsAndDeadLetters(t *testing.T) {
+	t.Parallel()
 	dsn, dead := seed(t)
 	table := laneq(t, dsn, "stats", "--scope", scope).want(t, 0).stdout
 	t.Logf("laneq stats:\n%s", table)
@@ -238,6 +240,7 @@ func TestStatsAndDeadLetters(t *testing.T) {
 // Bad command lines and an unreachable database: one line, a meaningful
 // exit code, nothing on stdout.
 func TestErrors(t *testing.T) {
+	t.Parallel()
 	_, dsn := tidbtest.NewDBWithDSN(t)
 	laneq(t, dsn, "stats", "--nope").oneLine(t, 2, "flag provided but not defined")
 	laneq(t, dsn, "stats").oneLine(t, 2, "missing --scope")
@@ -261,6 +264,7 @@ func TestErrors(t *testing.T) {
 // request for another host with 421, and stops on SIGINT with exit 0; a
 // bad listen address or allowed host is a usage error.
 func TestUI(t *testing.T) {
+	t.Parallel()
 	_, dsn := tidbtest.NewDBWithDSN(t)
 	laneq(t, dsn, "ui", "--listen", "not-an-address").oneLine(t, 2, "--listen")
 	laneq(t, dsn, "ui", "--listen", "127.0.0.1:0", "--allowed-host", "ok.example,user@dash.example").oneLine(t, 2, "--allowed-host user@dash.example")
@@ -371,6 +375,7 @@ func (ui *uiProcess) get(t *testing.T, path string, withLogin bool) int {
 // server, and exits 0 with a verified report; bad settings are usage
 // errors before any TiDB is touched.
 func TestBench(t *testing.T) {
+	t.Parallel()
 	_, dsn := tidbtest.NewDBWithDSN(t)
 	laneq(t, dsn, "bench", "--lease", "3s", "--freeze", "1s").oneLine(t, 2, "freeze")
 	laneq(t, dsn, "bench", "--tidb", "nowhere").oneLine(t, 2, "--tidb")

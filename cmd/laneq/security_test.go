@@ -15,6 +15,7 @@ import (
 // refuses to start without --login-file (exit 2, one line that names it)
 // and starts with one.
 func TestUIWritesNeedLogin(t *testing.T) {
+	t.Parallel()
 	_, dsn := tidbtest.NewDBWithDSN(t)
 	for _, flag := range []string{"--allow-writes", "--allow-replay"} {
 		// Without the refusal it serves: the guard ends it.
@@ -40,6 +41,7 @@ func TestUIWritesNeedLogin(t *testing.T) {
 // password in $LANEQ_TIDB_DSN stays out of help output (terminals, logs,
 // screen shares).
 func TestHelpHidesTheDSNPassword(t *testing.T) {
+	t.Parallel()
 	const password = "pw-that-must-not-show"
 	dsn := "laneq:" + password + "@tcp(127.0.0.1:1)/laneq"
 	for _, cmd := range []string{"migrate", "stats", "dlq list", "item show", "replay", "dlq replay", "item retry-now", "item skip",

@@ -40,6 +40,7 @@ func prepares(c *sqlcount.Counter) (n int64) {
 }
 
 func TestAStatementIsPreparedOnceAndThenOnlyExecuted(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	p, c := counted(t, 0)
 	for i := range 10 {
@@ -57,6 +58,7 @@ func TestAStatementIsPreparedOnceAndThenOnlyExecuted(t *testing.T) {
 }
 
 func TestATransactionBorrowsTheConnectionsPreparedStatement(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	p, c := counted(t, 0)
 	if _, err := p.ExecContext(ctx, "CREATE TABLE t (id BIGINT PRIMARY KEY)"); err != nil {
@@ -92,6 +94,7 @@ func TestATransactionBorrowsTheConnectionsPreparedStatement(t *testing.T) {
 }
 
 func TestTextsPastTheBoundRunUnprepared(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	p, c := counted(t, 2)
 	for range 3 {
@@ -111,6 +114,7 @@ func TestTextsPastTheBoundRunUnprepared(t *testing.T) {
 }
 
 func TestAStatementTheServerRefusesIsNotPreparedAgain(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	p, c := counted(t, 0)
 	for range 3 {

@@ -12,6 +12,7 @@ import (
 func TestMain(m *testing.M) { os.Exit(tidbtest.Main(m)) }
 
 func TestCountsEveryStatement(t *testing.T) {
+	t.Parallel()
 	_, dsn := tidbtest.NewDBWithDSN(t)
 	db, c, err := sqlcount.Open(dsn)
 	if err != nil {

@@ -62,6 +62,11 @@ const (
 	// unpause tidb` for a cluster in containers); fault runs use them.
 	EnvPause  = "LANEQ_TIDB_PAUSE"
 	EnvResume = "LANEQ_TIDB_RESUME"
+	// EnvOwn, set by withtidb beside a shared server's DSN, names the
+	// branch that server came from (docker or embedded; dsn when it was
+	// reached by DSN). A test that needs a server to itself — it pauses
+	// it — starts one of that branch (OwnOptionsFromEnv).
+	EnvOwn = "LANEQ_TIDB_OWN"
 )
 
 // DefaultImage is the image the Docker branch runs; users' CI pulls the
@@ -125,6 +130,23 @@ func OptionsFromEnv() (Options, error) {
 			return Options{}, fmt.Errorf("tidbenv: %s=%q: want a positive duration such as 90s", EnvStartTimeout, v)
 		}
 		opts.StartTimeout = d
+	}
+	return opts, nil
+}
+
+// OwnOptionsFromEnv is OptionsFromEnv for a test that needs a server of
+// its own while the others share one started by withtidb: when EnvOwn names
+// docker or embedded, it asks for a new server of that branch instead of
+// the shared DSN. Otherwise (no withtidb, or a server reached by DSN) it is
+// OptionsFromEnv.
+func OwnOptionsFromEnv() (Options, error) {
+	opts, err := OptionsFromEnv()
+	if err != nil {
+		return Options{}, err
+	}
+	switch own := Mode(strings.ToLower(strings.TrimSpace(os.Getenv(EnvOwn)))); own {
+	case ModeDocker, ModeEmbedded:
+		opts.Mode, opts.DSN = own, ""
 	}
 	return opts, nil
 }

@@ -1,5 +1,12 @@
-// Package tidbtest gives each test its own freshly migrated database on one
+// Package tidbtest gives each test a migrated database of its own on one
 // TiDB shared by the whole test binary.
+//
+// NewDB and NewDBWithDSN hand out databases from a pool: migrated once,
+// emptied when a test ends and reused by the next (see pool.go). A database
+// serves one test at a time, so parallel tests never share one. Tests that
+// need a database nobody used before — migrations, statistics-sensitive
+// plan checks, a schema they alter — say why and use NewFreshDB or
+// NewEmptyDB.
 //
 // Use it from TestMain:
 //
@@ -40,6 +47,7 @@ func Main(m *testing.M) int {
 
 func stop() {
 	if server != nil {
+		dropPooled(server)
 		if err := server.Close(); err != nil {
 			fmt.Fprintf(os.Stderr, "tidbtest: stop TiDB: %v\n", err)
 		}
@@ -140,7 +148,8 @@ func NewEmptyDB(t testing.TB) (*sql.DB, string) {
 	return db, name
 }
 
-// NewDB creates a database for this test with every migration applied.
+// NewDB returns a database with every migration applied and no rows, used
+// by this test alone until it ends.
 func NewDB(t testing.TB) *sql.DB {
 	t.Helper()
 	db, _ := NewDBWithDSN(t)
@@ -150,6 +159,14 @@ func NewDB(t testing.TB) *sql.DB {
 // NewDBWithDSN is NewDB that also returns the database's DSN, for handing to
 // another process.
 func NewDBWithDSN(t testing.TB) (*sql.DB, string) {
+	t.Helper()
+	return newPooledDB(t)
+}
+
+// NewFreshDB creates a newly migrated database for this test and drops it
+// when the test ends: for tests whose result depends on the database's
+// history (table statistics, AUTO_INCREMENT values), not only its rows.
+func NewFreshDB(t testing.TB) (*sql.DB, string) {
 	t.Helper()
 	db, name := NewEmptyDB(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
@@ -166,4 +183,31 @@ func randomHex(n int) string {
 		panic(fmt.Sprintf("tidbtest: crypto/rand: %v", err))
 	}
 	return hex.EncodeToString(b)
+}
+
+// OwnServer returns a TiDB for this test alone, stopped when it ends: for a
+// test that pauses the server, which would stall every other test sharing
+// it. Under withtidb (`make test`) it starts a server of the shared one's
+// kind; otherwise it is the binary's server, already this binary's own
+// unless it was reached by DSN.
+func OwnServer(t testing.TB) *tidbenv.Server {
+	t.Helper()
+	opts, err := tidbenv.OwnOptionsFromEnv()
+	if err != nil {
+		t.Fatalf("tidbtest: %v", err)
+	}
+	if opts.Mode != tidbenv.ModeDocker && opts.Mode != tidbenv.ModeEmbedded {
+		return Server(t)
+	}
+	opts.Progress = os.Stderr
+	srv, err := tidbenv.Start(context.Background(), opts)
+	if err != nil {
+		t.Fatalf("tidbtest: this test needs a TiDB of its own: %v", err)
+	}
+	t.Cleanup(func() {
+		if err := srv.Close(); err != nil {
+			t.Errorf("tidbtest: stop own TiDB: %v", err)
+		}
+	})
+	return srv
 }

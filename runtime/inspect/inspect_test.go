@@ -103,6 +103,7 @@ func ids(ds []inspect.DeadLetter) []int64 {
 // select exactly the matching ones, however few a page holds; a replayed
 // item shows its history.
 func TestDeadLettersAndItemHistory(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	var events []workqueue.Event
 	for i := range 30 {
@@ -208,6 +209,7 @@ func TestDeadLettersAndItemHistory(t *testing.T) {
 
 // A dead letter of a delivery names the delivery it came from.
 func TestDeadLetterFromAReceipt(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	in, err := ingress.New(e.db, ingress.Config{})
 	if err != nil {
@@ -256,6 +258,7 @@ func TestDeadLetterFromAReceipt(t *testing.T) {
 }
 
 func TestBadArguments(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	for _, q := range []inspect.DeadLetterQuery{
 		{Limit: -1}, {Limit: inspect.MaxPageSize + 1}, {Cursor: "not-a-cursor"}, {Cursor: "AAAAAAAAAAAAAAAAAAAAAA"},

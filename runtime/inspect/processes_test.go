@@ -22,6 +22,7 @@ import (
 // registered nothing is counted apart; a registration that expired is
 // listed as not live; an unknown scope is refused.
 func TestProcesses(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	cfg := worker.Config{Scope: scope, Owner: "proc-test", Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}
 	cfg.Scheduler.Executors = 2

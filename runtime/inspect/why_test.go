@@ -23,6 +23,7 @@ import (
 // (The dependency_registration state lasts one transaction; it is not
 // staged here.)
 func TestWhyNotRunning(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	enqueue := func(works ...workqueue.Work) []int64 { t.Helper(); return e.enqueue(t, works...) }
 	claim := func(qu *workqueue.Queue, workType string) workqueue.Claimed {
@@ -163,6 +164,7 @@ func TestWhyNotRunning(t *testing.T) {
 // TestWhyCountsALongLaneUpToItsCap: a follower with 1,200 items blocked in
 // its lane reads "more than 1,000": the count stops at its cap.
 func TestWhyCountsALongLaneUpToItsCap(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	var last int64
 	for range 3 { // 1,200 in three enqueues
@@ -194,6 +196,7 @@ func (e *env) why(t testing.TB, id int64) inspect.Why {
 // count; a target lane likewise; bad queries and an unknown scope are
 // refused.
 func TestLanePage(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	ids := e.enqueue(t, slices.Repeat([]workqueue.Work{{WorkType: "deliver", SourceLane: "acct-1", TargetLane: "repo-1"}}, 8)...)
 	if c, _, err := e.cl.Claim(e.ctx, workqueue.ClaimRequest{QueueClasses: []string{"default"}, WorkTypes: []string{"deliver"}, Max: 1}); err != nil || len(c) != 1 || c[0].WorkID != ids[0] {

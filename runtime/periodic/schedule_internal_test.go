@@ -24,6 +24,7 @@ func must(t *testing.T, s Schedule) *Schedule {
 // latest finds the last tick at or before a time, for sparse expressions
 // too.
 func TestTicks(t *testing.T) {
+	t.Parallel()
 	at := func(s string) time.Time {
 		v, err := time.Parse(time.RFC3339Nano, s)
 		if err != nil {
@@ -71,6 +72,7 @@ func TestTicks(t *testing.T) {
 
 // Bad schedules are refused with workqueue.ErrInvalid.
 func TestScheduleValidation(t *testing.T) {
+	t.Parallel()
 	ev := func(time.Time) (workqueue.Event, error) { return workqueue.Event{}, nil }
 	for _, s := range []Schedule{
 		{Name: "", Every: time.Second, Event: ev},

@@ -16,6 +16,7 @@ import (
 // window they begin at (negative indexes too: before the epoch), and the
 // bound of a span of Per is N + ceil(N/k).
 func TestWindowsHoldNPerPeriod(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		n            int
 		per          time.Duration
@@ -66,6 +67,7 @@ func TestWindowsHoldNPerPeriod(t *testing.T) {
 }
 
 func TestLimitValidation(t *testing.T) {
+	t.Parallel()
 	for _, l := range []Limit{
 		{WorkType: "", N: 1, Per: time.Second},
 		{WorkType: "w", N: 0, Per: time.Second},
@@ -93,6 +95,7 @@ func TestLimitValidation(t *testing.T) {
 }
 
 func TestLimitsSharingAKey(t *testing.T) {
+	t.Parallel()
 	crm := Limit{Key: "crm", WorkTypes: []string{"contact", "deal"}, N: 5, Per: time.Second}
 	l, err := New(nil, "s", []Limit{crm, {WorkType: "mail", N: 1, Per: time.Second}}, Options{})
 	if err != nil {
@@ -119,6 +122,7 @@ func TestLimitsSharingAKey(t *testing.T) {
 // limit and by key (also where a plain concatenation would not), and
 // cannot be a limit's own name.
 func TestBudgetNames(t *testing.T) {
+	t.Parallel()
 	names := map[string]string{}
 	for _, c := range [][2]string{{"a", "bc"}, {"ab", "c"}, {"a", ""}, {"b", ""}, {"a", strings.Repeat("k", 128)}, {"a", "b c"}} {
 		n := BudgetName(c[0], c[1])
@@ -148,6 +152,7 @@ func TestBudgetNames(t *testing.T) {
 // items already sent on, not into the same windows again. Quotas differ by
 // window (15 a second: 2 and 1), and each window is sent its own.
 func TestRefusalsFillLaterWindowsOnce(t *testing.T) {
+	t.Parallel()
 	clk := clock.NewFake(time.UnixMicro(0))
 	l := &Limiter{clk: clk}
 	s := &share{Limit: Limit{WorkType: "w", N: 15, Per: time.Second}}
@@ -175,6 +180,7 @@ func TestRefusalsFillLaterWindowsOnce(t *testing.T) {
 // (waiting for or holding the budget's turn) are kept. A sweep
 // is due every sweepEvery, and at once after a delete that left more.
 func TestSweepForgetsOnlyIdleKeys(t *testing.T) {
+	t.Parallel()
 	start := time.Unix(1_000_000, 0)
 	clk := clock.NewFake(start)
 	l, err := New(nil, "s", []Limit{{WorkType: "sync", N: 10, Per: time.Second, PerKey: true}}, Options{Clock: clk})

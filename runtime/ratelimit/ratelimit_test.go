@@ -24,6 +24,7 @@ func TestMain(m *testing.M) { os.Exit(tidbtest.Main(m)) }
 // before migration 00026) and another scope's ended rows stay, as does
 // the window the taker is spending; the taker's rows have an end.
 func TestEndedWindowsArePruned(t *testing.T) {
+	t.Parallel()
 	const scope, other = "tenant-a/ratelimit", "tenant-b/ratelimit"
 	qu, db, _ := queuetest.New(t, workqueue.Config{}, scope)
 	ctx := context.Background()

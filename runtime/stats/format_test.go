@@ -9,6 +9,7 @@ import (
 // A capped count says "more than"; an exact one above the cap is shown
 // as it is; Cheap's uncounted Retrying is a dash.
 func TestFormatCount(t *testing.T) {
+	t.Parallel()
 	for _, c := range []struct {
 		n     int64
 		exact bool

@@ -156,6 +156,7 @@ func bruteForce(rows []row, scope string, gen int64, class string, types []strin
 // "no live row". Rows of the previous generation and of a scope that
 // differs by a trailing space are in the table and must not be counted.
 func TestStatsAgreeWithBruteForce(t *testing.T) {
+	t.Parallel()
 	qu, db, _ := queuetest.New(t, workqueue.Config{}, "seed")
 	ctx := context.Background()
 	r, err := stats.New(db)
@@ -254,6 +255,7 @@ func TestStatsAgreeWithBruteForce(t *testing.T) {
 // Cheap stops counting at CapCount+1 and says so; Exact counts on; the
 // oldest due age is exact either way.
 func TestCheapIsCapped(t *testing.T) {
+	t.Parallel()
 	const scope = "big"
 	_, db, _ := queuetest.New(t, workqueue.Config{}, scope)
 	ctx := context.Background()
@@ -296,6 +298,7 @@ func TestCheapIsCapped(t *testing.T) {
 }
 
 func TestBadArguments(t *testing.T) {
+	t.Parallel()
 	_, db, _ := queuetest.New(t, workqueue.Config{}, "known")
 	ctx := context.Background()
 	r, err := stats.New(db)
@@ -325,6 +328,7 @@ func TestBadArguments(t *testing.T) {
 // another class, retries and dead items are counted where they belong; a
 // scope is drained only when nothing live is left.
 func TestStatsMatchWhatClaimTakes(t *testing.T) {
+	t.Parallel()
 	const scope = "tenant-a/pack-1"
 	// The retried item must stay not due while the counts are read, however
 	// slow the machine: an hour, not the default second.

@@ -129,6 +129,7 @@ func enqueue(t *testing.T, ctx context.Context, q *workqueue.Queue, key string) 
 // An enqueue committed through process B's Queue wakes process A's
 // subscriber, and B does not send to its own endpoint.
 func TestEnqueueInOneProcessWakesAnother(t *testing.T) {
+	t.Parallel()
 	ctx, qa, qb, _ := newEnv(t)
 	ha, hb := newHub(t, qa, Config{}), newHub(t, qb, Config{})
 	la, lb := newListener(), newListener()
@@ -157,6 +158,7 @@ func TestEnqueueInOneProcessWakesAnother(t *testing.T) {
 // A delayed enqueue is announced with the look-far flag, so a quiet
 // receiver looks far enough ahead to arm its due timer for it.
 func TestDelayedEnqueueAsksToLookFar(t *testing.T) {
+	t.Parallel()
 	ctx, qa, qb, _ := newEnv(t)
 	ha := newHub(t, qa, Config{})
 	newHub(t, qb, Config{}) // watches qb: announces its enqueues
@@ -180,6 +182,7 @@ func TestDelayedEnqueueAsksToLookFar(t *testing.T) {
 // valid datagram altered, an unknown endpoint, a send time outside the
 // window; and a captured valid datagram replayed 200 times wakes once.
 func TestForgedAndReplayedWakesAreRefused(t *testing.T) {
+	t.Parallel()
 	ctx, qa, _, _ := newEnv(t)
 	h := newHub(t, qa, Config{})
 	l := newListener()
@@ -244,6 +247,7 @@ func TestForgedAndReplayedWakesAreRefused(t *testing.T) {
 // MaxWakesPerSecond wakes a second; the last announcement of each burst
 // still arrives after it (nothing is dropped, only folded).
 func TestWakeStormIsCoalescedOnBothEnds(t *testing.T) {
+	t.Parallel()
 	ctx, qa, qb, _ := newEnv(t)
 	ha, hb := newHub(t, qa, Config{}), newHub(t, qb, Config{})
 	l := newListener()
@@ -323,6 +327,7 @@ func waitFor(t *testing.T, cond func() bool) {
 // does not resolve cost the sender nothing but a counted error: the live
 // peer is still woken and Publish never blocks.
 func TestUnreachablePeerDoesNotHoldUpOthers(t *testing.T) {
+	t.Parallel()
 	ctx, qa, qb, _ := newEnv(t)
 	closed, err := net.ListenUDP("udp", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
 	if err != nil {
@@ -360,6 +365,7 @@ func TestUnreachablePeerDoesNotHoldUpOthers(t *testing.T) {
 // A registration that expired is not sent to, and one that expired more
 // than a TTL ago is deleted by the next Subscribe of its scope.
 func TestStaleRegistrationsAreSkippedAndSwept(t *testing.T) {
+	t.Parallel()
 	ctx, qa, qb, exec := newEnv(t)
 	var got atomic.Int64
 	stale, err := net.ListenUDP("udp", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
@@ -441,6 +447,7 @@ func listIDs(t *testing.T, ctx context.Context, q *workqueue.Queue) []string {
 // row is removed by its Close, or, when it was killed, stays until it
 // expires and is sent to harmlessly.
 func TestPeerRestartingOnANewPortIsWokenThere(t *testing.T) {
+	t.Parallel()
 	for _, killed := range []bool{false, true} {
 		name := map[bool]string{false: "closed", true: "killed"}[killed]
 		t.Run(name, func(t *testing.T) {
@@ -497,6 +504,7 @@ func TestPeerRestartingOnANewPortIsWokenThere(t *testing.T) {
 // reach the hub (a wrong port mapping), and a renewal that finds its row
 // gone registers it again.
 func TestSelfTestAndRenewal(t *testing.T) {
+	t.Parallel()
 	ctx, qa, _, exec := newEnv(t)
 	t.Run("wrong advertised address", func(t *testing.T) {
 		other, err := net.ListenUDP("udp", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
@@ -545,6 +553,7 @@ func TestSelfTestAndRenewal(t *testing.T) {
 }
 
 func TestConfigErrors(t *testing.T) {
+	t.Parallel()
 	_, qa, _, _ := newEnv(t)
 	for _, cfg := range []Config{
 		{Listen: "0.0.0.0:0"}, // every interface and no advertised address
@@ -565,6 +574,7 @@ func TestConfigErrors(t *testing.T) {
 // host would reach it: here the machine's first non-loopback IPv4 address,
 // or 127.0.0.2 on a machine without one.
 func TestListenOnEveryInterfaceAdvertiseOne(t *testing.T) {
+	t.Parallel()
 	ctx, qa, qb, _ := newEnv(t)
 	host := "127.0.0.2"
 	if addrs, err := net.InterfaceAddrs(); err == nil {
@@ -595,6 +605,7 @@ func TestListenOnEveryInterfaceAdvertiseOne(t *testing.T) {
 // passed, so the first commit it is quiet for reaches it. The sender here
 // is a Queue without a hub (its own publisher), as in a producer process.
 func TestHealthyOnlyOnceSendersCachesHaveIt(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	const cacheTTL = 300 * time.Millisecond
 	qa, db, _ := queuetest.New(t, workqueue.Config{}, scope)
@@ -623,6 +634,7 @@ func TestHealthyOnlyOnceSendersCachesHaveIt(t *testing.T) {
 // crosses the wire and Handlers.Rewind runs before the wake; an ordinary
 // one does not call it.
 func TestRewindCrossesTheWire(t *testing.T) {
+	t.Parallel()
 	ctx, qa, qb, _ := newEnv(t)
 	ha, hb := newHub(t, qa, Config{EndpointCacheTTL: time.Millisecond}), newHub(t, qb, Config{})
 	var rewinds atomic.Int64
@@ -649,6 +661,7 @@ func TestRewindCrossesTheWire(t *testing.T) {
 // endpoint does not serve is dropped; Close removes every row, and the
 // hub counts the subscription open until then.
 func TestOneEndpointForManyScopes(t *testing.T) {
+	t.Parallel()
 	ctx, qa, qb, exec := newEnv(t)
 	for _, s := range []string{"many/a", "many/b", "many/c"} {
 		if err := qa.EnsureScope(ctx, s, 1); err != nil {

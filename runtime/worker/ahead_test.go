@@ -21,6 +21,7 @@ import (
 // executor frees, the item's renewal finds the lease lost: the item never
 // runs and its row keeps the new owner's token.
 func TestItemClaimedAheadAndTakenOverNeverRuns(t *testing.T) {
+	t.Parallel()
 	const heartbeat = 300 * time.Millisecond
 	// An hour's lease: the worker's due timer is armed for the taken-over
 	// row's expiry, and a reclaim at the default 30s would move the token
@@ -94,6 +95,7 @@ func TestItemClaimedAheadAndTakenOverNeverRuns(t *testing.T) {
 // returned from its handler), so the other process's free executors get
 // the rest; with short handlers the same workers do claim ahead.
 func TestSlowHandlersAreNotClaimedAhead(t *testing.T) {
+	t.Parallel()
 	const executors = 2
 	for _, tc := range []struct {
 		name    string

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -81,7 +82,9 @@ func (p *producer) wait(c workqueue.Claimed, dep workqueue.Dependency) {
 
 // expectRan reads the helper's lines until it reports running id; any other
 // item run first fails the test.
-var debugQueue *workqueue.Queue
+// debugQueue is the producer queue of TestEveryRunnableTransitionIsAnnounced,
+// whose announcement stats a failing expectRan reports.
+var debugQueue atomic.Pointer[workqueue.Queue]
 
 func expectRan(t *testing.T, h *helperProc, id int64) {
 	t.Helper()
@@ -95,8 +98,8 @@ func expectRan(t *testing.T, h *helperProc, id int64) {
 			}
 			line = l
 		case <-deadline:
-			if debugQueue != nil {
-				t.Logf("producer announcements: %+v", debugQueue.AnnounceStats())
+			if q := debugQueue.Load(); q != nil {
+				t.Logf("producer announcements: %+v", q.AnnounceStats())
 			}
 			t.Fatalf("%s did not run work %d within a minute; its stats: %+v; its log:\n%s", h.name, id, h.report(t, "stats", map[string]int{}).Stats, h.stderr.String())
 		}
@@ -141,10 +144,11 @@ func waitHelperQuiet(t *testing.T, h *helperProc) {
 // retry coming due (announced when it was scheduled, so the other process
 // armed its due timer for it).
 func TestEveryRunnableTransitionIsAnnounced(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t, workqueue.Config{Lease: 10 * time.Minute, Retry: workqueue.RetryPolicy{Initial: 2 * time.Second}})
 	p := newProducer(f)
 	ctx := f.ctx
-	debugQueue = f.qu
+	debugQueue.Store(f.qu)
 
 	// Every starting state, set up before the other process starts, none
 	// of it claimable.
@@ -348,6 +352,7 @@ func TestEveryRunnableTransitionIsAnnounced(t *testing.T) {
 // and the lease of a process that stopped holding an item (the probe looks
 // for expired leases too).
 func TestAllWakesLostStillBounded(t *testing.T) {
+	t.Parallel()
 	const probe, maintain = 2 * time.Second, 3 * time.Second
 	dropped := func() bool { return true }
 	f := newFixture(t, workqueue.Config{Lease: 10 * time.Minute, Announce: workqueue.AnnounceConfig{Drop: dropped}})

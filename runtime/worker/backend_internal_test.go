@@ -15,6 +15,7 @@ type classed struct{ error }
 func (classed) FailureClass() string { return "dependency_unavailable" }
 
 func TestFailureOf(t *testing.T) {
+	t.Parallel()
 	cases := []struct {
 		outcome error
 		class   string

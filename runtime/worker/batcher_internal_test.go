@@ -49,6 +49,7 @@ func (s *scriptedWrites) write(_ context.Context, leases []workqueue.Lease) []er
 // them together (bounded by max), each caller gets its own item's result
 // only after its batch was written, and no item is written twice.
 func TestCompleterGroupCommitsWhileAWriteIsInFlight(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		max, waiting int
 		wantBatches  []int // sizes

@@ -61,6 +61,7 @@ func (f *fixture) failure(id int64) (class, summary string) {
 //     retry is refused for the cancellation and the item ends cancelled
 //     instead of running again.
 func TestCancelRunning(t *testing.T) {
+	t.Parallel()
 	// A long lease: the fake clock moves the heartbeats, the database's
 	// clock the lease; the holds are seen in the row's lease expiry.
 	f := newFixture(t, workqueue.Config{Lease: 2 * time.Minute})
@@ -225,6 +226,7 @@ func TestCancelRunning(t *testing.T) {
 // (with workqueue.ErrCancelRequested) at its next heartbeat, the item ends
 // cancelled, and the worker process runs its lane follower.
 func TestCancelRunningInAnotherProcess(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t, workqueue.Config{})
 	ids := f.enqueueKeyed("acct-2", "block", "after")
 	blocked, follower := ids[0], ids[1]

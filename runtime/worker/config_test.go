@@ -16,6 +16,7 @@ func lookupFrom(env map[string]string) func(string) (string, bool) {
 }
 
 func TestFromEnv(t *testing.T) {
+	t.Parallel()
 	cfg, err := Config{Scope: "s"}.fromLookup(lookupFrom(map[string]string{
 		EnvExecutors: "16", EnvMaxProcessingRows: "12", EnvQueueProfile: "default-heavy",
 		EnvStageTiming: "true", EnvHandlerDeadline: "90s", EnvGenerationProbeEvery: "-1s", EnvReconcileEvery: "2m",
@@ -44,6 +45,7 @@ func TestFromEnv(t *testing.T) {
 }
 
 func TestFromEnvRejectsBadValuesTogether(t *testing.T) {
+	t.Parallel()
 	_, err := Config{}.fromLookup(lookupFrom(map[string]string{
 		EnvExecutors: "0", EnvMaxProcessingRows: "many", EnvQueueProfile: "fast",
 		EnvStageTiming: "sometimes", EnvHandlerDeadline: "-5s", EnvReconcileEvery: "soon", EnvClaimGather: "briefly",
@@ -66,6 +68,7 @@ func TestFromEnvRejectsBadValuesTogether(t *testing.T) {
 }
 
 func TestUnsafeSettingsAreReported(t *testing.T) {
+	t.Parallel()
 	cfg := Config{}
 	cfg.Scheduler.Executors = 64
 	cfg.Scheduler.MaxProcessingRows = 8

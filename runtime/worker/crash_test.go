@@ -37,6 +37,7 @@ type crashWorker struct {
 const crashLease = time.Second
 
 func TestCrashMatrix(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t, workqueue.Config{})
 	store := &crashStore{f: f}
 	crashmatrix.Run(t, crashmatrix.Case[*crashStore, *crashWorker]{
@@ -133,6 +134,7 @@ func TestCrashMatrix(t *testing.T) {
 // again exactly the items the first never acknowledged (the stuck batch
 // and whatever it had claimed but not finished), and none it acknowledged.
 func TestCrashBeforeBatchCommitRerunsOnlyUnacknowledged(t *testing.T) {
+	t.Parallel()
 	const items = 60
 	f := newFixture(t, workqueue.Config{})
 	f.enqueue(items, 0, "deliver")

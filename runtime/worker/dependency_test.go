@@ -53,6 +53,7 @@ func (f *fixture) onlyItem() int64 {
 // is rechecked and waits again without running the handler. Neither counts
 // an attempt or a retry.
 func TestWorkerDependencyWaitWakeAndObsoleteWake(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t, workqueue.Config{})
 	f.enqueue(1, 0, "deliver")
 	id := f.onlyItem()
@@ -120,6 +121,7 @@ func TestWorkerDependencyWaitWakeAndObsoleteWake(t *testing.T) {
 // worker's safety pass, one interval later on its clock, wakes it and a
 // claim turn runs it.
 func TestDependencyMissedWakeRepaired(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t, workqueue.Config{})
 	f.enqueue(1, 0, "deliver")
 	id := f.onlyItem()
@@ -170,6 +172,7 @@ func (f *fixture) runOnFakeClock(c *collector) (*worker.Worker, *clock.Fake) {
 // leaves its follower blocked with nothing ahead; the worker's maintenance,
 // one interval later on its clock, promotes it and a claim turn runs it.
 func TestLaneRecoveryRunsAStrandedRow(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t, workqueue.Config{})
 	f.enqueue(2, 2, "deliver") // one lane: a head and its follower
 	var head, follower int64
@@ -210,6 +213,7 @@ func (f *fixture) exec(q string, args ...any) {
 // periodic reads off, those are the only statements; with the defaults, the
 // probes and reconciliations add reads, never a claim CAS or a write.
 func TestDependencyQuietBacklog(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		name     string
 		defaults bool

@@ -356,6 +356,7 @@ func (h *helperProc) send(t testing.TB, cmd string) {
 // once both run quiet (their wakes healthy), sit idle without sending a
 // single SQL statement.
 func TestTwoProcessesDrainThenIdleWithZeroSQL(t *testing.T) {
+	t.Parallel()
 	const items = 5000
 	f := newFixture(t, workqueue.Config{})
 	f.enqueue(items, 5, "deliver", "interactive", "default", "bulk")

@@ -115,6 +115,7 @@ func (c *counting) of(scope string) int {
 // Queue (its announcement the only signal) starts an idle scope again,
 // and so does work no announcement names, found by the idle probe's mark.
 func TestGroupServesListedScopesAndIdlesThem(t *testing.T) {
+	t.Parallel()
 	qu, _, dsn := queuetest.New(t, workqueue.Config{}, "grp/a")
 	ensureScopes(t, qu, "grp/b", "grp/c")
 	var c counting
@@ -171,6 +172,7 @@ func TestGroupServesListedScopesAndIdlesThem(t *testing.T) {
 // scopes outside the prefix alone, also one whose id only differs by a
 // trailing space or continues past the prefix's last byte.
 func TestGroupFindsNewScopesOfItsPrefix(t *testing.T) {
+	t.Parallel()
 	qu, db, dsn := queuetest.New(t, workqueue.Config{}, "pfx/a")
 	ensureScopes(t, qu, "pfy/outside", "pfx", "pfx ")
 	var c counting
@@ -212,6 +214,7 @@ func TestGroupFindsNewScopesOfItsPrefix(t *testing.T) {
 
 // TestGroupConfigErrors: bad configurations are typed errors.
 func TestGroupConfigErrors(t *testing.T) {
+	t.Parallel()
 	qu, _, _ := queuetest.New(t, workqueue.Config{}, "cfg/a")
 	h := map[string]worker.Handler{"deliver": func(context.Context, *worker.Job) error { return nil }}
 	for name, cfg := range map[string]worker.GroupConfig{
@@ -249,6 +252,7 @@ func TestGroupConfigErrors(t *testing.T) {
 // (15 s: thousands of the big scope's starts). The waits in milliseconds
 // are logged.
 func TestManyScopesFairness(t *testing.T) {
+	t.Parallel()
 	const (
 		bigItems   = 100_000
 		small      = 10
@@ -334,6 +338,7 @@ func TestManyScopesFairness(t *testing.T) {
 // than real time): its idle probes and its endpoint's renewals, nothing
 // per scope. Measured over six quiet idle probes (two hours of its clock).
 func TestManyScopesIdleCost(t *testing.T) {
+	t.Parallel()
 	qu, _, dsn := queuetest.New(t, workqueue.Config{}, "idle/0000")
 	ids := manyScopes(t, qu, "idle/", 1000)
 	idle := measureIdle(t, dsn, ids)
@@ -518,6 +523,7 @@ func benchManyScopes(b *testing.B, qu *workqueue.Queue, ids []string, single str
 // scope by this process's Queue (its announcements and the idle probe
 // the only signals) all run, none twice.
 func TestGroupsInTwoProcesses(t *testing.T) {
+	t.Parallel()
 	qu, db, dsn := queuetest.New(t, workqueue.Config{}, "gp/0000")
 	ids := manyScopes(t, qu, "gp/", 10)
 	env := []string{helperGroupPrefixEnv + "=gp/", helperLeaseEnv + "=2s"}
@@ -584,6 +590,7 @@ func TestGroupsInTwoProcesses(t *testing.T) {
 // only one made at start), so the hub holds no subscription of it and its
 // endpoint rows are gone: other processes stop sending it wakes.
 func TestGroupOnASharedHubClosesItsLaterSubscription(t *testing.T) {
+	t.Parallel()
 	qu, db, _ := queuetest.New(t, workqueue.Config{}, "unserved")
 	hub, err := wake.New(qu, wake.Config{Logger: quiet})
 	if err != nil {

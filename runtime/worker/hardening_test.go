@@ -21,6 +21,7 @@ import (
 // last one died. The item is reclaimed after each expired lease until its
 // attempt budget is spent, then goes to dead, and its lane follower runs.
 func TestPoisonItemThatKillsItsProcessEndsDead(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t, workqueue.Config{})
 	evs, err := f.qu.Enqueue(f.ctx, scope, []workqueue.Event{
 		{IdempotencyKey: "poison", Payload: []byte("poison"), Work: []workqueue.Work{{WorkType: "deliver", SourceLane: "L"}}},
@@ -114,6 +115,7 @@ func TestPoisonItemThatKillsItsProcessEndsDead(t *testing.T) {
 // claim turn reclaims expired leases of every class it serves, on any shape
 // with a free slot.
 func TestDeadProcessItemsAreReclaimedWithinALease(t *testing.T) {
+	t.Parallel()
 	// The leases must outlast the survivor's start-up (its first claim and
 	// lookup), however slow the machine, or that claim takes them and the
 	// due timer has nothing to do.
@@ -176,6 +178,7 @@ func (f *fixture) claimAsDeadProcess(lease time.Duration, workType string) workq
 // quiet mode). The hook holds the turn until the lease has expired by the
 // database clock, so the gap is certain, not hoped for.
 func TestLeaseExpiringDuringAClaimTurnIsReclaimed(t *testing.T) {
+	t.Parallel()
 	// The worker's own leases outlast the test: its next due time after
 	// the turn is an hour away, so only the dead lease can bring a turn.
 	f := newFixture(t, workqueue.Config{Lease: time.Hour})
@@ -287,6 +290,7 @@ func (f *fixture) deliverBesideExpiringLease(workID int64, delay time.Duration) 
 // would. (Fresh-clone CI beside two CPU hogs caught the router's lookup,
 // which works the same way, in that gap.)
 func TestLeaseExpiringBeforeTheLookupRunsIsReclaimed(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t, workqueue.Config{Lease: time.Hour})
 	f.enqueue(1, 0, "deliver")
 	held := f.claimAsDeadProcess(time.Hour, "deliver")
@@ -303,6 +307,7 @@ func TestLeaseExpiringBeforeTheLookupRunsIsReclaimed(t *testing.T) {
 // leaves the window instead of turning at once until it has, so the
 // expiry costs two turns, not a second of them.
 func TestExpiredLeaseOfUnservedWorkCostsOneMoreTurn(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t, workqueue.Config{Lease: time.Hour})
 	f.enqueue(1, 0, "report")
 	held := f.claimAsDeadProcess(time.Hour, "report")
@@ -335,6 +340,7 @@ func TestExpiredLeaseOfUnservedWorkCostsOneMoreTurn(t *testing.T) {
 // items at its shutdown, behind everything this worker consumed and without
 // an enqueue. The worker's probe sees them, with the backstop off.
 func TestReleaseByAnotherProcessIsFoundByTheProbe(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t, workqueue.Config{})
 	c := newCollector(nil)
 	w := probingWorker(t, f, c)
@@ -373,6 +379,7 @@ func TestReleaseByAnotherProcessIsFoundByTheProbe(t *testing.T) {
 // locks the running head only for its last statements, so the head's lease
 // renewals go through and its handler is not cancelled.
 func TestEnqueueIntoARunningLaneDoesNotCancelItsHandler(t *testing.T) {
+	t.Parallel()
 	// A renewal may wait up to a heartbeat (lease / 3) for the row lock the
 	// batch takes at its end: 3s, room for that batch's commit on a loaded
 	// machine, still short beside a batch that locked the head throughout.
@@ -441,6 +448,7 @@ func (f *fixture) one(workType, lane string) int64 {
 // restarts after the errors proven to have committed nothing), the worker
 // keeps running, and every item runs exactly once.
 func TestWorkerRidesOutInjectedFaults(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t, workqueue.Config{})
 	db, in, err := faultdb.Open(f.dsn)
 	if err != nil {
@@ -501,6 +509,7 @@ func TestWorkerRidesOutInjectedFaults(t *testing.T) {
 // worker's executor shapes claims is logged at start-up and counted, instead
 // of silently blocking its lanes.
 func TestUnservedWorkKindIsReported(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t, workqueue.Config{})
 	f.enqueue(1, 0, "deliver", "reports")
 	f.enqueue(1, 0, "other-type", "reports") // not this worker's type: not its report

@@ -105,6 +105,7 @@ func ranLines(h *helperProc, into map[string][]string) {
 // frozen or killed process (its lease ran out and another process ran it:
 // execution is at least once, storage exactly once).
 func TestPeriodicExactlyOncePerTick(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t, workqueue.Config{})
 	env := []string{helperPeriodicEnv + "=1s", helperLeaseEnv + "=3s"}
 	a := startHelper(t, "periodic-a", f.dsn, env...)
@@ -189,6 +190,7 @@ func TestPeriodicExactlyOncePerTick(t *testing.T) {
 // the database's clock, so neither stores a tick early (the fast one would
 // by 4s if it trusted its own clock) or loses one, and each is stored once.
 func TestPeriodicClockSkew(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t, workqueue.Config{})
 	fast := startHelper(t, "fast", f.dsn, helperPeriodicEnv+"=1s", helperClockSkewEnv+"=4s")
 	slow := startHelper(t, "slow", f.dsn, helperPeriodicEnv+"=1s", helperClockSkewEnv+"=-4s")

@@ -15,6 +15,7 @@ import (
 // (the handler held at a barrier) run as one successor after it, with only
 // the events the first run did not have.
 func TestWorkerRunsProjectionGenerations(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t, workqueue.Config{})
 	event := func(n int) workqueue.Event {
 		return workqueue.Event{

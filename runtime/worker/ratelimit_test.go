@@ -130,6 +130,7 @@ func (f *fixture) allCompletedOnce() {
 // race detector, other packages' tests beside it) the processes cannot
 // keep up with the limit.
 func TestRateLimitAcrossProcesses(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t, workqueue.Config{})
 	const items = 1100
 	r := runRateLimited(t, f.qu, f.dsn, items)
@@ -184,6 +185,7 @@ func BenchmarkRateLimitAcrossProcesses(b *testing.B) {
 // item starts, the other nine stay
 // pending with no attempt spent, and every "fast" item completes.
 func TestRateLimitLeavesOtherWorkAlone(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t, workqueue.Config{})
 	f.enqueue(10, 0, "slow")
 	f.enqueue(50, 0, "fast")
@@ -221,6 +223,7 @@ func TestRateLimitLeavesOtherWorkAlone(t *testing.T) {
 // here is due more than the floor's straggler window after them, and the
 // probe and backstop are off: only the limited type's own floor can.
 func TestLimitedItemsBehindOtherWorkAreClaimedWhenTheirWindowOpens(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t, workqueue.Config{})
 	const per = 10 * time.Second
 	// Begin early in a window, so the steps below (a few seconds) fit in it.
@@ -277,6 +280,7 @@ func TestLimitedItemsBehindOtherWorkAreClaimedWhenTheirWindowOpens(t *testing.T)
 // nine stay pending with no attempt spent, unlimited "mail" completes, and
 // the budget's one row is counted under the key.
 func TestRateLimitKeySharedByWorkTypes(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t, workqueue.Config{})
 	f.enqueue(5, 0, "contact")
 	f.enqueue(5, 0, "deal")
@@ -366,6 +370,7 @@ func (f *fixture) budgetRows() map[string][2]int {
 // without spending attempts, spread over the windows after (a quota each),
 // not all due again at the next window.
 func TestRateLimitPerKey(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t, workqueue.Config{})
 	f.enqueueRated(200, "sync", "hot")
 	f.enqueueRated(4, "sync", "a")
@@ -419,6 +424,7 @@ func TestRateLimitPerKey(t *testing.T) {
 // more than 10. Every item completes with one attempt; none starts twice.
 // Logged: the starts a second of all keys together (30 at most).
 func TestRateLimitPerKeyAcrossProcesses(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t, workqueue.Config{})
 	keys := []string{"customer-1", "customer-2", "customer-3"}
 	for _, k := range keys {
@@ -441,6 +447,7 @@ func TestRateLimitPerKeyAcrossProcesses(t *testing.T) {
 
 // Limits are checked when the worker is built.
 func TestRateLimitValidation(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t, workqueue.Config{})
 	for _, lim := range [][]ratelimit.Limit{
 		{{WorkType: "deliver", N: 0, Per: time.Second}},
@@ -519,6 +526,7 @@ func (f *fixture) grantedStarts() int {
 // claim turns of the worker. Once the lock is released the slow item
 // starts on the share it was waiting for.
 func TestRateLimitDoesNotHoldUnlimitedClaims(t *testing.T) {
+	t.Parallel()
 	// The share's transaction is run again after each lock wait's timeout
 	// (5s) for as long as the row stays locked: whatever it holds up stays
 	// held up until the test releases the lock, not until the write is
@@ -599,6 +607,7 @@ func TestRateLimitDoesNotHoldUnlimitedClaims(t *testing.T) {
 // they count as waiting to start: once one is satisfied and runs, its
 // share is sized for it alone (one start granted, not three).
 func TestRateLimitedRecheckSpendsNoStart(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t, workqueue.Config{})
 	p := newProducer(f)
 	var parked []int64

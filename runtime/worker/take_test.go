@@ -15,6 +15,7 @@ import (
 // promoted them (scheduler Taken) rather than a claim turn; with
 // NoClaimOnPromote none does, and the drain is the same.
 func TestClaimOnPromoteKeepsLaneOrder(t *testing.T) {
+	t.Parallel()
 	for _, off := range []bool{false, true} {
 		t.Run(fmt.Sprint("NoClaimOnPromote=", off), func(t *testing.T) {
 			const items, lanes = 300, 30

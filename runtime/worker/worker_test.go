@@ -194,6 +194,7 @@ func settled(t *testing.T, f *fixture, w *worker.Worker, want map[string]int) {
 }
 
 func TestDrainsLanesThroughWakesWithoutPeriodicReads(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t, workqueue.Config{})
 	f.enqueue(300, 10, "deliver", "interactive", "default", "bulk")
 	c := newCollector(nil)
@@ -221,6 +222,7 @@ func TestDrainsLanesThroughWakesWithoutPeriodicReads(t *testing.T) {
 }
 
 func TestOutcomes(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t, workqueue.Config{Retry: workqueue.RetryPolicy{Initial: 500 * time.Millisecond, Max: time.Second, MaxSafeRetries: 3}})
 	f.enqueue(4, 0, "deliver")
 	// Item order by work id: 1 fails once then succeeds (retry through the
@@ -277,6 +279,7 @@ func TestOutcomes(t *testing.T) {
 }
 
 func TestShutdownReleasesRunningItems(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t, workqueue.Config{})
 	f.enqueue(2, 0, "deliver")
 	started := make(chan struct{}, 2)
@@ -322,6 +325,7 @@ func probingWorker(t *testing.T, f *fixture, c *collector) *worker.Worker {
 }
 
 func TestGenerationProbeFindsOtherProcessesWork(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t, workqueue.Config{})
 	c := newCollector(nil)
 	w := probingWorker(t, f, c)
@@ -349,6 +353,7 @@ func TestGenerationProbeFindsOtherProcessesWork(t *testing.T) {
 // enqueue through the worker's own Queue, plain or in a committed Tx,
 // starts its work without a Wake call.
 func TestEnqueueWakesTheWorkerOfItsQueue(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t, workqueue.Config{})
 	c := newCollector(nil)
 	w, err := worker.New(f.qu, quietCfg(2), map[string]worker.Handler{"deliver": c.handle})
@@ -377,6 +382,7 @@ func TestEnqueueWakesTheWorkerOfItsQueue(t *testing.T) {
 }
 
 func TestMetricsAreRecorded(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t, workqueue.Config{})
 	f.enqueue(20, 0, "deliver")
 	reader := sdkmetric.NewManualReader()
@@ -425,6 +431,7 @@ func TestMetricsAreRecorded(t *testing.T) {
 }
 
 func TestSupervisorRebuildsOnlyOnStopOrConfigChange(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t, workqueue.Config{})
 	f.enqueue(3, 3, "deliver") // one lane: two followers stay blocked
 	block := make(chan struct{})
@@ -469,6 +476,7 @@ func TestSupervisorRebuildsOnlyOnStopOrConfigChange(t *testing.T) {
 }
 
 func TestConfigValidation(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t, workqueue.Config{})
 	if _, err := worker.New(f.qu, quietCfg(4), nil); !errors.Is(err, worker.ErrConfig) {
 		t.Fatalf("no handlers: %v", err)
@@ -486,6 +494,7 @@ func TestConfigValidation(t *testing.T) {
 }
 
 func TestRecordProgressRestartsTheRetrySeries(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t, workqueue.Config{Retry: workqueue.RetryPolicy{Initial: 20 * time.Millisecond, Max: time.Second}})
 	f.enqueue(1, 0, "deliver")
 	// Attempt 1 fails (series 1); attempt 2 makes progress, then fails: the

@@ -9,6 +9,7 @@ import (
 // power of two at least as long, holding the ids in order and then only
 // the last one again.
 func TestPaddedIDsBoundTheStatementTexts(t *testing.T) {
+	t.Parallel()
 	lengths := map[int]bool{}
 	for n := 1; n <= MaxCompleteBatch; n++ {
 		ids := make([]int64, n)

@@ -22,6 +22,7 @@ import (
 // as Complete does and promotes its follower. Items in no lane cost one statement,
 // plus one read-back because an entry was stale.
 func TestCompleteManyFencesEachItem(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t, workqueue.Config{})
 	qu, counter := queuetest.Counted(t, f.dsn, workqueue.Config{})
 	for range 4 {
@@ -84,6 +85,7 @@ func TestCompleteManyFencesEachItem(t *testing.T) {
 // Without a stale entry the batch is one statement and nothing is read
 // back; a hand-built lease (lanes unknown) takes the per-item path.
 func TestCompleteManyAllFreshIsOneStatement(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t, workqueue.Config{})
 	qu, counter := queuetest.Counted(t, f.dsn, workqueue.Config{})
 	got := claimNoLane(t, f, qu, 3)
@@ -111,6 +113,7 @@ func TestCompleteManyAllFreshIsOneStatement(t *testing.T) {
 // and its CAS reads on and claims the next due rows, instead of coming
 // back empty as if nothing more were due.
 func TestLostCandidatesAreReplacedInTheSameClaim(t *testing.T) {
+	t.Parallel()
 	f, qu, in := faultFixture(t, workqueue.Config{})
 	var all []int64
 	for range 6 {
@@ -147,6 +150,7 @@ func TestLostCandidatesAreReplacedInTheSameClaim(t *testing.T) {
 // next claim (the enqueue moved the scope's ordinal), which reads the work
 // kinds again and scans it.
 func TestClaimSkipsClassesTheScopeNeverHad(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t, workqueue.Config{})
 	qu, counter := queuetest.Counted(t, f.dsn, workqueue.Config{})
 	f.one(workqueue.Work{QueueClass: "default"})
@@ -190,6 +194,7 @@ func TestClaimSkipsClassesTheScopeNeverHad(t *testing.T) {
 // RenewMany moves every fresh lease's expiry in one statement and reports
 // exactly the stale entry as ErrLeaseLost.
 func TestRenewManyFencesEachItem(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t, workqueue.Config{})
 	qu, counter := queuetest.Counted(t, f.dsn, workqueue.Config{Lease: time.Hour})
 	got := claimNoLane(t, f, qu, 4)
@@ -262,6 +267,7 @@ func onlyStaleLost(t *testing.T, got []workqueue.Claimed, errs []error, stale in
 // request whose classes with work differ gets its own claim under the same
 // scope read.
 func TestClaimManyMergesRequestsForTheSameWork(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t, workqueue.Config{})
 	qu, counter := queuetest.Counted(t, f.dsn, workqueue.Config{})
 	var defaults []int64
@@ -324,6 +330,7 @@ func TestClaimManyMergesRequestsForTheSameWork(t *testing.T) {
 // the same transaction chose to promote. A stale entry makes the batch settle each
 // entry alone: the fresh ones complete, the stale one is lost.
 func TestCompleteManyLanedBatchKeepsLaneOrder(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		name  string
 		order []string
@@ -420,6 +427,7 @@ func TestCompleteManyLanedBatchKeepsLaneOrder(t *testing.T) {
 // all completed: nothing early (lane order) and nothing late (a follower
 // the batch should have promoted).
 func TestCompleteManyRandomLanesPromoteExactlyTheReady(t *testing.T) {
+	t.Parallel()
 	for seed := int64(1); seed <= 3; seed++ {
 		t.Run(fmt.Sprint("seed=", seed), func(t *testing.T) {
 			f := newFixture(t, workqueue.Config{})
@@ -457,6 +465,7 @@ func TestCompleteManyRandomLanesPromoteExactlyTheReady(t *testing.T) {
 // the lost run (followers possibly promoted) instead of calling them lost.
 // Either way each lane's follower is claimable exactly once afterwards.
 func TestCompleteManyLanedBatchUnderFaults(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		name    string
 		rule    faultdb.Rule

@@ -116,6 +116,7 @@ func (l *laneLedger) finish(it laneItem) {
 // exactly once, no two items of a lane overlap, and lanes run in order.
 // Repeated (default 20 times) so rare interleavings get their chance.
 func TestConcurrentClaimsExactlyOnceInLaneOrder(t *testing.T) {
+	t.Parallel()
 	const workers, items = 8, 2000
 	f := newFixture(t, workqueue.Config{})
 	workload := stressWorkload(items)

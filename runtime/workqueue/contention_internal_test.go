@@ -29,6 +29,7 @@ func workIDs(cs []candidate) []int64 {
 // rows before it (the first block is the uncontended claimer's), and keeps
 // claim order; an unspread claim is the window's first rows.
 func TestChooseTakesItsBlockFirst(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		name   string
 		window int
@@ -58,6 +59,7 @@ func TestChooseTakesItsBlockFirst(t *testing.T) {
 // row double the spread (never past maxSpread), and calmTurnsToNarrow claims
 // without a loss halve it.
 func TestNoteLossesSpreadsAndNarrows(t *testing.T) {
+	t.Parallel()
 	c := &Claimer{}
 	if p := c.partition(); p != (partition{spread: 1}) {
 		t.Fatalf("a new claimer: %+v, want plain order", p)

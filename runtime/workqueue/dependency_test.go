@@ -59,6 +59,7 @@ func (f *fixture) invisible(c *workqueue.Claimer) {
 }
 
 func TestDependencyWakeByCurrentOrPreviousKey(t *testing.T) {
+	t.Parallel()
 	for _, key := range []string{"link:A@slot2", "link:A@slot1"} {
 		t.Run(key, func(t *testing.T) {
 			f := newFixture(t, workqueue.Config{})
@@ -96,6 +97,7 @@ func TestDependencyWakeByCurrentOrPreviousKey(t *testing.T) {
 }
 
 func TestDependencyUnrelatedKeyWakesNothing(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t, workqueue.Config{})
 	c := f.claimer("w")
 	item := f.waiting(c, slotDep("A"), workqueue.Work{})
@@ -136,6 +138,7 @@ func TestDependencyUnrelatedKeyWakesNothing(t *testing.T) {
 // wakes the item; its recheck finds its own keys missing and it waits
 // again, with no attempt and no retry counted.
 func TestDependencyObsoleteKeyRechecksAndWaitsAgain(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t, workqueue.Config{})
 	c := f.claimer("w")
 	item := f.waiting(c, slotDep("A"), workqueue.Work{})
@@ -163,6 +166,7 @@ func TestDependencyObsoleteKeyRechecksAndWaitsAgain(t *testing.T) {
 // A dependency declared at enqueue is claimed with the item, which the
 // worker checks before any work.
 func TestDependencyDeclaredAtEnqueue(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t, workqueue.Config{})
 	c := f.claimer("w")
 	dep := slotDep("E")
@@ -177,6 +181,7 @@ func TestDependencyDeclaredAtEnqueue(t *testing.T) {
 }
 
 func TestDependencyValidation(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t, workqueue.Config{})
 	many := make([]string, workqueue.MaxDependencyKeys+1)
 	for i := range many {
@@ -229,6 +234,7 @@ type raceSchedule struct {
 // end runnable (never stranded waiting for a key that is satisfied), with
 // its attempt given back.
 func TestDependencyRegistrationRace(t *testing.T) {
+	t.Parallel()
 	schedules := []raceSchedule{
 		{name: "producer first", at: "BeginDependencyWait", sync: true},
 		{name: "producer between registration and settle", at: "LockSatisfiedDependencies", sync: true},
@@ -315,6 +321,7 @@ func TestDependencyRegistrationRace(t *testing.T) {
 // invisible to claims until the safety pass settles it, to waiting when no
 // key is satisfied and to pending when one is.
 func TestDependencyInterruptedRegistrationRecovers(t *testing.T) {
+	t.Parallel()
 	cfg := workqueue.Config{TxAttempts: 2}
 	f, qu, in := faultFixture(t, cfg)
 	c, err := qu.NewClaimer(scope, "w", workqueue.ClaimerConfig{})
@@ -363,6 +370,7 @@ func TestDependencyInterruptedRegistrationRecovers(t *testing.T) {
 // bypassed Satisfy wakes nobody; one safety pass finds the waiter and wakes
 // it, and a waiter whose keys are missing is neither written nor counted.
 func TestDependencyMissedWakeRepaired(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t, workqueue.Config{})
 	c := f.claimer("w")
 	missed := f.waiting(c, slotDep("M"), workqueue.Work{})
@@ -395,6 +403,7 @@ func TestDependencyMissedWakeRepaired(t *testing.T) {
 // A transient error mid-pass keeps the wakes already committed, and the
 // next pass resumes after the last waiter the failed one finished.
 func TestDependencySweepResumesAfterTransientError(t *testing.T) {
+	t.Parallel()
 	f, qu, in := faultFixture(t, workqueue.Config{})
 	c := f.claimer("w")
 	// Wait order: w0 (missing), w1 (satisfied), w2 (satisfied), w3
@@ -445,6 +454,7 @@ func TestDependencySweepResumesAfterTransientError(t *testing.T) {
 // The probe budget bounds a pass; passes go round the waiters from their
 // cursor, and a scope without waiters costs one statement a pass.
 func TestDependencySweepBudgets(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t, workqueue.Config{})
 	qu, counter := queuetest.Counted(t, f.dsn, workqueue.Config{})
 	sweep, err := qu.NewDependencySweep(scope, workqueue.DependencySweepConfig{ProbeBudget: 10, PageSize: 4})
@@ -485,6 +495,7 @@ func TestDependencySweepBudgets(t *testing.T) {
 // A waiting or registering lane head keeps its followers, old and newly
 // enqueued, blocked; after the wake they run in lane order.
 func TestDependencyWaitingHeadKeepsItsLane(t *testing.T) {
+	t.Parallel()
 	cfg := workqueue.Config{TxAttempts: 1}
 	f, qu, in := faultFixture(t, cfg)
 	c, err := qu.NewClaimer(scope, "w", workqueue.ClaimerConfig{})

@@ -44,6 +44,7 @@ func (h *failFirst) After(_ context.Context, _ string, _ any, err error) error {
 // every row of the lane in ordinal order, with and without unrelated ready
 // lanes beside it.
 func TestLaneHandoffStopRecovery(t *testing.T) {
+	t.Parallel()
 	for _, unrelated := range []int{0, 5} {
 		t.Run(fmt.Sprintf("unrelated-lanes=%d", unrelated), func(t *testing.T) {
 			f := newFixture(t, workqueue.Config{})

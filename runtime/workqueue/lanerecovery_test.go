@@ -14,6 +14,7 @@ import (
 // one page holding every row (first and second, stranded in one lane, are
 // judged by the same statements at once: second sees first ahead).
 func TestRecoverLanesPromotesOnlyStrandedRows(t *testing.T) {
+	t.Parallel()
 	for _, page := range []int{1, 100} {
 		t.Run(fmt.Sprintf("page=%d", page), func(t *testing.T) { testRecoverLanes(t, page) })
 	}

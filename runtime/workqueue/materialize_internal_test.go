@@ -12,6 +12,7 @@ import (
 )
 
 func TestLoadDataEscapesWhatTheFormatReads(t *testing.T) {
+	t.Parallel()
 	var d loadData
 	d.row(nil, "a\tb\nc\\d\x00e\rf\x1ag\xff", []byte(`\N`), int64(-7), sql.NullString{}, sql.NullString{String: "x", Valid: true},
 		sql.NullInt64{}, sql.NullInt64{Int64: 9, Valid: true}, []byte(nil), []byte{})
@@ -27,6 +28,7 @@ func TestLoadDataEscapesWhatTheFormatReads(t *testing.T) {
 // What a load would skip or alter instead of failing makes the load fail
 // with ErrLoadIncomplete, and the transaction it ran in keeps nothing.
 func TestLoadFailsClosedOnSkippedOrAlteredRows(t *testing.T) {
+	t.Parallel()
 	db := tidbtest.NewDB(t)
 	ctx := context.Background()
 	event := func(key, sourceID string) gen.InsertEventParams {

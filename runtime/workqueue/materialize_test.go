@@ -137,6 +137,7 @@ func storedWork(t *testing.T, db *sql.DB, scope string) []workFacts {
 // when enqueued one by one through per-row inserts, byte for byte, and
 // Enqueue reports the ids the rows got.
 func TestEnqueueBatchLoadMatchesPerRowInserts(t *testing.T) {
+	t.Parallel()
 	const loaded, perRow = "scope-loaded", "scope-per-row"
 	qu, db, _ := queuetest.New(t, workqueue.Config{}, loaded)
 	ctx := context.Background()
@@ -233,6 +234,7 @@ func TestEnqueueBatchLoadMatchesPerRowInserts(t *testing.T) {
 // A large batch costs the same statements as a small one: the loads write
 // any number of rows with one statement each.
 func TestEnqueueBatchStatementsDoNotGrowWithTheBatch(t *testing.T) {
+	t.Parallel()
 	_, _, dsn := queuetest.New(t, workqueue.Config{}, scope)
 	qu, counter := queuetest.Counted(t, dsn, workqueue.Config{MaxEnqueueBatch: 5000})
 	ctx := context.Background()

@@ -27,6 +27,7 @@ func bareDSN(t *testing.T, dsn string) string {
 }
 
 func TestOpenDBGivesABareDSNTheSessionNewNeeds(t *testing.T) {
+	t.Parallel()
 	_, dsn := tidbtest.NewDBWithDSN(t)
 	bare := bareDSN(t, dsn)
 	ctx := context.Background()

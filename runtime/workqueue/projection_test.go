@@ -96,6 +96,7 @@ func (f *fixture) claimOne(c *workqueue.Claimer, req workqueue.ClaimRequest) wor
 // input is every event through the one it selects, and the next generation
 // starts after it (seed 004 steps 1-2, invariant 9).
 func TestProjectionAdvancesBeforeClaim(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t, workqueue.Config{})
 	c := f.claimer("w1")
 	first := f.project("e1", "src")
@@ -141,6 +142,7 @@ func TestProjectionAdvancesBeforeClaim(t *testing.T) {
 // generation activates it in its lane place, ahead of later lane followers
 // (seed 004 steps 3 and 5).
 func TestProjectionSuccessorWhileClaimed(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t, workqueue.Config{})
 	c := f.claimer("w1")
 	f.project("e1", "src")
@@ -193,6 +195,7 @@ func TestProjectionSuccessorWhileClaimed(t *testing.T) {
 // generation runs again first, and its dead end activates the successor
 // (seed 004 step 6).
 func TestProjectionRetryKeepsSuccessorInactive(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t, workqueue.Config{})
 	c := f.claimer("w1")
 	f.project("e1", "src")
@@ -229,6 +232,7 @@ func TestProjectionRetryKeepsSuccessorInactive(t *testing.T) {
 // A lease that expires with its attempt budget spent goes to dead through
 // the stale path, which hands off to the successor too.
 func TestProjectionExpiredToDeadActivatesSuccessor(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t, workqueue.Config{MaxAttempts: 1})
 	c := f.claimer("w1")
 	f.project("e1", "src")
@@ -257,6 +261,7 @@ func TestProjectionExpiredToDeadActivatesSuccessor(t *testing.T) {
 // before the claim, while claimed and after the terminal (seed 004 step 11,
 // invariant 11).
 func TestProjectionDuplicateIsCovered(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t, workqueue.Config{})
 	c := f.claimer("w1")
 	f.project("e1", "src")
@@ -296,6 +301,7 @@ func TestProjectionDuplicateIsCovered(t *testing.T) {
 // One batch: each projection selects its newest event once; every event is
 // stored; per-event work in the same events is created as usual.
 func TestProjectionBatchCollapses(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t, workqueue.Config{})
 	var batch []workqueue.Event
 	for i := range 10 {
@@ -352,6 +358,7 @@ func TestProjectionBatchCollapses(t *testing.T) {
 }
 
 func TestProjectionRejectsWhatItCannotOrder(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t, workqueue.Config{})
 	for name, ev := range map[string]workqueue.Event{
 		"target lane":        projEvent("x1", "src"),
@@ -400,6 +407,7 @@ func TestProjectionRejectsWhatItCannotOrder(t *testing.T) {
 // executed cover every event exactly once, in order, and exactly one
 // generation is active after each round.
 func TestProjectionSuccessorRace(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t, workqueue.Config{})
 	c := f.claimer("w1")
 	const rounds = 16
@@ -456,6 +464,7 @@ func TestProjectionSuccessorRace(t *testing.T) {
 // and each source's executed generations cover its 15 events exactly once,
 // in order.
 func TestProjectionAcceptance(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t, workqueue.Config{MaxEnqueueBatch: 4400})
 	const sources, perSource, later = 400, 10, 5
 	var batch []workqueue.Event
@@ -552,6 +561,7 @@ func TestProjectionAcceptance(t *testing.T) {
 // parent's input again; newer events queue behind it instead of advancing
 // it. A generation with a newer one is refused.
 func TestProjectionReplay(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t, workqueue.Config{})
 	c := f.claimer("w1")
 	f.project("e1", "src")
@@ -618,6 +628,7 @@ func TestProjectionReplay(t *testing.T) {
 // advance nor select; the newest new event of each projection is selected;
 // a route version is its own projection (seed 004's key).
 func TestProjectionMixedBatch(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t, workqueue.Config{})
 	c := f.claimer("w1")
 	f.project("a1", "A")

@@ -51,6 +51,7 @@ func (f *fixture) queueWithHook(hook sqlwrap.Hook) *workqueue.Queue {
 // t; f's other predecessor b finishes, and a's finish (promoting x)
 // commits exactly between the two reads.
 func TestPromotionSeesARowPromotedBetweenItsReads(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t, workqueue.Config{})
 	a := f.one(workqueue.Work{SourceLane: "sa"})
 	x := f.one(workqueue.Work{SourceLane: "sa", TargetLane: "t"})
@@ -87,6 +88,7 @@ func TestPromotionSeesARowPromotedBetweenItsReads(t *testing.T) {
 // rows next; x's promotion commits between the two reads. The new item
 // must still be written blocked behind x.
 func TestEnqueueSeesARowPromotedBetweenItsReads(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t, workqueue.Config{})
 	a := f.one(workqueue.Work{SourceLane: "sa"})
 	x := f.one(workqueue.Work{SourceLane: "sa", TargetLane: "t"})

@@ -46,6 +46,7 @@ func (f *fixture) replayFacts(workID int64) replayFacts {
 // leaves the original terminal; the child runs like any item, and when it
 // dies it can be replayed in turn.
 func TestReplayCreatesAChildAndNeverReopensTheOriginal(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t, workqueue.Config{})
 	c := f.claimer("w1")
 	id := f.one(workqueue.Work{})
@@ -92,6 +93,7 @@ func TestReplayCreatesAChildAndNeverReopensTheOriginal(t *testing.T) {
 
 // Replay fails closed, writing nothing, on what it cannot prove safe.
 func TestReplayRefusesWhatItCannotProveSafe(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t, workqueue.Config{})
 	c := f.claimer("w1")
 	pending := f.one(workqueue.Work{})
@@ -130,6 +132,7 @@ func TestReplayRefusesWhatItCannotProveSafe(t *testing.T) {
 // other caller gets ErrAlreadyReplayed naming that child. Repeated, with
 // every replayer released together by a barrier.
 func TestReplayConcurrentOneChild(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t, workqueue.Config{})
 	c := f.claimer("w1")
 	const rounds, replayers = 12, 6
@@ -186,6 +189,7 @@ func TestReplayConcurrentOneChild(t *testing.T) {
 // it: blocked while a later item of its lane is live, promoted when that
 // one finishes; alone in its lane, it is the head at once.
 func TestReplayJoinsItsLaneBehindEarlierItems(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t, workqueue.Config{})
 	c := f.claimer("w1")
 	first := f.one(workqueue.Work{SourceLane: "lane"})

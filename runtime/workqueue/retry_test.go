@@ -23,6 +23,7 @@ func attemptsWithin(p workqueue.RetryPolicy, d time.Duration, rnd float64) int {
 // down must cost a bounded number of claims (at most 10 in 6 minutes), not one
 // per second, even with every jitter draw at its shortest.
 func TestSustainedFailureIsBounded(t *testing.T) {
+	t.Parallel()
 	p := workqueue.DefaultRetryPolicy
 	if n := attemptsWithin(p, 6*time.Minute, 0); n > 10 {
 		t.Fatalf("%d attempts in 6 minutes with the shortest jitter, want at most 10", n)
@@ -35,6 +36,7 @@ func TestSustainedFailureIsBounded(t *testing.T) {
 }
 
 func TestRetryDelays(t *testing.T) {
+	t.Parallel()
 	p := workqueue.RetryPolicy{Initial: time.Second, Max: 5 * time.Minute, Jitter: 0.1}
 	for retries, want := range []time.Duration{time.Second, 2 * time.Second, 4 * time.Second, 8 * time.Second} {
 		if got := p.Delay(int32(retries), 0.5); got != want {
@@ -52,6 +54,7 @@ func TestRetryDelays(t *testing.T) {
 // TestJitterNeverExceedsTheCap: jitter applies before the cap, so no delay
 // is longer than Max whatever the draw.
 func TestJitterNeverExceedsTheCap(t *testing.T) {
+	t.Parallel()
 	p := workqueue.RetryPolicy{Initial: time.Second, Max: 5 * time.Minute, Jitter: 0.5}
 	for retries := int32(0); retries < 40; retries++ {
 		for _, rnd := range []float64{0, 0.5, 0.999999} {
@@ -69,6 +72,7 @@ func TestJitterNeverExceedsTheCap(t *testing.T) {
 // defaults, so a policy that only sets a retry limit is valid and backs off
 // like the default.
 func TestPartialRetryPolicyTakesFieldDefaults(t *testing.T) {
+	t.Parallel()
 	p := workqueue.RetryPolicy{MaxSafeRetries: 5}
 	for retries := int32(0); retries < 12; retries++ {
 		if got, want := p.Delay(retries, 0.5), workqueue.DefaultRetryPolicy.Delay(retries, 0.5); got != want {

@@ -14,6 +14,7 @@ import (
 // trailing space), and move on an enqueue; ScopeLive tells live work from
 // none and names a missing scope.
 func TestScopeMarksOfAPrefixPageAndMove(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t, workqueue.Config{})
 	const n = workqueue.MaxScopesPerStatement + 5
 	var ids []string

@@ -15,6 +15,7 @@ const RegistrationPage = registrationPage
 // The pass takes a full registration read (registrationPage rows) to mean
 // more may follow: the statement's literal LIMIT must be that number.
 func TestDependencySafetyPageRegistrationLimit(t *testing.T) {
+	t.Parallel()
 	stmts, err := queries.Statements()
 	if err != nil {
 		t.Fatal(err)

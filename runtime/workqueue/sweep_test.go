@@ -16,6 +16,7 @@ import (
 // first statement reads registrations; its pages over waiters
 // (DependencyWaitingPage) read none.
 func TestDependencySweepSettlesARegistrationBacklog(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t, workqueue.Config{})
 	qu, counter := queuetest.Counted(t, f.dsn, workqueue.Config{})
 	c := f.claimer("w")

@@ -37,6 +37,7 @@ func flatten(taken [][]workqueue.Claimed) []workqueue.Claimed {
 // follower with no bulk place, a follower of another work type, a delayed
 // follower and one past the places' room stay for a claim turn.
 func TestCompleteManyTakingTakesTheFollowersThatFit(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t, workqueue.Config{})
 	qu, counter := queuetest.Counted(t, f.dsn, workqueue.Config{})
 	lanes := []string{"A", "B", "C", "D", "E", "F"}
@@ -125,6 +126,7 @@ func TestCompleteManyTakingTakesTheFollowersThatFit(t *testing.T) {
 // A follower of a class paused before the read-back is not handed over: it
 // is released unrun and stays claimable once the class resumes.
 func TestCompleteManyTakingReleasesAPausedClass(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t, workqueue.Config{})
 	f.one(workqueue.Work{SourceLane: "A"})
 	next := f.one(workqueue.Work{SourceLane: "A"})
@@ -156,6 +158,7 @@ func TestCompleteManyTakingReleasesAPausedClass(t *testing.T) {
 // it), then claims the rest. Every round's items — taken or claimed — must
 // be exactly those whose predecessors in both lanes are completed.
 func TestCompleteManyTakingRandomLanesRunExactlyTheReady(t *testing.T) {
+	t.Parallel()
 	for seed := int64(1); seed <= 3; seed++ {
 		t.Run(fmt.Sprint("seed=", seed), func(t *testing.T) {
 			f := newFixture(t, workqueue.Config{})
@@ -198,6 +201,7 @@ func TestCompleteManyTakingRandomLanesRunExactlyTheReady(t *testing.T) {
 // it still finds the followers the lost run took: they are handed over, not
 // stranded until their leases expire.
 func TestCompleteManyTakingUnderFaults(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []faultdb.Rule{
 		{Statement: "TakePromotedBatch", Fault: faultdb.Deadlock},
 		{Statement: "COMMIT", Fault: faultdb.ReplyLost},
@@ -249,6 +253,7 @@ func TestCompleteManyTakingUnderFaults(t *testing.T) {
 // claimable work (here: claimed by a claim turn), after which takes start
 // again.
 func TestCompleteManyTakingYieldsAfterMaxTakenInARow(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t, workqueue.Config{})
 	var lane []int64
 	for range workqueue.MaxTakenInARow + 4 {

@@ -42,7 +42,9 @@ func (l *testLog) Write(p []byte) (int, error) {
 // repeat, loss, lane-order violation or overlap by handler time the
 // database shows, and on faults that did not happen as planned.
 func TestBenchFaultsShort(t *testing.T) {
-	srv := tidbtest.Server(t)
+	// It pauses TiDB for longer than a lease: a server shared with other
+	// tests would stall them too.
+	srv := tidbtest.OwnServer(t)
 	pauses := 0
 	if srv.CanPause() {
 		pauses = 1

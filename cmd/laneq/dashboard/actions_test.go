@@ -33,6 +33,7 @@ func (c *client) confirmToken(path string) string {
 // read-only dashboard offers and does none of them; a bulk replay's page
 // reloads itself while it runs and says what it did.
 func TestActionsRefuseWhatTheStateNoLongerAllows(t *testing.T) {
+	t.Parallel()
 	qu, db, _ := queuetest.New(t, workqueue.Config{}, scope)
 	ctx := context.Background()
 	res, err := qu.Enqueue(ctx, scope, []workqueue.Event{{IdempotencyKey: "e1", RouteID: "r", RouteVersion: 1, EventKind: "k", SourceKind: "s", SourceID: "1",

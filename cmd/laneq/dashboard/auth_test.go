@@ -16,6 +16,7 @@ import (
 // wrong one, gets 401 and a basic-auth challenge before any handler runs
 // (a replay POST writes nothing), and the right one is served.
 func TestLogin(t *testing.T) {
+	t.Parallel()
 	db, dead := seed(t)
 	c := newClient(t, db, dashboard.Config{AllowWrites: true, Login: &dashboard.Login{User: "ops", Password: "correct horse battery"}})
 	get := func(path, user, password string) (int, http.Header) {
@@ -51,6 +52,7 @@ func TestLogin(t *testing.T) {
 }
 
 func TestReadLogin(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	write := func(name, content string) string {
 		p := dir + "/" + name

@@ -16,6 +16,7 @@ import (
 // two processes wrote: stacked bars per minute (their counts summed), the
 // oldest-due line, and nothing from before the window.
 func TestScopeCharts(t *testing.T) {
+	t.Parallel()
 	qu, db, _ := queuetest.New(t, workqueue.Config{}, scope)
 	ctx := context.Background()
 	c := newClient(t, db, dashboard.Config{})

@@ -136,6 +136,7 @@ func historyLen(t *testing.T, db *sql.DB, id int64) int {
 // A read-only dashboard renders every page with escaped data and refuses
 // replays.
 func TestReadOnlyPages(t *testing.T) {
+	t.Parallel()
 	db, dead := seed(t)
 	c := newClient(t, db, dashboard.Config{})
 	q := url.QueryEscape(scope)
@@ -189,6 +190,7 @@ func TestReadOnlyPages(t *testing.T) {
 // origin it is refused; the confirmed one creates exactly one child, and
 // submitting it again creates none.
 func TestReplayNeedsConfirmationAndToken(t *testing.T) {
+	t.Parallel()
 	db, dead := seed(t)
 	c := newClient(t, db, dashboard.Config{AllowWrites: true})
 	id := fmt.Sprint(dead[0])

@@ -15,6 +15,7 @@ import (
 // loopback listener: the scheme's default port, a listener beyond
 // loopback, IPv6 and AllowedHosts entries with and without a port.
 func TestHostAllowed(t *testing.T) {
+	t.Parallel()
 	allowed, err := parseAllowedHosts([]string{"Dash.Example", "proxy.example:8443", "[2001:db8::7]"})
 	if err != nil {
 		t.Fatal(err)
@@ -74,6 +75,7 @@ func TestHostAllowed(t *testing.T) {
 
 // A malformed AllowedHosts entry is refused at New, not left to never match.
 func TestAllowedHostsValidated(t *testing.T) {
+	t.Parallel()
 	for _, bad := range []string{"", "dash.example:0", "dash.example:99999", "dash.example:", "::1", "[::1%lo]",
 		"http://dash.example", "dash.example/", "*.example", "user@dash.example"} {
 		_, err := New(nil, Config{AllowedHosts: []string{bad}})
@@ -88,6 +90,7 @@ func TestAllowedHostsValidated(t *testing.T) {
 // applies with no handler-specific help: a request outside an http.Server
 // (no local address) answers only to the listed names.
 func TestAllowedHostsOverHTTP(t *testing.T) {
+	t.Parallel()
 	d, err := New(tidbtest.NewDB(t), Config{AllowedHosts: []string{"dash.example", "proxy.example:8443"}})
 	if err != nil {
 		t.Fatal(err)
@@ -129,6 +132,7 @@ func TestAllowedHostsOverHTTP(t *testing.T) {
 // A label value is quoted with backslash, double quote and line feed
 // escaped, as Prometheus's text format requires.
 func TestMetricsLabelEscaping(t *testing.T) {
+	t.Parallel()
 	if got, want := label("a\\b\"c\nd <e>"), `"a\\b\"c\nd <e>"`; got != want {
 		t.Fatalf("label = %s, want %s", got, want)
 	}

@@ -78,6 +78,7 @@ func listenPort(t *testing.T, base string) string {
 // dashboard refuses every such request, the static files too, with 421,
 // and the replay writes nothing.
 func TestForgedHostRefused(t *testing.T) {
+	t.Parallel()
 	db, dead := seed(t)
 	c := newClient(t, db, dashboard.Config{AllowWrites: true})
 	port := listenPort(t, c.base)
@@ -161,6 +162,7 @@ func TestForgedHostRefused(t *testing.T) {
 // are answered, case-insensitively, and the whole replay works through a
 // loopback name other than the one listened on.
 func TestLoopbackAndListenHostsAccepted(t *testing.T) {
+	t.Parallel()
 	db, dead := seed(t)
 	c := newClient(t, db, dashboard.Config{AllowWrites: true})
 	port := listenPort(t, c.base)

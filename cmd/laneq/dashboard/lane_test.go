@@ -18,6 +18,7 @@ import (
 // the lane's head and what is blocked behind it, pages through a long
 // lane, and refuses a page that names no lane or an unknown scope.
 func TestLanePageServed(t *testing.T) {
+	t.Parallel()
 	qu, db, _ := queuetest.New(t, workqueue.Config{}, scope)
 	var evs []workqueue.Event
 	for i := range 60 {

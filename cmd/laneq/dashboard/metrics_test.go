@@ -15,6 +15,7 @@ import (
 // scope that does not exist reports up 0 and no counts; naming too many
 // scopes is refused.
 func TestMetrics(t *testing.T) {
+	t.Parallel()
 	db, _ := seed(t)
 	c := newClient(t, db, dashboard.Config{})
 	req, _ := http.NewRequest("GET", c.base+"/metrics", nil)

@@ -17,6 +17,7 @@ import (
 // itself, escaped, and warns about a class with due work that no live
 // process serves, but not about one that is served or paused.
 func TestProcessesPage(t *testing.T) {
+	t.Parallel()
 	qu, db, _ := queuetest.New(t, workqueue.Config{}, scope)
 	ctx := context.Background()
 	var events []workqueue.Event
@@ -57,6 +58,7 @@ func TestProcessesPage(t *testing.T) {
 // The scopes index marks the classes paused in each scope, read with the
 // page (no read per scope), and only in the scope that paused them.
 func TestScopesPageMarksPausedClasses(t *testing.T) {
+	t.Parallel()
 	qu, db, _ := queuetest.New(t, workqueue.Config{}, scope)
 	ctx := context.Background()
 	if err := qu.EnsureScope(ctx, "tenant-b", 1); err != nil {
