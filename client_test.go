@@ -322,6 +322,7 @@ func TestClientRefusesBadConfigurationAndRegistration(t *testing.T) {
 
 func emptyDatabase(t *testing.T) (string, string) {
 	t.Helper()
+	// Unmigrated on purpose: laneq.Open must refuse it (ErrSchemaNotCurrent).
 	_, name := tidbtest.NewEmptyDB(t)
 	return name, tidbtest.Server(t).DSN(name)
 }

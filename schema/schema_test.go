@@ -67,6 +67,7 @@ func migrationCount(t *testing.T) int {
 func TestMigrationsApplyAreIdempotentAndGoDownToEmpty(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
+	// Unmigrated on purpose: the test applies the migrations itself.
 	db, _ := tidbtest.NewEmptyDB(t)
 
 	applied, err := schema.Up(ctx, db)
@@ -183,6 +184,7 @@ func TestRequiredKeys(t *testing.T) {
 func TestRateWindowsBeforeTheirEndsGetOne(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
+	// Unmigrated on purpose: the test applies the migrations itself.
 	db, _ := tidbtest.NewEmptyDB(t)
 	p, err := schema.NewProvider(db)
 	if err != nil {

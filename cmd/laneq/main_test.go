@@ -114,6 +114,7 @@ func decode[T any](t *testing.T, r result) T {
 
 func TestMigrate(t *testing.T) {
 	t.Parallel()
+	// Unmigrated on purpose: `laneq migrate` is what migrates it.
 	_, name := tidbtest.NewEmptyDB(t)
 	dsn := tidbtest.Server(t).DSN(name)
 	first := laneq(t, dsn, "migrate").want(t, 0)

@@ -15,6 +15,10 @@ import (
 
 func TestMain(m *testing.M) { os.Exit(tidbtest.Main(m)) }
 
+// The tests here use new empty databases (NewEmptyDB), not pooled ones:
+// the statement summary is kept per schema, and a pooled database would
+// carry the statements of the tests that used it before.
+
 // Two databases on one server: what one runs is counted for it alone, per
 // execution, and a write costs write RU that a point read does not.
 func TestUsageCountsOneDatabasesStatements(t *testing.T) {

@@ -425,6 +425,7 @@ func TestStaleReclaimTakesEveryServedClass(t *testing.T) {
 // instead of silently merging keys that differ by a trailing space.
 func TestNewRefusesPadSpaceTablesOfAPreReleaseSchema(t *testing.T) {
 	t.Parallel()
+	// An empty database: the test builds a pre-release schema by hand.
 	db, _ := tidbtest.NewEmptyDB(t)
 	if _, err := db.Exec(`CREATE TABLE scope (
 		scope_id VARCHAR(128) CHARACTER SET ascii COLLATE ascii_bin NOT NULL,

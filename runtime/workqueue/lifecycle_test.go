@@ -608,7 +608,9 @@ func TestCursorsFindWorkOthersMadeClaimable(t *testing.T) {
 // due yet, however many, are never returned.
 func TestIdleClassCostsAtMostTwoStatements(t *testing.T) {
 	t.Parallel()
-	f := newFixture(t, workqueue.Config{})
+	// A lease longer than the test: the first item stays claimed however
+	// slowly the 200 enqueues run, never reclaimed by a later turn.
+	f := newFixture(t, workqueue.Config{Lease: 10 * time.Minute})
 	c := f.claimer("w")
 	claim := func(classes ...string) ([]workqueue.Claimed, workqueue.ClaimStats) {
 		t.Helper()

@@ -51,7 +51,8 @@ func (f *fixture) enqueueUnique(q *workqueue.Queue, idempotencyKey, unique strin
 // enqueue is accepted, and refused again behind the new item. A key with a trailing space is refused as invalid, never
 // taken for the key without it.
 func TestUniqueWhileLiveRace(t *testing.T) {
-	t.Parallel()
+	// Not parallel: its 32 writers queue on one scope lock, and beside
+	// other tests the last of them waits past the session's 5s lock wait.
 	f := newFixture(t, workqueue.Config{})
 	const writers = 32
 	queues := make([]*workqueue.Queue, writers)
@@ -180,7 +181,8 @@ func TestUniqueKeyInOneBatchAndDead(t *testing.T) {
 // each, enqueue one unique key at once: one item is created, and every
 // other enqueue, in either process, is refused with it.
 func TestUniqueWhileLiveAcrossProcesses(t *testing.T) {
-	t.Parallel()
+	// Not parallel: its 32 writers queue on one scope lock, and beside
+	// other tests the last of them waits past the session's 5s lock wait.
 	f := newFixture(t, workqueue.Config{})
 	procs := runHelpers(t, 2, "enqueuer", helperDSNEnv+"="+f.dsn, helperScopeEnv+"="+scope, helperUniqueEnv+"=nightly-report")
 	created, refusedWith := map[string]int{}, map[string]int{}
