@@ -160,12 +160,15 @@ WITHTIDB = $(GO) run ./internal/tidbenv/cmd/withtidb --
 # Most tests wait on leases, timers and round trips, not on the CPU: run
 # more of them at once than there are cores.
 TEST_PARALLEL ?= 8
+# go test starts package binaries in the order it is given them: the
+# longest first, so the suite does not end waiting on one of them alone.
+LONG_PKGS = ./runtime/workqueue/ ./runtime/worker/ ./plancheck/ .
 test: check-generate lint tidb tidb-image-if-docker chromium ## Run every test (race detector on) against real TiDB.
 	$(WITHTIDB) $(MAKE) --no-print-directory test-suites
 
 .PHONY: test-suites
 test-suites:
-	$(GO) test -race -count=1 -parallel $(TEST_PARALLEL) -timeout 45m $(TEST_FLAGS) ./...
+	$(GO) test -race -count=1 -parallel $(TEST_PARALLEL) -timeout 45m $(TEST_FLAGS) $(LONG_PKGS) ./...
 	cd tools/uitest && $(GO) test -race -count=1 -timeout 10m $(TEST_FLAGS) ./...
 	$(GO) test -count=50 -timeout 10m $(BUDGET_PKGS)
 	$(GO) test -race -count=20 -timeout 10m $(BUDGET_PKGS)
@@ -187,7 +190,7 @@ CHECK_RUN = ^(TestFaultSchedule|TestKilledDuring|TestOutcomeWord|TestWorkloadRat
 	|TestFromEnv|TestFromEnvRejectsBadValuesTogether|TestUnsafeSettingsAreReported|TestFailureOf$\
 	|TestChooseTakesItsBlockFirst|TestJitterNeverExceedsTheCap|TestLoadDataEscapesWhatTheFormatReads$\
 	|TestNoteLossesSpreadsAndNarrows|TestPaddedIDsBoundTheStatementTexts|TestPartialRetryPolicyTakesFieldDefaults$\
-	|TestRetryDelays|TestSustainedFailureIsBounded$\
+	|TestRetryDelays|TestSustainedFailureIsBounded|TestLockWaitTimeoutsAreTransient$\
 	|TestBudgetNames|TestLimitValidation|TestLimitsSharingAKey|TestRefusalsFillLaterWindowsOnce$\
 	|TestSweepForgetsOnlyIdleKeys|TestWindowsHoldNPerPeriod|TestScheduleValidation|TestTicks|TestFormatCount$\
 	|TestBindExpandsEmbed|TestExecTime|TestGoldenShapes|TestInterleavedMediansShareABurst$\

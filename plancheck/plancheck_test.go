@@ -16,7 +16,8 @@ import (
 	"github.com/laneq/laneq/runtime/workqueue"
 )
 
-func TestMain(m *testing.M) { os.Exit(tidbtest.Main(m)) }
+// A server of its own: see tidbtest.MainOwnServer.
+func TestMain(m *testing.M) { os.Exit(tidbtest.MainOwnServer(m)) }
 
 // seeded is the two fixture databases, set by TestPlancheck for its subtests.
 var seeded []plancheck.Fixture
@@ -366,7 +367,19 @@ func testTracedUnboundedWindowFails(t *testing.T) {
 		}
 		traced.Close()
 		fixtures := scales(t)
-		rep, err := plancheck.Check(context.Background(), stmts, cases, fixtures, plancheck.Options{Churned: db, Trace: trace})
+		checked := cases
+		if tc.fails {
+			// The shipped run judges every traced statement; the unbounded
+			// window changes only the claim scans, so only their cases are
+			// run again (statements without a case are not traced-checked).
+			checked = nil
+			for _, c := range cases {
+				if strings.HasPrefix(c.Query, "ClaimCandidates") || strings.HasPrefix(c.Query, "StaleCandidates") {
+					checked = append(checked, c)
+				}
+			}
+		}
+		rep, err := plancheck.Check(context.Background(), stmts, checked, fixtures, plancheck.Options{Churned: db, Trace: trace})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"strings"
 	"syscall"
 
 	"github.com/go-sql-driver/mysql"
@@ -68,6 +69,7 @@ func invalidf(format string, args ...any) error {
 
 // MySQL and TiDB error numbers laneq reacts to.
 const (
+	errUnknown            = 1105
 	errDuplicateEntry     = 1062
 	errLockWaitTimeout    = 1205
 	errDeadlock           = 1213
@@ -95,19 +97,30 @@ func serverRejected(err error) bool {
 }
 
 // transient reports errors worth running a statement or transaction again
-// for: TiDB broke a deadlock or a lock wait timed out, a write conflicted,
+// for: TiDB broke a deadlock or a lock wait timed out (1205, or 1105 "lock
+// wait timeout" as the embedded unistore engine reports a pessimistic
+// lock's wait running out), a write conflicted,
 // the schema moved under the statement, the storage layer was busy or
 // unavailable for a moment, or the connection failed. Every laneq write is
 // safe to run again: each is idempotent or fenced by a compare-and-swap, and
 // a write whose reply was lost is resolved by reading the row back.
 func transient(err error) bool {
 	switch store.Errno(err) {
+	case errUnknown:
+		return lockWaitTimedOut(err)
 	case errLockWaitTimeout, errDeadlock, errWriteConflictTiDB, errTxnRetryable, errInfoSchemaExpired,
 		errInfoSchemaChanged, errPDServerTimeout, errTiKVServerTimeout, errTiKVServerBusy,
 		errResolveLockTimeout, errRegionUnavailable, errWriteConflict, errTiKVStoreLimit:
 		return true
 	}
 	return connectionLost(err)
+}
+
+// lockWaitTimedOut reports a 1105 whose message is TiDB's lock wait
+// timeout: the same event as 1205, under the generic error number.
+func lockWaitTimedOut(err error) bool {
+	var me *mysql.MySQLError
+	return errors.As(err, &me) && strings.Contains(strings.ToLower(me.Message), "lock wait timeout")
 }
 
 // connectionLost reports errors of the connection rather than the
