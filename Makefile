@@ -157,9 +157,11 @@ BUDGET_PKGS = ./runtime/controller/ ./runtime/scheduler/ ./runtime/crashmatrix/ 
 # One TiDB for every test binary (see internal/tidbenv/cmd/withtidb): found
 # by LANEQ_TIDB_DSN, else a Docker container, else the embedded server.
 WITHTIDB = $(GO) run ./internal/tidbenv/cmd/withtidb --
-# Most tests wait on leases, timers and round trips, not on the CPU: run
-# more of them at once than there are cores.
-TEST_PARALLEL ?= 8
+# Many tests wait on leases, timers and round trips rather than the CPU:
+# run more of them at once than there are cores. Not many more: TiDB's CPU
+# is the limit, each running test holds a pooled database (27 DDLs to make,
+# serialized server-wide), and more contention only adds lock waits.
+TEST_PARALLEL ?= 4
 # go test starts package binaries in the order it is given them: the
 # longest first, so the suite does not end waiting on one of them alone.
 LONG_PKGS = ./runtime/workqueue/ ./runtime/worker/ ./plancheck/ .

@@ -117,7 +117,9 @@ func TestMigrate(t *testing.T) {
 	// Unmigrated on purpose: `laneq migrate` is what migrates it.
 	_, name := tidbtest.NewEmptyDB(t)
 	dsn := tidbtest.Server(t).DSN(name)
-	first := laneq(t, dsn, "migrate").want(t, 0)
+	// DDL is serialized server-wide, and the server is shared with other
+	// test binaries creating databases: more room than the default 30s.
+	first := laneq(t, dsn, "migrate", "--timeout", "5m").want(t, 0)
 	if !strings.Contains(first.stdout, "applied") || strings.Contains(first.stdout, "applied 0 ") || !strings.Contains(first.stderr, "applying migrations") {
 		t.Fatalf("first migrate: %+v", first)
 	}
