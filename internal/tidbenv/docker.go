@@ -58,9 +58,17 @@ func startDocker(ctx context.Context, opts Options) (*Server, error) {
 		ExposedPorts: []string{"4000/tcp", "10080/tcp"},
 		PortBindings: map[dc.Port][]dc.PortBinding{"4000/tcp": loopback, "10080/tcp": loopback},
 		Labels:       map[string]string{"laneq.tidbenv": "1"},
+		// As the embedded branch runs it: warnings only (an info line per
+		// DDL and connection, through Docker's log driver, costs CPU a
+		// test run needs), and the slow log beside the store.
+		Cmd: []string{"-L", "warn", "-log-slow-query", "/tmp/tidb-slow.log"},
 	}, func(hc *dc.HostConfig) {
 		hc.AutoRemove = true
 		hc.RestartPolicy = dc.RestartPolicy{Name: "no"}
+		// The unistore data (default path /tmp/tidb) in memory: a test
+		// server's data is thrown away with it, and the container's own
+		// filesystem (an overlay, fuse-overlayfs on some hosts) is slow.
+		hc.Tmpfs = map[string]string{"/tmp": ""}
 	})
 	if err != nil {
 		return nil, fmt.Errorf("tidbenv: run container from %s: %w", opts.Image, err)
