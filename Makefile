@@ -182,8 +182,10 @@ test-suites:
 # starts needing TiDB fails at once instead of quietly finding a server.
 PURE_PKGS = $(shell $(GO) list -test -f '{{.ImportPath}} {{join .Deps " "}}' ./... \
 	| awk '$$1 ~ /\.test$$/ && $$0 !~ /internal\/tidbenv/ {sub(/\.test$$/, "", $$1); print $$1}')
-# One regex over the mixed packages: a name that also matches a TiDB test
-# somewhere fails `make check` at once, so the list cannot drift silently.
+# One regex over the mixed packages. `make check` counts the tests that ran
+# against the names listed: a renamed or removed test (0 runs) or a name
+# that matches in two packages fails it, and so does a listed test that
+# needs TiDB, so the list cannot drift silently.
 CHECK_PKGS = ./cmd/laneq/bench/ ./cmd/laneq/dashboard/ ./runtime/worker/ ./runtime/workqueue/ \
 	./runtime/ratelimit/ ./runtime/periodic/ ./runtime/stats/ ./runtime/ingress/ ./plancheck/ \
 	./queries/ ./internal/store/ ./internal/tidbenv/
@@ -200,7 +202,13 @@ CHECK_RUN = ^(TestFaultSchedule|TestKilledDuring|TestOutcomeWord|TestWorkloadRat
 	|TestConversions|TestDSNBranchErrors|TestOptionsFromEnv|TestSessionSettingsMatchWorkqueue)$$
 check: check-generate lint ## The edit loop: generation drift, lint, and every test that needs no TiDB (< 60 s).
 	LANEQ_TIDB=dsn LANEQ_TIDB_DSN= $(GO) test -count=1 $(PURE_PKGS)
-	LANEQ_TIDB=dsn LANEQ_TIDB_DSN= $(GO) test -count=1 -run '$(CHECK_RUN)' $(CHECK_PKGS)
+	@out=$$(LANEQ_TIDB=dsn LANEQ_TIDB_DSN= $(GO) test -count=1 -v -run '$(CHECK_RUN)' $(CHECK_PKGS) 2>&1) \
+		|| { echo "$$out" | grep -v '^=== \|^--- PASS\|^PASS$$'; exit 1; }; \
+	echo "$$out" | grep '^ok'; \
+	want=$$(( $$(printf '%s' '$(CHECK_RUN)' | tr -cd '|' | wc -c) + 1 )); \
+	got=$$(echo "$$out" | grep -c '^=== RUN   Test[A-Za-z0-9_]*$$'); \
+	[ "$$got" = "$$want" ] || { echo "make check: CHECK_RUN names $$want tests and $$got ran: a listed test was renamed, removed or matches twice"; exit 1; }; \
+	echo "check: ok ($$got named TiDB-free tests of mixed packages)"
 
 # Benchmarks on the embedded TiDB: laneq's claim path against the naive loop
 # (BenchmarkClaimComplete), the MVCC-churn proof (BenchmarkChurn), the

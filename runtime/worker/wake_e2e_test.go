@@ -72,7 +72,9 @@ const idleClockScale = 480
 // rest, prepares and the claim turn the first quiet probe after the drain
 // makes included.
 func TestTwoProcessesIdleWithWakes(t *testing.T) {
-	t.Parallel()
+	// Not parallel: it counts what quiet workers in other processes send
+	// and miss, and a wake that arrives late on a crowded machine looks
+	// like a missed one.
 	f := newFixture(t, workqueue.Config{})
 	env := []string{helperDefaultsEnv + "=1", fmt.Sprintf("%s=%d", helperClockScaleEnv, idleClockScale)}
 	a, b := startHelper(t, "worker-a", f.dsn, env...), startHelper(t, "worker-b", f.dsn, env...)
@@ -242,7 +244,9 @@ func waitQuiet(t *testing.T, w *worker.Worker, want bool) {
 // probe, which counts a missed wake and puts the worker back on the normal
 // probe period; the next wake that arrives makes it quiet again.
 func TestMissedWakeFallsBackToProbing(t *testing.T) {
-	t.Parallel()
+	// Not parallel: it counts what quiet workers in other processes send
+	// and miss, and a wake that arrives late on a crowded machine looks
+	// like a missed one.
 	f := newFixture(t, workqueue.Config{})
 	c := newCollector(nil)
 	clk := clock.NewFake(time.Now())
@@ -308,7 +312,9 @@ func TestMissedWakeFallsBackToProbing(t *testing.T) {
 // mapping) fails its self-test, never enters quiet mode, and finds other
 // processes' work on the normal probe period.
 func TestUnreachableWorkerKeepsProbing(t *testing.T) {
-	t.Parallel()
+	// Not parallel: it counts what quiet workers in other processes send
+	// and miss, and a wake that arrives late on a crowded machine looks
+	// like a missed one.
 	f := newFixture(t, workqueue.Config{})
 	c := newCollector(nil)
 	clk := clock.NewFake(time.Now())
@@ -351,7 +357,9 @@ func TestUnreachableWorkerKeepsProbing(t *testing.T) {
 // its lookup finds the due time and the due timer runs the item, with no
 // backstop (four hours away) involved.
 func TestDelayedWorkFromAnotherProcessRunsOnTime(t *testing.T) {
-	t.Parallel()
+	// Not parallel: it counts what quiet workers in other processes send
+	// and miss, and a wake that arrives late on a crowded machine looks
+	// like a missed one.
 	f := newFixture(t, workqueue.Config{})
 	c := newCollector(nil)
 	cfg := worker.Config{Scope: scope, Owner: "test", Logger: quiet}
