@@ -74,8 +74,9 @@ type eventFacts struct {
 
 type workFacts struct {
 	EventKey, Scope, WorkType, QueueClass, State string
-	// DelaySeconds is rounded, not truncated: on a busy server the two
-	// times can come from statements a moment apart.
+	// DelaySeconds is rounded to 30s (the test's delays are 0 and 90s): on
+	// a busy server created_at and run_after can come from statements
+	// seconds apart, and both paths must carry the delay, not the clock.
 	Generation, LaneOrdinal, DelaySeconds           int64
 	Priority                                        int32
 	SourceLane, TargetLane, WakeKey, DependencyKeys sql.NullString
@@ -110,7 +111,7 @@ func storedEvents(t *testing.T, db *sql.DB, scope string) []eventFacts {
 func storedWork(t *testing.T, db *sql.DB, scope string) []workFacts {
 	t.Helper()
 	rows, err := db.Query(`SELECT e.idempotency_key, w.scope_id, w.work_type, w.queue_class, w.state,
-		w.generation, w.lane_ordinal, ROUND(TIMESTAMPDIFF(MICROSECOND, w.created_at, w.run_after) / 1000000), w.priority,
+		w.generation, w.lane_ordinal, 30 * ROUND(TIMESTAMPDIFF(MICROSECOND, w.created_at, w.run_after) / 30000000), w.priority,
 		w.source_lane_key, w.target_lane_key, w.dependency_wake_key, CAST(w.dependency_keys AS CHAR), w.projection_key
 		FROM work_item w JOIN event e ON e.event_id = w.event_id
 		WHERE w.scope_id = ? ORDER BY w.lane_ordinal`, scope)
